@@ -1,0 +1,96 @@
+"""Builders of log entry bodies (format v3), shared by every store backend.
+
+A body is a plain dict; the writer adds ``seq`` and ``ts`` when it appends. See
+``docs/session-format.md`` for the meaning of every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sessions.records import CallRequest, MessageDict, Outcome, ToolSchema
+
+FORMAT_VERSION = 3
+
+
+def header(
+    session_id: str,
+    started_at: str,
+    *,
+    tenant: str,
+    channel: str,
+    conversation: str,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "session",
+        "version": FORMAT_VERSION,
+        "id": session_id,
+        "startedAt": started_at,
+        "channel": channel,
+        "conversation": conversation,
+        "tenant": tenant,
+    }
+    if extra:
+        for key, value in extra.items():
+            body.setdefault(key, value)
+    return body
+
+
+def message(msg: MessageDict, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "message",
+        "message": {"role": msg["role"], "content": msg["content"]},
+    }
+    if meta:
+        body["meta"] = dict(meta)
+    return body
+
+
+def section(hash_: str, text: str) -> dict[str, Any]:
+    return {"type": "section", "hash": hash_, "text": text}
+
+
+def prompt(fingerprint: str, reason: str, sections: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    return {
+        "type": "prompt",
+        "fingerprint": fingerprint,
+        "reason": reason,
+        "sections": [{"name": name, "hash": h} for name, h in sections],
+    }
+
+
+def tools(fingerprint: str, schemas: Sequence[ToolSchema]) -> dict[str, Any]:
+    return {"type": "tools", "fingerprint": fingerprint, "tools": [dict(t) for t in schemas]}
+
+
+def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "call",
+        "call": index,
+        "prompt": request.prompt.fingerprint,
+        "tools": tools_fp,
+        "provider": request.provider,
+        "model": request.model,
+        "params": dict(request.params),
+        "window": [[start, end] for start, end in request.window],
+    }
+    if request.injected:
+        body["injected"] = [
+            {"position": item.position, "message": item.message} for item in request.injected
+        ]
+    return body
+
+
+def outcome(result: Outcome) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "outcome", "call": result.call}
+    if result.stop_reason is not None:
+        body["stop_reason"] = result.stop_reason
+    if result.usage:
+        body["usage"] = dict(result.usage)
+    if result.latency_ms is not None:
+        body["latency_ms"] = round(result.latency_ms, 3)
+    if result.error is not None:
+        body["error"] = dict(result.error)
+    return body

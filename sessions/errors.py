@@ -1,0 +1,78 @@
+"""Errors raised by the ``sessions`` package.
+
+One tree, so callers can catch at the level they care about::
+
+    SessionError
+    ├── InvalidNameError        a session id or tenant that is not a safe name
+    ├── SessionNotFoundError    no such session for that tenant
+    ├── SessionExistsError      create() with an id that is already taken
+    ├── SessionLockedError      another process holds the session's writer lock
+    ├── SessionWriteError       an append failed; the file was rolled back to its last whole line
+    ├── StaleWriterError        a writer whose lease/fence has been superseded tried to append
+    └── SessionReadError        a log that cannot be read as a session (replay's documented error)
+        ├── EmptySessionError   no bytes, or only a torn header
+        └── CorruptHeaderError  line 1 is not a session header
+
+Replay never raises anything outside ``SessionReadError`` for bad input: a corrupt line in the
+middle of a file is reported as a :class:`Problem` with its line number, not raised.
+"""
+
+from __future__ import annotations
+
+
+class SessionError(Exception):
+    """Base of every error the sessions package raises on purpose."""
+
+
+class InvalidNameError(SessionError, ValueError):
+    """A session id or tenant failed validation; it is never turned into a path."""
+
+
+class SessionNotFoundError(SessionError, LookupError):
+    """The session does not exist (for that tenant)."""
+
+
+class SessionExistsError(SessionError):
+    """A session with that id already exists."""
+
+
+class SessionLockedError(SessionError):
+    """Another process is the writer of this session."""
+
+
+class SessionWriteError(SessionError, OSError):
+    """An append did not reach the log. The log is left ending on a whole line.
+
+    ``kind`` is a short machine-friendly cause (``ENOSPC``, ``EACCES``, ``EIO``, ...) that is
+    safe to log: it never contains entry contents.
+    """
+
+    def __init__(self, session_id: str, kind: str, detail: str = "") -> None:
+        super().__init__(f"session {session_id}: write failed ({kind}){': ' + detail if detail else ''}")
+        self.session_id = session_id
+        self.kind = kind
+
+
+class StaleWriterError(SessionWriteError):
+    """The writer's fencing token is older than the session's: another worker owns it now."""
+
+    def __init__(self, session_id: str, token: int, current: int) -> None:
+        super().__init__(session_id, "STALE_FENCE", f"token {token} < current {current}")
+        self.token = token
+        self.current = current
+
+
+class SessionReadError(SessionError):
+    """The bytes are not a readable session log. ``line`` is 1-based when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+        self.line = line
+
+
+class EmptySessionError(SessionReadError):
+    """The file holds no session header at all."""
+
+
+class CorruptHeaderError(SessionReadError):
+    """Line 1 is present but is not a valid ``session`` header."""

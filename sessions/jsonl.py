@@ -1,0 +1,386 @@
+"""The embedded default store: one JSONL file per session under a data directory.
+
+Layout::
+
+    <data_dir>/sessions/<id>.jsonl                      default tenant
+    <data_dir>/tenants/<tenant>/sessions/<id>.jsonl     any other tenant
+
+Files are 0600, directories 0700 (existing ones are tightened on first use). Each session has
+one writer, enforced across processes with ``flock``.
+
+Appends are a single ``os.write`` of whole lines to an ``O_APPEND`` descriptor, done inline on
+the event loop: a small append lands in the page cache in microseconds, and a thread hop per
+append would cost more than the write. The blocking part, ``fsync``, runs in a worker thread.
+A failed or short write is rolled back with ``ftruncate`` to the last whole line, so no
+half-written line is ever left behind by an error (only a crash can tear the last line, and the
+next :meth:`JsonlSessionStore.open` repairs that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sessions import entries
+from sessions.errors import (
+    CorruptHeaderError,
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+    SessionReadError,
+    SessionWriteError,
+)
+from sessions.names import (
+    DEFAULT_TENANT,
+    new_session_id,
+    utc_now_iso,
+    validate_session_id,
+    validate_tenant,
+)
+from sessions.scan import recover_state, split_lines, summarise
+from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
+
+log = logging.getLogger(__name__)
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) as 0700, tightening it if it already exists looser."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode != DIR_MODE:
+        path.chmod(DIR_MODE)
+    return path
+
+
+def _errno_kind(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+class JsonlSessionWriter:
+    """Single writer of one JSONL session file. See :class:`sessions.store.SessionWriter`."""
+
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        session_id: str,
+        tenant: str,
+        state: SessionState,
+        size: int,
+        durability: Durability,
+    ) -> None:
+        self._path = path
+        self._fd: int | None = fd
+        self._session_id = session_id
+        self._tenant = tenant
+        self._state = state
+        self._size = size
+        self._durability = durability
+        self._dirty = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    async def append(self, items: Sequence[Mapping[str, Any]]) -> int:
+        if self._fd is None:
+            raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
+        ts = utc_now_iso()
+        seq = self._state.next_seq
+        chunks: list[bytes] = []
+        for item in items:
+            body = dict(item)
+            line: dict[str, Any] = {"type": body.pop("type"), "seq": seq, "ts": body.pop("ts", ts)}
+            line.update(body)
+            chunks.append(orjson.dumps(line))
+            seq += 1
+        data = b"\n".join(chunks) + b"\n"
+        self._write_all(data)
+        self._state.next_seq = seq
+        for item in items:
+            self._track(item)
+        self._dirty = True
+        if self._durability == "always":
+            await self.sync()
+        return len(data)
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                n = os.write(self._fd, view[written:])
+                if n == 0:
+                    raise OSError(errno.EIO, "write returned 0")
+                written += n
+        except OSError as exc:
+            self._rollback()
+            raise SessionWriteError(self._session_id, _errno_kind(exc)) from exc
+        self._size += written
+
+    def _rollback(self) -> None:
+        """Cut the file back to the last whole line we know of."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            # The file may now end in a partial line; the next open() repairs a torn tail.
+            log.warning("session %s: rollback after failed append also failed", self._session_id)
+
+    def _track(self, item: Mapping[str, Any]) -> None:
+        kind = item.get("type")
+        state = self._state
+        if kind == "message":
+            state.message_count += 1
+        elif kind == "section":
+            state.sections.add(item["hash"])
+        elif kind == "prompt":
+            state.last_prompt = item["fingerprint"]
+        elif kind == "tools":
+            state.tool_sets.add(item["fingerprint"])
+        elif kind == "call":
+            state.call_count = max(state.call_count, int(item["call"]) + 1)
+            state.last_tools = item.get("tools")
+
+    async def sync(self) -> None:
+        if self._fd is None or not self._dirty or self._durability == "none":
+            return
+        fd = self._fd
+        self._dirty = False
+        try:
+            await asyncio.to_thread(os.fsync, fd)
+        except OSError as exc:
+            raise SessionWriteError(self._session_id, _errno_kind(exc), "fsync") from exc
+
+    async def aclose(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            await self.sync()
+        finally:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # also releases the flock
+
+
+class JsonlSessionStore:
+    """JSONL files under ``data_dir``. See :class:`sessions.store.SessionStore`."""
+
+    def __init__(self, data_dir: Path | str, durability: Durability = "turn") -> None:
+        if durability not in DURABILITY_LEVELS:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
+        self.data_dir = Path(data_dir)
+        self.durability: Durability = durability
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def sessions_dir(self, tenant: str) -> Path:
+        validate_tenant(tenant)
+        if tenant == DEFAULT_TENANT:
+            return self.data_dir / "sessions"
+        return self.data_dir / "tenants" / tenant / "sessions"
+
+    def path_of(self, tenant: str, session_id: str) -> Path:
+        return self.sessions_dir(tenant) / f"{validate_session_id(session_id)}.jsonl"
+
+    def _private_sessions_dir(self, tenant: str) -> Path:
+        ensure_private_dir(self.data_dir)
+        if tenant != DEFAULT_TENANT:
+            ensure_private_dir(self.data_dir / "tenants")
+            ensure_private_dir(self.data_dir / "tenants" / tenant)
+        return ensure_private_dir(self.sessions_dir(tenant))
+
+    def tenants(self) -> list[str]:
+        found = [DEFAULT_TENANT] if (self.data_dir / "sessions").is_dir() else []
+        root = self.data_dir / "tenants"
+        if root.is_dir():
+            found.extend(sorted(p.name for p in root.iterdir() if (p / "sessions").is_dir()))
+        return found
+
+    # -- writers -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        channel: str,
+        conversation: str,
+        session_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> JsonlSessionWriter:
+        sid = validate_session_id(session_id) if session_id is not None else new_session_id()
+        directory = self._private_sessions_dir(tenant)
+        path = directory / f"{sid}.jsonl"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError as exc:
+            raise SessionExistsError(f"session {sid} already exists") from exc
+        except OSError as exc:
+            raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
+        writer = JsonlSessionWriter(path, fd, sid, tenant, SessionState(), 0, self.durability)
+        try:
+            self._lock(fd, sid)
+            head = entries.header(
+                sid, utc_now_iso(), tenant=tenant, channel=channel,
+                conversation=conversation, extra=extra,
+            )
+            await writer.append([head])
+        except BaseException:
+            await writer.aclose()
+            path.unlink(missing_ok=True)  # a session without its header is no session
+            raise
+        return writer
+
+    async def open(self, tenant: str, session_id: str) -> JsonlSessionWriter:
+        path = self.path_of(tenant, session_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}") from exc
+        try:
+            self._lock(fd, session_id)
+            os.fchmod(fd, FILE_MODE)
+            data = await asyncio.to_thread(_read_fd, fd)
+            lines, torn = split_lines(data)
+            size = len(data)
+            if torn:
+                size = len(data) - len(data.rsplit(b"\n", 1)[-1])
+                os.ftruncate(fd, size)
+                log.warning("session %s: dropped a torn last line (%d bytes)", session_id,
+                            len(data) - size)
+            _check_writable_header(lines, session_id)
+            state = recover_state(lines)
+        except BaseException:
+            os.close(fd)
+            raise
+        return JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability)
+
+    @staticmethod
+    def _lock(fd: int, session_id: str) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise SessionLockedError(f"session {session_id} is open in another process") from exc
+
+    # -- readers -----------------------------------------------------------------------------
+
+    async def exists(self, tenant: str, session_id: str) -> bool:
+        return self.path_of(tenant, session_id).is_file()
+
+    async def read_log(self, tenant: str, session_id: str) -> bytes:
+        path = self.path_of(tenant, session_id)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError as exc:
+            raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}") from exc
+
+    async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
+        tenants = [validate_tenant(tenant)] if tenant is not None else self.tenants()
+        return await asyncio.to_thread(self._list_sync, tenants)
+
+    def _list_sync(self, tenants: list[str]) -> list[SessionInfo]:
+        infos: list[SessionInfo] = []
+        for name in tenants:
+            directory = self.sessions_dir(name)
+            if not directory.is_dir():
+                continue
+            for path in directory.glob("*.jsonl"):
+                infos.append(_info(path, name))
+        infos.sort(key=lambda i: (i.started_at or "", i.modified), reverse=True)
+        return infos
+
+    async def message_page(
+        self, tenant: str, session_id: str, offset: int = 0, limit: int = 50
+    ) -> MessagePage:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        data = await self.read_log(tenant, session_id)
+        lines, _ = split_lines(data)
+        messages: list[dict[str, Any]] = []
+        for raw in lines[1:]:
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and entry.get("type") == "message":
+                messages.append(
+                    {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry["message"]}
+                )
+        return MessagePage(
+            session_id=session_id,
+            total=len(messages),
+            offset=offset,
+            messages=tuple(messages[offset : offset + limit]),
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _read_fd(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, size, 0)
+
+
+def _check_writable_header(lines: list[bytes], session_id: str) -> None:
+    if not lines:
+        raise CorruptHeaderError("session has no header; cannot resume", line=1)
+    try:
+        head = orjson.loads(lines[0])
+    except orjson.JSONDecodeError as exc:
+        raise CorruptHeaderError("header is not JSON", line=1) from exc
+    if not isinstance(head, dict) or head.get("type") != "session":
+        raise CorruptHeaderError("line 1 is not a session header", line=1)
+    if head.get("version") != entries.FORMAT_VERSION:
+        raise SessionReadError(
+            f"session {session_id} is format version {head.get('version')}; only version "
+            f"{entries.FORMAT_VERSION} sessions can be resumed for writing"
+        )
+
+
+def _info(path: Path, tenant: str) -> SessionInfo:
+    st = path.stat()
+    try:
+        summary = summarise(path.read_bytes())
+    except OSError as exc:
+        return SessionInfo(path.stem, tenant, None, None, None, None, 0, None, st.st_size,
+                           st.st_mtime, error=str(exc))
+    head = summary.header or {}
+    return SessionInfo(
+        session_id=path.stem,
+        tenant=tenant,
+        started_at=head.get("startedAt"),
+        channel=head.get("channel"),
+        conversation=head.get("conversation"),
+        version=head.get("version"),
+        message_count=summary.message_count,
+        first_user_text=summary.first_user_text,
+        size_bytes=st.st_size,
+        modified=st.st_mtime,
+        torn=summary.torn,
+        error=None if summary.header else "no readable header",
+    )

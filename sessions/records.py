@@ -1,0 +1,98 @@
+"""What a provider call is made of, as the agent loop hands it to the store.
+
+These are the *request parts*; :mod:`sessions.shapes` turns them into a provider's request body
+and :mod:`sessions.persist` writes them to the log. Both live and replayed requests go through
+the same shaping code, which is what makes "what the provider received" and "what replay
+rebuilds" equal by construction rather than by hope.
+
+Messages stay plain JSON-shaped dicts (``{"role": ..., "content": ...}``, content a string or a
+list of Anthropic-style blocks) because they are sent and stored verbatim; copying them into
+objects and back would only create room for the two to differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from sessions.fingerprint import fingerprint
+
+MessageDict: TypeAlias = dict[str, Any]
+ToolSchema: TypeAlias = Mapping[str, Any]
+Window: TypeAlias = tuple[tuple[int, int], ...]
+"""Half-open ranges ``[start, end)`` of message indices (0-based, counting message entries)."""
+
+PROMPT_JOINER = "\n\n"
+"""Sections are joined with this string to form the final system prompt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One named part of the system prompt (soul, user, memory, skills, mood, kb, channel...)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """A message sent to the provider that is not a message entry (a compaction summary, say).
+
+    ``position`` is its index in the final list of messages sent.
+    """
+
+    position: int
+    message: MessageDict
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """An assembled system prompt: ordered sections, the final text and its fingerprint."""
+
+    sections: tuple[Section, ...]
+    text: str
+    fingerprint: str
+
+    @classmethod
+    def from_sections(cls, sections: Sequence[Section]) -> Prompt:
+        kept = tuple(s for s in sections if s.text)
+        text = PROMPT_JOINER.join(s.text for s in kept)
+        return cls(sections=kept, text=text, fingerprint=fingerprint(text))
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """Everything a provider is about to receive for one call, in provider-neutral form."""
+
+    prompt: Prompt
+    reason: str
+    tools: tuple[ToolSchema, ...]
+    provider: str
+    model: str
+    params: Mapping[str, Any]
+    window: Window
+    injected: tuple[Injected, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What came back from one call: written after it as an ``outcome`` entry."""
+
+    call: int
+    stop_reason: str | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)
+    latency_ms: float | None = None
+    error: Mapping[str, str] | None = None
+
+
+def window_messages(
+    messages: Sequence[MessageDict], window: Window, injected: Sequence[Injected] = ()
+) -> list[MessageDict]:
+    """The list of messages a window selects, with injected messages put at their positions."""
+    sent: list[MessageDict] = []
+    for start, end in window:
+        sent.extend(messages[start:end])
+    for item in sorted(injected, key=lambda i: i.position):
+        sent.insert(item.position, item.message)
+    return sent

@@ -1,0 +1,532 @@
+"""Offline replay: rebuild every provider call of a session log. Pure: bytes in, objects out.
+
+A *turn* is one provider call. In format v3 each ``call`` entry opens a turn and the assistant
+message after it closes it (a call that failed has no assistant message). In v1/v2, as in the
+seed project, each assistant message closes a turn, its prompt is the nearest preceding prompt
+entry, and the messages sent are all earlier messages.
+
+Honesty rules: turns before the first prompt entry keep a null prompt (never back-filled); a v1
+log says its prompt was not recorded; a v2/v3 log with turns but no prompt entry says prompt
+persistence likely failed. A torn last line is tolerated; a corrupt line elsewhere becomes a
+:class:`Problem` with its line number. An empty file or a bad header raises
+:class:`~sessions.errors.SessionReadError` (the only error replay raises for bad input).
+
+Cost is O(file size): message entries are kept as byte offsets into the log and parsed when
+asked for, and turns carry window bounds, never copies of the transcript.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import orjson
+
+from sessions.errors import CorruptHeaderError, EmptySessionError
+from sessions.fingerprint import fingerprint
+from sessions.records import PROMPT_JOINER, Injected, MessageDict, Window, window_messages
+from sessions.shapes import Shape, request_body
+
+NOTICE_V1 = "system prompt not recorded (predates prompt recording)"
+NOTICE_NO_PROMPTS = "no prompt entry in this session: prompt persistence likely failed"
+NOTICE_BEFORE_FIRST = "no prompt recorded before this turn (not back-filled)"
+NOTICE_CALL_UNRECORDED = "this call was not recorded (prompt persistence failed for it)"
+NOTICE_PROMPT_MISSING = "the call names a prompt that is not in the log"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong in the log that replay survived. ``line`` is 1-based."""
+
+    line: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SectionRef:
+    name: str
+    hash: str
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptVersion:
+    """One prompt entry: a version of the system prompt and when and why it appeared."""
+
+    number: int
+    line: int
+    ts: str | None
+    fingerprint: str
+    reason: str | None
+    sections: tuple[SectionRef, ...]
+    text: str | None
+    verified: bool
+    first_turn: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    stop_reason: str | None
+    usage: Mapping[str, Any] | None
+    latency_ms: float | None
+    error: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One provider call. Indices point into :attr:`Replay.messages`; ``index`` is 1-based."""
+
+    index: int
+    line: int
+    ts: str | None
+    prompt: PromptVersion | None
+    prompt_notice: str | None
+    window: Window | None
+    injected: tuple[Injected, ...]
+    assistant: int | None
+    call: int | None
+    provider: str | None
+    model: str | None
+    params: Mapping[str, Any] | None
+    tools_fingerprint: str | None
+
+
+class MessageLog(Sequence[MessageDict]):
+    """The session's messages, parsed on access from the log bytes (no transcript copies)."""
+
+    __slots__ = ("_data", "_ends", "_starts")
+
+    def __init__(self, data: bytes, starts: array[int], ends: array[int]) -> None:
+        self._data = memoryview(data)
+        self._starts = starts
+        self._ends = ends
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def entry(self, index: int) -> dict[str, Any]:
+        """The whole message entry (``seq``, ``ts``, ``message``, ``meta``)."""
+        value: dict[str, Any] = orjson.loads(self._data[self._starts[index] : self._ends[index]])
+        return value
+
+    @overload
+    def __getitem__(self, index: int) -> MessageDict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageDict]: ...
+
+    def __getitem__(self, index: int | slice) -> MessageDict | list[MessageDict]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        message: MessageDict = self.entry(index)["message"]
+        return message
+
+    def __iter__(self) -> Iterator[MessageDict]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Everything replay rebuilt from one log."""
+
+    header: Mapping[str, Any]
+    version: int
+    messages: MessageLog
+    prompts: tuple[PromptVersion, ...]
+    turns: tuple[Turn, ...]
+    tool_sets: Mapping[str, tuple[Mapping[str, Any], ...]]
+    outcomes: Mapping[int, Outcome]
+    problems: tuple[Problem, ...]
+    torn_tail: bool
+    notice: str | None
+
+    @property
+    def session_id(self) -> str:
+        return str(self.header.get("id", ""))
+
+    @property
+    def prompts_recorded(self) -> bool:
+        return bool(self.prompts)
+
+    def turn(self, number: int) -> Turn:
+        """Turn ``number`` (1-based); IndexError when there is no such turn."""
+        if not 1 <= number <= len(self.turns):
+            raise IndexError(f"turn {number} out of range 1..{len(self.turns)}")
+        return self.turns[number - 1]
+
+    def sent(self, turn: Turn) -> list[MessageDict]:
+        """The messages the provider received for ``turn`` (empty when not recorded)."""
+        if turn.window is None:
+            return []
+        return window_messages(self.messages, turn.window, turn.injected)
+
+    def tools_of(self, turn: Turn) -> tuple[Mapping[str, Any], ...] | None:
+        if turn.tools_fingerprint is None:
+            return None
+        return self.tool_sets.get(turn.tools_fingerprint)
+
+    def outcome_of(self, turn: Turn) -> Outcome | None:
+        return None if turn.call is None else self.outcomes.get(turn.call)
+
+    def request(self, turn: Turn, shape: Shape | None = None) -> dict[str, Any]:
+        """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one)."""
+        chosen: Shape
+        if shape is not None:
+            chosen = shape
+        else:
+            chosen = "openai" if turn.provider == "openai" else "anthropic"
+        system = turn.prompt.text if turn.prompt else None
+        return request_body(
+            chosen,
+            system,
+            self.sent(turn),
+            self.tools_of(turn) or (),
+            turn.model or str(self.header.get("model") or ""),
+            turn.params or {},
+        )
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Mutable state of one pass over the lines; frozen into a :class:`Replay` at the end."""
+
+    def __init__(self, data: bytes, version: int) -> None:
+        self.data = data
+        self.version = version
+        self.starts: array[int] = array("q")
+        self.ends: array[int] = array("q")
+        self.problems: list[Problem] = []
+        self.sections: dict[str, str] = {}
+        self.tool_sets: dict[str, tuple[Mapping[str, Any], ...]] = {}
+        self.prompts: list[dict[str, Any]] = []  # mutable drafts of PromptVersion
+        self.prompt_by_fp: dict[str, int] = {}
+        self.turns: list[dict[str, Any]] = []
+        self.pending: dict[str, Any] | None = None
+        self.outcomes: dict[int, Outcome] = {}
+        self.last_seq: int | None = None
+
+    def problem(self, line: int, message: str) -> None:
+        self.problems.append(Problem(line, message))
+
+    # Each handler gets the parsed entry and its 1-based line number.
+
+    def on_message(self, entry: dict[str, Any], line: int, start: int, end: int) -> None:
+        msg = entry.get("message")
+        if not (
+            isinstance(msg, dict)
+            and isinstance(msg.get("role"), str)
+            and isinstance(msg.get("content"), str | list)
+        ):
+            self.problem(line, "message entry without a valid role/content")
+            return
+        index = len(self.starts)
+        self.starts.append(start)
+        self.ends.append(end)
+        if msg["role"] != "assistant":
+            return
+        ts = _str_or_none(entry.get("ts"))
+        if self.version >= 3:
+            if self.pending is not None:
+                self.pending["assistant"] = index
+                self.turns.append(self.pending)
+                self.pending = None
+            else:
+                self.turns.append(_turn_draft(line, ts, None, NOTICE_CALL_UNRECORDED, None,
+                                              assistant=index))
+            return
+        prompt = len(self.prompts) - 1 if self.prompts else None
+        notice = None
+        if prompt is None:
+            notice = NOTICE_V1 if self.version < 2 else NOTICE_BEFORE_FIRST
+        self.turns.append(_turn_draft(line, ts, prompt, notice, ((0, index),), assistant=index))
+
+    def on_section(self, entry: dict[str, Any], line: int) -> None:
+        h, text = entry.get("hash"), entry.get("text")
+        if not isinstance(h, str) or not isinstance(text, str):
+            self.problem(line, "section entry without hash/text")
+            return
+        if fingerprint(text) != h:
+            self.problem(line, f"section {h} text does not match its hash")
+        self.sections[h] = text
+
+    def on_prompt(self, entry: dict[str, Any], line: int) -> None:
+        fp = entry.get("fingerprint")
+        if not isinstance(fp, str):
+            self.problem(line, "prompt entry without a fingerprint")
+            return
+        refs: list[SectionRef] = []
+        text: str | None
+        inline = entry.get("text")
+        raw_sections = entry.get("sections")
+        if isinstance(inline, str):
+            text = inline
+            refs.append(SectionRef("prompt", fingerprint(inline), inline))
+        elif isinstance(raw_sections, list):
+            parts: list[str] | None = []
+            for ref in raw_sections:
+                if not isinstance(ref, dict) or not isinstance(ref.get("hash"), str):
+                    self.problem(line, "prompt section reference is malformed")
+                    parts = None
+                    break
+                body = self.sections.get(ref["hash"])
+                name = ref.get("name")
+                refs.append(SectionRef(name if isinstance(name, str) else "?", ref["hash"], body))
+                if body is None:
+                    self.problem(line, f"prompt names section {ref['hash']} not found before it")
+                    parts = None
+                elif parts is not None:
+                    parts.append(body)
+            joiner = entry.get("joiner", PROMPT_JOINER)
+            text = (joiner if isinstance(joiner, str) else PROMPT_JOINER).join(parts) \
+                if parts is not None else None
+        else:
+            self.problem(line, "prompt entry has neither text nor sections")
+            return
+        verified = text is not None and fingerprint(text) == fp
+        if text is not None and not verified:
+            self.problem(line, f"rebuilt prompt does not match fingerprint {fp}")
+        reason = entry.get("reason")
+        self.prompt_by_fp[fp] = len(self.prompts)
+        self.prompts.append({
+            "number": len(self.prompts) + 1, "line": line, "ts": _str_or_none(entry.get("ts")),
+            "fingerprint": fp, "reason": reason if isinstance(reason, str) else None,
+            "sections": tuple(refs), "text": text, "verified": verified, "first_turn": None,
+        })
+
+    def on_tools(self, entry: dict[str, Any], line: int) -> None:
+        fp, tools = entry.get("fingerprint"), entry.get("tools")
+        if not isinstance(fp, str) or not isinstance(tools, list):
+            self.problem(line, "tools entry without fingerprint/tools")
+            return
+        self.tool_sets[fp] = tuple(tools)
+
+    def on_call(self, entry: dict[str, Any], line: int) -> None:
+        if self.pending is not None:  # the previous call got no answer (error or crash)
+            self.turns.append(self.pending)
+        window = _window(entry.get("window"), len(self.starts))
+        if window is None:
+            self.problem(line, "call entry has a malformed window")
+        injected = _injected(entry.get("injected"))
+        if injected is None:
+            self.problem(line, "call entry has malformed injected messages")
+        fp = entry.get("prompt")
+        prompt = self.prompt_by_fp.get(fp) if isinstance(fp, str) else None
+        notice = None if prompt is not None else NOTICE_PROMPT_MISSING
+        tools = entry.get("tools")
+        params = entry.get("params")
+        call = entry.get("call")
+        self.pending = _turn_draft(
+            line, _str_or_none(entry.get("ts")), prompt, notice, window, injected=injected or (),
+            call=call if isinstance(call, int) else None,
+            provider=_str_or_none(entry.get("provider")), model=_str_or_none(entry.get("model")),
+            params=params if isinstance(params, dict) else None,
+            tools=tools if isinstance(tools, str) else None,
+        )
+        if isinstance(tools, str) and tools not in self.tool_sets:
+            self.problem(line, f"call names tool set {tools} not found before it")
+
+    def on_outcome(self, entry: dict[str, Any], line: int) -> None:
+        call = entry.get("call")
+        if not isinstance(call, int):
+            return
+        usage, error, latency = entry.get("usage"), entry.get("error"), entry.get("latency_ms")
+        self.outcomes[call] = Outcome(
+            stop_reason=_str_or_none(entry.get("stop_reason")),
+            usage=usage if isinstance(usage, dict) else None,
+            latency_ms=float(latency) if isinstance(latency, int | float) else None,
+            error=error if isinstance(error, dict) else None,
+        )
+
+    def check_seq(self, entry: dict[str, Any], line: int) -> None:
+        seq = entry.get("seq")
+        if not isinstance(seq, int):
+            self.problem(line, "v3 entry without an integer seq")
+            return
+        if self.last_seq is not None and seq != self.last_seq + 1:
+            kind = "duplicate or out-of-order" if seq <= self.last_seq else "gap before"
+            self.problem(line, f"seq {seq}: {kind} (previous {self.last_seq})")
+        self.last_seq = seq
+
+    def finish(self, header: Mapping[str, Any], torn: bool) -> Replay:
+        if self.pending is not None:
+            self.turns.append(self.pending)
+            self.pending = None
+        turns: list[Turn] = []
+        for number, draft in enumerate(self.turns, start=1):
+            p = draft["prompt"]
+            if p is not None and self.prompts[p]["first_turn"] is None:
+                self.prompts[p]["first_turn"] = number
+        versions = tuple(PromptVersion(**draft) for draft in self.prompts)
+        for number, draft in enumerate(self.turns, start=1):
+            p = draft.pop("prompt")
+            turns.append(Turn(index=number, prompt=versions[p] if p is not None else None,
+                              **draft))
+        notice = None
+        if self.version < 2:
+            notice = NOTICE_V1
+        elif not versions and turns:
+            notice = NOTICE_NO_PROMPTS
+        if notice == NOTICE_NO_PROMPTS:
+            turns = [_with_notice(t, NOTICE_NO_PROMPTS) for t in turns]
+        return Replay(
+            header=header,
+            version=self.version,
+            messages=MessageLog(self.data, self.starts, self.ends),
+            prompts=versions,
+            turns=tuple(turns),
+            tool_sets=self.tool_sets,
+            outcomes=self.outcomes,
+            problems=tuple(self.problems),
+            torn_tail=torn,
+            notice=notice,
+        )
+
+
+def _with_notice(turn: Turn, notice: str) -> Turn:
+    if turn.prompt is not None:
+        return turn
+    from dataclasses import replace
+
+    return replace(turn, prompt_notice=notice)
+
+
+def _turn_draft(
+    line: int,
+    ts: str | None,
+    prompt: int | None,
+    notice: str | None,
+    window: Window | None,
+    *,
+    injected: tuple[Injected, ...] = (),
+    assistant: int | None = None,
+    call: int | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    tools: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
+        "injected": injected, "assistant": assistant, "call": call, "provider": provider,
+        "model": model, "params": params, "tools_fingerprint": tools,
+    }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _window(raw: Any, available: int) -> Window | None:
+    if not isinstance(raw, list):
+        return None
+    out: list[tuple[int, int]] = []
+    for pair in raw:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+            and 0 <= pair[0] <= pair[1] <= available
+        ):
+            return None
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+def _injected(raw: Any) -> tuple[Injected, ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        return None
+    out: list[Injected] = []
+    for item in raw:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("position"), int)
+            and isinstance(item.get("message"), dict)
+        ):
+            return None
+        out.append(Injected(item["position"], item["message"]))
+    return tuple(out)
+
+
+def _parse_header(data: bytes, end: int) -> tuple[dict[str, Any], int]:
+    try:
+        head = orjson.loads(memoryview(data)[:end])
+    except orjson.JSONDecodeError as exc:
+        raise CorruptHeaderError("header is not valid JSON", line=1) from exc
+    if not isinstance(head, dict) or head.get("type") != "session":
+        raise CorruptHeaderError("line 1 is not a session header", line=1)
+    version = head.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CorruptHeaderError(f"header has an invalid version {version!r}", line=1)
+    return head, version
+
+
+def replay_bytes(data: bytes) -> Replay:
+    """Replay a whole session log given as bytes."""
+    if not data.strip():
+        raise EmptySessionError("session file is empty")
+    first_end = data.find(b"\n")
+    if first_end == -1:
+        # A header with no newline after it was torn mid-write: there is nothing to replay.
+        raise EmptySessionError("session holds only a torn header line")
+    header, version = _parse_header(data, first_end)
+    builder = _Builder(data, version)
+    view = memoryview(data)
+    loads = orjson.loads
+    pos = first_end + 1
+    line = 1
+    size = len(data)
+    torn = False
+    v3 = version >= 3
+    if v3:
+        builder.check_seq(header, 1)
+    while pos < size:
+        line += 1
+        end = data.find(b"\n", pos)
+        if end == -1:
+            torn = True  # the last line was never finished: skip it, as the format allows
+            break
+        try:
+            entry = loads(view[pos:end])
+        except orjson.JSONDecodeError:
+            if end + 1 >= size:
+                torn = True  # a final line cut mid-write, even if a newline follows it
+                break
+            if end > pos:
+                builder.problem(line, "not valid JSON")
+            pos = end + 1
+            continue
+        if not isinstance(entry, dict):
+            builder.problem(line, "not a JSON object")
+            pos = end + 1
+            continue
+        if v3:
+            builder.check_seq(entry, line)
+        kind = entry.get("type")
+        if kind == "message":
+            builder.on_message(entry, line, pos, end)
+        elif kind == "call":
+            builder.on_call(entry, line)
+        elif kind == "outcome":
+            builder.on_outcome(entry, line)
+        elif kind == "section":
+            builder.on_section(entry, line)
+        elif kind == "prompt":
+            builder.on_prompt(entry, line)
+        elif kind == "tools":
+            builder.on_tools(entry, line)
+        elif kind == "session":
+            builder.problem(line, "a second session header")
+        # any other type (reflection, model_change, future types) is skipped on purpose
+        pos = end + 1
+    return builder.finish(header, torn)

@@ -1,0 +1,99 @@
+"""JSON views of a replay: one turn (``--turn N --json``) and a whole session (``--json``).
+
+The whole-session shape is linear in the log's size: every message, section text and tool set
+appears once, and turns point at them by index, number or fingerprint. ``docs/session-format.md``
+documents it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.replay import Outcome, PromptVersion, Replay, Turn
+
+
+def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {
+        "stopReason": outcome.stop_reason,
+        "usage": outcome.usage,
+        "latencyMs": outcome.latency_ms,
+        "error": outcome.error,
+    }
+
+
+def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
+    """One turn with everything the provider received, verbatim (null where not recorded)."""
+    prompt = turn.prompt
+    tools = replay.tools_of(turn)
+    return {
+        "index": turn.index,
+        "ts": turn.ts,
+        "systemPrompt": prompt.text if prompt else None,
+        "promptFingerprint": prompt.fingerprint if prompt else None,
+        "promptReason": prompt.reason if prompt else None,
+        "promptNotice": turn.prompt_notice,
+        "messages": replay.sent(turn) if turn.window is not None else None,
+        "assistant": replay.messages[turn.assistant] if turn.assistant is not None else None,
+        "provider": turn.provider,
+        "model": turn.model,
+        "params": turn.params,
+        "tools": list(tools) if tools is not None else None,
+        "outcome": outcome_json(replay.outcome_of(turn)),
+    }
+
+
+def _prompt_json(version: PromptVersion) -> dict[str, Any]:
+    return {
+        "number": version.number,
+        "line": version.line,
+        "ts": version.ts,
+        "fingerprint": version.fingerprint,
+        "reason": version.reason,
+        "sections": [{"name": s.name, "hash": s.hash} for s in version.sections],
+        "verified": version.verified,
+        "firstTurn": version.first_turn,
+    }
+
+
+def replay_json(replay: Replay) -> dict[str, Any]:
+    """The whole replay, linear in size."""
+    sections: dict[str, str | None] = {}
+    for version in replay.prompts:
+        for ref in version.sections:
+            sections.setdefault(ref.hash, ref.text)
+    messages = []
+    for i in range(len(replay.messages)):
+        entry = replay.messages.entry(i)
+        messages.append({"index": i, "seq": entry.get("seq"), "ts": entry.get("ts"),
+                         "message": entry["message"]})
+    return {
+        "session": dict(replay.header),
+        "version": replay.version,
+        "notice": replay.notice,
+        "tornTail": replay.torn_tail,
+        "problems": [{"line": p.line, "message": p.message} for p in replay.problems],
+        "messages": messages,
+        "sections": sections,
+        "prompts": [_prompt_json(v) for v in replay.prompts],
+        "toolSets": {fp: list(tools) for fp, tools in replay.tool_sets.items()},
+        "turns": [
+            {
+                "index": t.index,
+                "ts": t.ts,
+                "prompt": t.prompt.number if t.prompt else None,
+                "promptNotice": t.prompt_notice,
+                "window": [list(r) for r in t.window] if t.window is not None else None,
+                "injected": [{"position": i.position, "message": i.message} for i in t.injected],
+                "assistant": t.assistant,
+                "call": t.call,
+                "provider": t.provider,
+                "model": t.model,
+                "params": t.params,
+                "tools": t.tools_fingerprint,
+                "outcome": outcome_json(replay.outcome_of(t)),
+            }
+            for t in replay.turns
+        ],
+    }

@@ -1,0 +1,128 @@
+"""Provider request bodies built from request parts: the one place a request gets its shape.
+
+Live providers and ``gateway replay --request`` both call these functions, so a recorded call
+rebuilds the same body the provider received. Pure and deterministic: no I/O, no clocks, no
+randomness; tool-call arguments are serialised with orjson so the same input gives the same
+string every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import orjson
+
+from sessions.records import MessageDict, ToolSchema
+
+Shape = Literal["anthropic", "openai"]
+SHAPES: tuple[Shape, ...] = ("anthropic", "openai")
+
+
+def anthropic_body(
+    system: str | None,
+    messages: Sequence[MessageDict],
+    tools: Sequence[ToolSchema],
+    model: str,
+    params: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Body of ``POST /v1/messages``. Blocks are passed through as stored."""
+    body: dict[str, Any] = {"model": model}
+    body.update(params)
+    if system:
+        body["system"] = system
+    body["messages"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    if tools:
+        body["tools"] = [dict(t) for t in tools]
+    return body
+
+
+def openai_body(
+    system: str | None,
+    messages: Sequence[MessageDict],
+    tools: Sequence[ToolSchema],
+    model: str,
+    params: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Body of ``POST /v1/chat/completions`` (any OpenAI-compatible server)."""
+    body: dict[str, Any] = {"model": model}
+    body.update(params)
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        out.extend(openai_messages(message))
+    body["messages"] = out
+    if tools:
+        body["tools"] = [openai_tool(t) for t in tools]
+    return body
+
+
+def openai_tool(tool: ToolSchema) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": tool.get("description", ""),
+            "parameters": tool.get("input_schema", {"type": "object", "properties": {}}),
+        },
+    }
+
+
+def openai_messages(message: MessageDict) -> list[dict[str, Any]]:
+    """One stored message as the OpenAI messages it becomes (tool results become ``tool`` roles)."""
+    role = message["role"]
+    content = message["content"]
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    texts = [b["text"] for b in content if b.get("type") == "text"]
+    if role == "assistant":
+        calls = [
+            {
+                "id": b["id"],
+                "type": "function",
+                "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
+            }
+            for b in content
+            if b.get("type") == "tool_use"
+        ]
+        out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+        if calls:
+            out["tool_calls"] = calls
+        return [out]
+    result: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": b["tool_use_id"],
+            "content": _tool_result_text(b.get("content", "")),
+        }
+        for b in content
+        if b.get("type") == "tool_result"
+    ]
+    if texts:
+        result.append({"role": role, "content": "\n".join(texts)})
+    return result
+
+
+def _tool_result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return orjson.dumps(content).decode()
+
+
+def request_body(
+    shape: Shape,
+    system: str | None,
+    messages: Sequence[MessageDict],
+    tools: Sequence[ToolSchema],
+    model: str,
+    params: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Dispatch to the body builder of ``shape``."""
+    if shape == "anthropic":
+        return anthropic_body(system, messages, tools, model, params)
+    if shape == "openai":
+        return openai_body(system, messages, tools, model, params)
+    raise ValueError(f"unknown request shape {shape!r} (choose from {', '.join(SHAPES)})")

@@ -1,0 +1,121 @@
+"""The session store seam: what the agent loop, router, CLI and viewer need from storage.
+
+Two Protocols: :class:`SessionStore` (find, create, open, list, read sessions) and
+:class:`SessionWriter` (the single writer of one session's append-only log). The JSONL backend is
+:mod:`sessions.jsonl`; other backends (PostgreSQL) implement the same contract and must produce
+the same entry bodies, so replay and every tool above it work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Durability = Literal["none", "turn", "always"]
+DURABILITY_LEVELS: tuple[Durability, ...] = ("none", "turn", "always")
+
+
+@dataclass(slots=True)
+class SessionState:
+    """What a writer knows about its log, recovered on resume so nothing is written twice."""
+
+    next_seq: int = 0
+    message_count: int = 0
+    call_count: int = 0
+    last_prompt: str | None = None
+    last_tools: str | None = None
+    sections: set[str] = field(default_factory=set)
+    tool_sets: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One row of a session listing."""
+
+    session_id: str
+    tenant: str
+    started_at: str | None
+    channel: str | None
+    conversation: str | None
+    version: int | None
+    message_count: int
+    first_user_text: str | None
+    size_bytes: int
+    modified: float
+    torn: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    """A page of message entries (never prompt, section, tools, call or outcome entries)."""
+
+    session_id: str
+    total: int
+    offset: int
+    messages: tuple[Mapping[str, Any], ...]
+
+
+class SessionWriter(Protocol):
+    """The one writer of a session log.
+
+    Contract: :meth:`append` writes all given entries as whole lines, in order, with consecutive
+    ``seq`` numbers, or raises :class:`~sessions.errors.SessionWriteError` having written none
+    of them (the log still ends on a whole line). Appends from one writer never interleave.
+    :meth:`sync` makes what was appended durable (per the store's durability setting).
+    :meth:`aclose` is idempotent and releases the writer lock even if the final sync fails.
+    """
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def state(self) -> SessionState: ...
+
+    async def append(self, entries: Sequence[Mapping[str, Any]]) -> int:
+        """Append entries; return the number of bytes written."""
+        ...
+
+    async def sync(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class SessionStore(Protocol):
+    """Creates, resumes, lists and reads sessions. Names are validated before any use."""
+
+    async def create(
+        self,
+        *,
+        tenant: str,
+        channel: str,
+        conversation: str,
+        session_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SessionWriter:
+        """Start a new session (header written) and return its writer."""
+        ...
+
+    async def open(self, tenant: str, session_id: str) -> SessionWriter:
+        """Resume an existing session for appending; a torn last line is repaired first."""
+        ...
+
+    async def exists(self, tenant: str, session_id: str) -> bool: ...
+
+    async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
+        """Sessions of one tenant (``None``: every tenant), newest first."""
+        ...
+
+    async def read_log(self, tenant: str, session_id: str) -> bytes:
+        """The whole log as JSONL bytes, exactly as replay reads it."""
+        ...
+
+    async def message_page(
+        self, tenant: str, session_id: str, offset: int = 0, limit: int = 50
+    ) -> MessagePage: ...
+
+    async def aclose(self) -> None: ...
