@@ -48,7 +48,8 @@ class SessionWriteError(SessionError, OSError):
     """
 
     def __init__(self, session_id: str, kind: str, detail: str = "") -> None:
-        super().__init__(f"session {session_id}: write failed ({kind}){': ' + detail if detail else ''}")
+        suffix = f": {detail}" if detail else ""
+        super().__init__(f"session {session_id}: write failed ({kind}){suffix}")
         self.session_id = session_id
         self.kind = kind
 

@@ -51,6 +51,9 @@ from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionIn
 
 log = logging.getLogger(__name__)
 
+MAX_BACKLOG_BYTES = 16 * 1024 * 1024
+"""Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -89,6 +92,8 @@ class JsonlSessionWriter:
         self._size = size
         self._durability = durability
         self._dirty = False
+        self._backlog = b""
+        self._broken = False
 
     @property
     def session_id(self) -> str:
@@ -119,17 +124,38 @@ class JsonlSessionWriter:
             chunks.append(orjson.dumps(line))
             seq += 1
         data = b"\n".join(chunks) + b"\n"
-        self._write_all(data)
+        # Entries are accepted (seq numbers given, state advanced) before the write, so that a
+        # failed write can be retried ahead of the next append with its original seq and ts.
+        # Message indices in later call windows then still match the log once it recovers.
         self._state.next_seq = seq
         for item in items:
             self._track(item)
+        pending = self._backlog + data if self._backlog else data
+        try:
+            self._write_all(pending)
+        except SessionWriteError:
+            if len(pending) > MAX_BACKLOG_BYTES:
+                self._broken = True
+                raise SessionWriteError(
+                    self._session_id, "BACKLOG_FULL", "unwritten entries dropped"
+                ) from None
+            self._backlog = pending
+            raise
+        self._backlog = b""
         self._dirty = True
         if self._durability == "always":
             await self.sync()
         return len(data)
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes accepted but not yet on disk because an earlier write failed."""
+        return len(self._backlog)
+
     def _write_all(self, data: bytes) -> None:
         assert self._fd is not None
+        if self._broken:
+            raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
         view = memoryview(data)
         written = 0
         try:
@@ -181,6 +207,13 @@ class JsonlSessionWriter:
         if self._fd is None:
             return
         try:
+            if self._backlog:
+                try:
+                    self._write_all(self._backlog)
+                    self._backlog = b""
+                except SessionWriteError:
+                    log.warning("session %s: %d unwritten bytes lost at close",
+                                self._session_id, len(self._backlog))
             await self.sync()
         finally:
             fd, self._fd = self._fd, None
@@ -195,6 +228,8 @@ class JsonlSessionStore:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
         self.durability: Durability = durability
+        # tenant -> conversation label -> newest session id; built from headers on first use.
+        self._latest: dict[str, dict[str, tuple[str, str]]] = {}
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -208,6 +243,8 @@ class JsonlSessionStore:
         return self.sessions_dir(tenant) / f"{validate_session_id(session_id)}.jsonl"
 
     def _private_sessions_dir(self, tenant: str) -> Path:
+        # Validate before any mkdir/chmod: a tenant like "../../x" must not touch the disk.
+        validate_tenant(tenant)
         ensure_private_dir(self.data_dir)
         if tenant != DEFAULT_TENANT:
             ensure_private_dir(self.data_dir / "tenants")
@@ -249,6 +286,9 @@ class JsonlSessionStore:
                 conversation=conversation, extra=extra,
             )
             await writer.append([head])
+            index = self._latest.get(tenant)
+            if index is not None:
+                index[conversation] = (head["startedAt"], sid)
         except BaseException:
             await writer.aclose()
             path.unlink(missing_ok=True)  # a session without its header is no session
@@ -266,13 +306,14 @@ class JsonlSessionStore:
             os.fchmod(fd, FILE_MODE)
             data = await asyncio.to_thread(_read_fd, fd)
             lines, torn = split_lines(data)
+            # Check the header before repairing: a log we refuse to resume is left untouched.
+            _check_writable_header(lines, session_id)
             size = len(data)
             if torn:
                 size = len(data) - len(data.rsplit(b"\n", 1)[-1])
                 os.ftruncate(fd, size)
                 log.warning("session %s: dropped a torn last line (%d bytes)", session_id,
                             len(data) - size)
-            _check_writable_header(lines, session_id)
             state = recover_state(lines)
         except BaseException:
             os.close(fd)
@@ -290,6 +331,33 @@ class JsonlSessionStore:
 
     async def exists(self, tenant: str, session_id: str) -> bool:
         return self.path_of(tenant, session_id).is_file()
+
+    async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        index = self._latest.get(tenant)
+        if index is None:
+            index = await asyncio.to_thread(self._index_headers, tenant)
+            self._latest[tenant] = index
+        found = index.get(conversation)
+        return found[1] if found else None
+
+    def _index_headers(self, tenant: str) -> dict[str, tuple[str, str]]:
+        index: dict[str, tuple[str, str]] = {}
+        directory = self.sessions_dir(tenant)
+        if not directory.is_dir():
+            return index
+        for path in directory.glob("*.jsonl"):
+            with path.open("rb") as fh:
+                first = fh.readline()
+            try:
+                head = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                continue
+            conv, started = head.get("conversation"), head.get("startedAt")
+            if isinstance(conv, str) and isinstance(started, str):
+                key = (started, path.stem)
+                if conv not in index or index[conv] < key:
+                    index[conv] = key
+        return index
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:
         path = self.path_of(tenant, session_id)

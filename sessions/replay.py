@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, overload
 
 import orjson
@@ -392,10 +392,9 @@ class _Builder:
 
 
 def _with_notice(turn: Turn, notice: str) -> Turn:
-    if turn.prompt is not None:
+    """A session-wide notice replaces the generic per-turn one, not a more specific one."""
+    if turn.prompt is not None or turn.prompt_notice not in (None, NOTICE_BEFORE_FIRST):
         return turn
-    from dataclasses import replace
-
     return replace(turn, prompt_notice=notice)
 
 

@@ -60,9 +60,12 @@ class MessagePage:
 class SessionWriter(Protocol):
     """The one writer of a session log.
 
-    Contract: :meth:`append` writes all given entries as whole lines, in order, with consecutive
-    ``seq`` numbers, or raises :class:`~sessions.errors.SessionWriteError` having written none
-    of them (the log still ends on a whole line). Appends from one writer never interleave.
+    Contract: :meth:`append` accepts the given entries (consecutive ``seq`` numbers, ``state``
+    advanced) and writes them as whole lines, in order. If the write fails it raises
+    :class:`~sessions.errors.SessionWriteError` with the log still ending on a whole line and
+    none of these entries on disk; the accepted entries are kept and written, with their
+    original ``seq`` and ``ts``, ahead of the next append (so message indices stay aligned with
+    later call windows). Appends from one writer never interleave.
     :meth:`sync` makes what was appended durable (per the store's durability setting).
     :meth:`aclose` is idempotent and releases the writer lock even if the final sync fails.
     """
@@ -105,6 +108,10 @@ class SessionStore(Protocol):
         ...
 
     async def exists(self, tenant: str, session_id: str) -> bool: ...
+
+    async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        """Id of the newest session whose header names ``conversation``, if any."""
+        ...
 
     async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
         """Sessions of one tenant (``None``: every tenant), newest first."""

@@ -330,7 +330,7 @@ class FakeProviderServer:
         self.requests.append(RecordedRequest(api, request.path, headers, body, raw))
         if not isinstance(parsed, dict):
             return self._error(
-                api, Reply.error(400, self._error_body(api, 400, "body is not JSON"))
+                api, Reply.error(400, self._error_body(api, 400, "body is not a JSON object"))
             )
         queue = self._queues[api]
         reply = queue.popleft() if queue else self.default(api, body)

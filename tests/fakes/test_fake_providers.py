@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anthropic
 import httpx2
 import openai
 import orjson
 import pytest
+from anthropic.types import MessageParam, RawMessageStreamEvent
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 from tests.fakes.providers import FakeProviderServer, Reply, ToolCall
 
 # Quotes, newlines, a tab, non-ASCII and an emoji: anything a re-encoding would alter.
 SYSTEM = 'You are "Gatekeeper".\n\tAnswer in Français — briefly. 🤖 \\n stays literal'
-USER = [{"role": "user", "content": "what time is it?"}]
+QUESTION = "what time is it?"
+CLAUDE_USER: list[MessageParam] = [{"role": "user", "content": QUESTION}]
+GPT_USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
 
 @pytest.fixture
@@ -41,14 +44,33 @@ async def gpt(srv: FakeProviderServer) -> AsyncIterator[openai.AsyncOpenAI]:
     await client.close()
 
 
-async def ask_claude(client: anthropic.AsyncAnthropic, **kwargs: Any) -> anthropic.types.Message:
+async def ask_claude(client: anthropic.AsyncAnthropic) -> anthropic.types.Message:
+    return await client.messages.create(model="claude-test", max_tokens=100, messages=CLAUDE_USER)
+
+
+async def stream_claude(
+    client: anthropic.AsyncAnthropic,
+) -> anthropic.AsyncStream[RawMessageStreamEvent]:
     return await client.messages.create(
-        model="claude-test", max_tokens=100, messages=USER, **kwargs
+        model="claude-test", max_tokens=100, messages=CLAUDE_USER, stream=True
     )
 
 
-async def ask_gpt(client: openai.AsyncOpenAI, **kwargs: Any) -> Any:
-    return await client.chat.completions.create(model="gpt-test", messages=USER, **kwargs)
+async def ask_gpt(client: openai.AsyncOpenAI) -> ChatCompletion:
+    return await client.chat.completions.create(model="gpt-test", messages=GPT_USER)
+
+
+async def stream_gpt(
+    client: openai.AsyncOpenAI, *, include_usage: bool = False
+) -> openai.AsyncStream[ChatCompletionChunk]:
+    if include_usage:
+        return await client.chat.completions.create(
+            model="gpt-test",
+            messages=GPT_USER,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    return await client.chat.completions.create(model="gpt-test", messages=GPT_USER, stream=True)
 
 
 # -- Anthropic ------------------------------------------------------------------------
@@ -59,7 +81,9 @@ async def test_anthropic_text_and_request_recorded_verbatim(
 ) -> None:
     """A scripted text reply parses in the SDK and the request body is recorded unaltered."""
     srv.script("anthropic", Reply.text("It is noon."))
-    message = await ask_claude(claude, system=SYSTEM)
+    message = await claude.messages.create(
+        model="claude-test", max_tokens=100, messages=CLAUDE_USER, system=SYSTEM
+    )
 
     assert message.id == "msg_fake000001"
     assert message.content[0].type == "text"
@@ -70,7 +94,7 @@ async def test_anthropic_text_and_request_recorded_verbatim(
     assert req.body == {
         "model": "claude-test",
         "max_tokens": 100,
-        "messages": USER,
+        "messages": CLAUDE_USER,
         "system": SYSTEM,
     }
     assert req.body["system"].encode() == SYSTEM.encode()
@@ -83,7 +107,7 @@ async def test_anthropic_text_and_request_recorded_verbatim(
 async def test_anthropic_tool_use(
     srv: FakeProviderServer, claude: anthropic.AsyncAnthropic
 ) -> None:
-    """A tool_use reply (with leading text) becomes TextBlock + ToolUseBlock, stop_reason tool_use."""
+    """A tool_use reply with leading text parses as TextBlock + ToolUseBlock (stop: tool_use)."""
     srv.script("anthropic", Reply.tool_use("clock", {"tz": "UTC"}, text_before="Checking."))
     message = await ask_claude(claude)
 
@@ -100,7 +124,9 @@ async def test_anthropic_streaming_text(
 ) -> None:
     """messages.stream() yields the text in several deltas and a complete final message."""
     srv.script("anthropic", Reply.text("one two three four"))
-    async with claude.messages.stream(model="claude-test", max_tokens=100, messages=USER) as stream:
+    async with claude.messages.stream(
+        model="claude-test", max_tokens=100, messages=CLAUDE_USER
+    ) as stream:
         pieces = [piece async for piece in stream.text_stream]
         final = await stream.get_final_message()
 
@@ -122,8 +148,7 @@ async def test_anthropic_streaming_tool_calls(
         "anthropic",
         Reply.tool_uses(ToolCall("weather", args), ToolCall("clock", {}, id="toolu_mine")),
     )
-    stream = await ask_claude(claude, stream=True)
-    events = [event async for event in stream]
+    events = [event async for event in await stream_claude(claude)]
 
     kinds = [event.type for event in events]
     assert kinds[0] == "message_start"
@@ -140,7 +165,9 @@ async def test_anthropic_streaming_tool_calls(
     assert events[-2].delta.stop_reason == "tool_use"
 
     srv.script("anthropic", Reply.tool_use("weather", args))
-    async with claude.messages.stream(model="claude-test", max_tokens=100, messages=USER) as helper:
+    async with claude.messages.stream(
+        model="claude-test", max_tokens=100, messages=CLAUDE_USER
+    ) as helper:
         final = await helper.get_final_message()
     [tool] = final.content
     assert tool.type == "tool_use"
@@ -185,7 +212,7 @@ async def test_openai_text_and_request_recorded_verbatim(
 ) -> None:
     """A scripted text reply parses in the SDK and the request body is recorded unaltered."""
     srv.script("openai", Reply.text("It is noon."))
-    messages = [{"role": "system", "content": SYSTEM}, *USER]
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}, *GPT_USER]
     completion = await gpt.chat.completions.create(
         model="gpt-test", messages=messages, temperature=0.25
     )
@@ -211,7 +238,10 @@ async def test_openai_tool_calls(srv: FakeProviderServer, gpt: openai.AsyncOpenA
     [choice] = completion.choices
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
-    calls = [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+    calls = []
+    for call in choice.message.tool_calls or []:
+        assert call.type == "function"
+        calls.append((call.id, call.function.name, call.function.arguments))
     assert calls == [
         ("call_fake000001", "a", '{"x":1}'),
         ("call_fake000002", "b", '{"y":"z"}'),
@@ -223,7 +253,7 @@ async def test_openai_streaming_text_with_usage(
 ) -> None:
     """stream=True yields content deltas, a finish chunk and, when asked, a final usage chunk."""
     srv.script("openai", Reply.text("one two three"))
-    stream = await ask_gpt(gpt, stream=True, stream_options={"include_usage": True})
+    stream = await stream_gpt(gpt, include_usage=True)
     chunks = [chunk async for chunk in stream]
 
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -236,7 +266,7 @@ async def test_openai_streaming_text_with_usage(
 
     # Without include_usage no chunk carries usage, as with the real API.
     srv.script("openai", Reply.text("plain"))
-    stream = await ask_gpt(gpt, stream=True)
+    stream = await stream_gpt(gpt)
     assert all([chunk.usage is None async for chunk in stream])
 
 
@@ -246,26 +276,24 @@ async def test_openai_streaming_tool_calls(
     """Streamed tool_calls deltas reassemble, both by hand and via the SDK's stream helper."""
     args = {"city": "Zürich", "days": [1, 2, 3]}
     srv.script("openai", Reply.tool_uses(ToolCall("weather", args), ToolCall("clock", {})))
-    stream = await ask_gpt(gpt, stream=True)
+    stream = await stream_gpt(gpt)
     by_index: dict[int, str] = {}
     names: dict[int, str] = {}
     async for chunk in stream:
         for delta in chunk.choices[0].delta.tool_calls or []:
+            assert delta.function is not None
             if delta.function.name:
                 names[delta.index] = delta.function.name
-            by_index[delta.index] = by_index.get(delta.index, "") + (
-                delta.function.arguments or ""
-            )
+            by_index[delta.index] = by_index.get(delta.index, "") + (delta.function.arguments or "")
     assert names == {0: "weather", 1: "clock"}
     assert orjson.loads(by_index[0]) == args
     assert orjson.loads(by_index[1]) == {}
 
     srv.script("openai", Reply.tool_use("weather", args, id="call_mine"))
-    async with gpt.chat.completions.stream(model="gpt-test", messages=USER) as helper:
+    async with gpt.chat.completions.stream(model="gpt-test", messages=GPT_USER) as helper:
         final = await helper.get_final_completion()
     [call] = final.choices[0].message.tool_calls or []
     assert call.id == "call_mine"
-    assert call.function.parsed_arguments is None or call.function.parsed_arguments == args
     assert orjson.loads(call.function.arguments) == args
 
 
@@ -309,9 +337,9 @@ async def test_hang_triggers_client_timeout(
     srv.script("openai", Reply.hang(30))
     started = time.monotonic()
     with pytest.raises(anthropic.APITimeoutError):
-        await ask_claude(claude, timeout=0.2)
+        await ask_claude(claude.with_options(timeout=0.2))
     with pytest.raises(openai.APITimeoutError):
-        await ask_gpt(gpt, timeout=0.2)
+        await ask_gpt(gpt.with_options(timeout=0.2))
     assert time.monotonic() - started < 5
     assert len(srv.requests) == 2  # recorded even though never answered
 
@@ -333,12 +361,16 @@ async def test_cut_stream_raises_in_anthropic_sdk(
 ) -> None:
     """A stream cut after N events delivers those events, then the SDK iteration raises."""
     srv.script("anthropic", Reply.cut_stream(after_chunks=3, then=Reply.text("never finished")))
-    stream = await ask_claude(claude, stream=True)
+    stream = await stream_claude(claude)
     received: list[str] = []
-    # anthropic 2.14 lets the transport's RemoteProtocolError escape from stream iteration.
-    with pytest.raises((anthropic.APIConnectionError, httpx2.TransportError)):
+
+    async def consume() -> None:
         async for event in stream:
             received.append(event.type)
+
+    # anthropic 2.14 lets the transport's RemoteProtocolError escape from stream iteration.
+    with pytest.raises((anthropic.APIConnectionError, httpx2.TransportError)):
+        await consume()
     # The three events sent were message_start, content_block_start and ping (skipped by the SDK).
     assert received == ["message_start", "content_block_start"]
 
@@ -348,12 +380,16 @@ async def test_cut_stream_raises_in_openai_sdk(
 ) -> None:
     """A stream cut after N chunks delivers N chunks, then the SDK raises APIConnectionError."""
     srv.script("openai", Reply.cut_stream(after_chunks=2, then=Reply.text("a b c d")))
-    stream = await ask_gpt(gpt, stream=True)
-    received = 0
+    stream = await stream_gpt(gpt)
+    received: list[ChatCompletionChunk] = []
+
+    async def consume() -> None:
+        async for chunk in stream:
+            received.append(chunk)
+
     with pytest.raises(openai.APIConnectionError):
-        async for _chunk in stream:
-            received += 1
-    assert received == 2
+        await consume()
+    assert len(received) == 2
 
 
 async def test_cut_non_streamed_body_raises_connection_error(
@@ -379,13 +415,16 @@ async def test_default_echo_and_script_order(
         message = await ask_claude(claude)
         assert message.content[0].type == "text"
         texts.append(message.content[0].text)
-    assert texts == ["first", "second", "echo: what time is it?"]
+    assert texts == ["first", "second", f"echo: {QUESTION}"]
     assert srv.pending("anthropic") == 0
 
-    blocks = [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}]
-    completion = await gpt.chat.completions.create(
-        model="gpt-test", messages=[{"role": "user", "content": blocks}]
-    )
+    parts: list[ChatCompletionMessageParam] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}],
+        }
+    ]
+    completion = await gpt.chat.completions.create(model="gpt-test", messages=parts)
     assert completion.choices[0].message.content == "echo: part one part two"
     assert [r.api for r in srv.requests] == ["anthropic"] * 3 + ["openai"]
 

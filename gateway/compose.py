@@ -1,0 +1,134 @@
+"""The composition root: the only module that picks concrete stores, providers and channels.
+
+``gateway run``, ``gateway chat`` and the tests build a :class:`~gateway.app.Gateway` here from
+:class:`~gateway.config.Settings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from channels.base import Channel
+from gateway.app import Gateway
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.metrics import Metrics
+from gateway.persona import PersonaWorkspace
+from gateway.persona_tools import persona_tools
+from gateway.prompt import PromptSource
+from gateway.providers.base import Provider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from gateway.tools import ToolRegistry
+from gateway.turn import AgentLoop, LoopSettings
+from sessions.jsonl import JsonlSessionStore
+from sessions.store import SessionStore
+
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini", "offline": "offline-1"}
+
+
+def build_store(settings: Settings) -> SessionStore:
+    return JsonlSessionStore(settings.data_dir, durability=settings.durability)
+
+
+def build_provider(settings: Settings) -> Provider:
+    name = settings.resolved_provider()
+    model = settings.model or DEFAULT_MODELS[name]
+    if name == "anthropic":
+        from gateway.providers.anthropic import AnthropicProvider
+
+        if settings.anthropic_api_key is None:
+            raise ConfigError("GATEWAY_PROVIDER=anthropic needs ANTHROPIC_API_KEY")
+        return AnthropicProvider(
+            api_key=settings.anthropic_api_key.get_secret_value(), model=model,
+            base_url=settings.anthropic_base_url, max_tokens=settings.max_tokens,
+            temperature=settings.temperature, stream=settings.stream,
+            timeout=settings.provider_timeout, max_retries=settings.provider_retries,
+        )
+    if name == "openai":
+        from gateway.providers.openai import OpenAIProvider
+
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
+        return OpenAIProvider(
+            api_key=key, model=model, base_url=settings.openai_base_url,
+            max_tokens=settings.max_tokens, temperature=settings.temperature,
+            stream=settings.stream, timeout=settings.provider_timeout,
+            max_retries=settings.provider_retries,
+        )
+    from gateway.providers.offline import OfflineProvider
+
+    return OfflineProvider(model=model)
+
+
+def build_loop(
+    settings: Settings,
+    provider: Provider,
+    metrics: Metrics,
+    *,
+    prompts: PromptSource | None = None,
+    tools: ToolRegistry | None = None,
+    hooks: Sequence[BeforeCallHook] | None = None,
+) -> AgentLoop:
+    if prompts is None or tools is None:
+        workspace = PersonaWorkspace(settings.persona_root)
+        prompts = prompts or workspace
+        tools = tools or ToolRegistry(persona_tools(workspace))
+    return AgentLoop(
+        provider=provider, prompts=prompts, tools=tools,
+        hooks=list(hooks) if hooks is not None else [prompt_persist_hook],
+        metrics=metrics,
+        settings=LoopSettings(max_iterations=settings.max_iterations,
+                              window_tokens=settings.window_tokens),
+    )
+
+
+ChannelFactory = Callable[[Settings, SessionStore, ConversationRegistry], Channel]
+
+
+def build_channels(settings: Settings, store: SessionStore,
+                   registry: ConversationRegistry) -> list[Channel]:
+    channels: list[Channel] = []
+    for name in settings.channel_names:
+        if name == "web":
+            from channels.web.channel import WebChannel
+
+            channels.append(WebChannel.from_settings(settings, store, registry))
+        elif name == "telegram":
+            from channels.telegram.adapter import TelegramChannel
+
+            channels.append(TelegramChannel.from_settings(settings, store))
+        elif name == "slack":
+            from channels.slack.adapter import SlackChannel
+
+            channels.append(SlackChannel.from_settings(settings, store))
+    return channels
+
+
+def build_gateway(
+    settings: Settings,
+    *,
+    store: SessionStore | None = None,
+    provider: Provider | None = None,
+    channels: Sequence[Channel] | None = None,
+    prompts: PromptSource | None = None,
+    tools: ToolRegistry | None = None,
+    hooks: Sequence[BeforeCallHook] | None = None,
+) -> Gateway:
+    """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
+    metrics = Metrics()
+    store = store or build_store(settings)
+    provider = provider or build_provider(settings)
+    loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks)
+    registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
+                                    max_open=settings.max_open_sessions)
+    gateway: Gateway
+    router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
+                    metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns)
+    chosen = list(channels) if channels is not None else build_channels(settings, store, registry)
+    gateway = Gateway(
+        store=store, provider=provider, router=router, registry=registry, channels=chosen,
+        metrics=metrics, host=settings.host, port=settings.port,
+        shutdown_grace=settings.shutdown_grace,
+    )
+    return gateway

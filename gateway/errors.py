@@ -1,0 +1,60 @@
+"""Errors of the gateway (the sessions package has its own tree in ``sessions.errors``).
+
+::
+
+    GatewayError
+    ├── ConfigError             a setting is missing or invalid; the message names it, never its value
+    ├── ProviderError           a provider call failed after the SDK's own retries
+    │   ├── ProviderTimeout     no answer (or the stream stalled) within the bound
+    │   ├── ProviderRateLimited 429 from the provider
+    │   ├── ProviderUnavailable 5xx / 529 overloaded / connection refused
+    │   └── ProviderStreamCut   the stream ended before its final event
+    ├── ToolError               a tool failed; its message goes back to the model as a tool_result
+    └── ChannelError            a channel could not start or send
+
+Third-party exceptions are translated at the seam with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """A setting is missing or invalid. Messages name the setting, never a secret value."""
+
+
+class ProviderError(GatewayError):
+    """A provider call failed. ``kind`` is short and safe to log and to record in the log."""
+
+    kind = "provider_error"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProviderTimeout(ProviderError):
+    kind = "timeout"
+
+
+class ProviderRateLimited(ProviderError):
+    kind = "rate_limited"
+
+
+class ProviderUnavailable(ProviderError):
+    kind = "unavailable"
+
+
+class ProviderStreamCut(ProviderError):
+    kind = "stream_cut"
+
+
+class ToolError(GatewayError):
+    """A tool could not do what was asked; reported to the model, the turn goes on."""
+
+
+class ChannelError(GatewayError):
+    """A channel failed to start or to deliver a reply."""

@@ -1,0 +1,37 @@
+"""Before-provider-call hooks: an ordered list of awaited callables (like httpx event hooks).
+
+Each hook sees the exact request parts of the call about to be made. Hooks run in order and
+the call starts only after the last one returns. A hook's exception propagates and ends the
+turn, with one exception by design: the prompt-persist hook, which is failure-isolated in
+:class:`gateway.recorder.SessionRecorder` (its error or timeout is logged once and counted, and
+the call proceeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.recorder import SessionRecorder
+from sessions.records import CallRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a hook receives: the session's recorder and the request about to be sent."""
+
+    recorder: SessionRecorder
+    request: CallRequest
+
+
+BeforeCallHook = Callable[[CallContext], Awaitable[None]]
+
+
+async def prompt_persist_hook(context: CallContext) -> None:
+    """Write what the provider is about to receive into the session log (failure-isolated)."""
+    await context.recorder.persist(context.request)
+
+
+async def run_hooks(hooks: Sequence[BeforeCallHook], context: CallContext) -> None:
+    for hook in hooks:
+        await hook(context)

@@ -1,0 +1,41 @@
+"""Prometheus metrics of one gateway instance (own registry, so tests and workers don't share)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """The gateway's counters and gauges; served as text on ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("gateway_turns_total", "Turns finished", ["channel", "outcome"],
+                             registry=r)
+        self.provider_calls = Counter("gateway_provider_calls_total", "Provider calls",
+                                      ["provider", "outcome"], registry=r)
+        self.provider_latency = Histogram(
+            "gateway_provider_latency_seconds", "Provider call latency", ["provider"], registry=r,
+            buckets=(0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.persist_failures = Counter(
+            "persist_failures_total", "Session writes that failed or timed out", ["kind"],
+            registry=r,
+        )
+        self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for a turn",
+                                 registry=r)
+        self.active_turns = Gauge("gateway_active_turns", "Turns running now", registry=r)
+        self.inbound = Counter("gateway_inbound_total", "Inbound messages accepted", ["channel"],
+                               registry=r)
+        self.duplicates = Counter("gateway_duplicates_dropped_total",
+                                  "Inbound deliveries dropped as duplicates", ["channel"],
+                                  registry=r)
+        self.refused = Counter("gateway_refused_total", "Inbound messages refused by access control",
+                               ["channel", "reason"], registry=r)
+        self.channel_errors = Counter("gateway_channel_errors_total",
+                                      "Errors talking to a platform", ["channel", "kind"],
+                                      registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

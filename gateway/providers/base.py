@@ -1,0 +1,61 @@
+"""The provider seam: one small interface in front of every LLM API.
+
+A provider receives the request parts in provider-neutral form and must send exactly the body
+that :func:`sessions.shapes.request_body` builds from them for its shape; that is what lets
+``gateway replay --request`` rebuild what the provider received. ``params()`` are the exact
+extra body fields it sends (``max_tokens``, ``stream``...); the agent loop records them in the
+call entry before the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sessions.records import MessageDict, ToolSchema
+from sessions.shapes import Shape
+
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    system: str
+    messages: Sequence[MessageDict]
+    tools: Sequence[ToolSchema]
+    model: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderResponse:
+    """The assistant message in stored (Anthropic block) form, plus what the outcome records."""
+
+    message: MessageDict
+    stop_reason: str | None
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    """An LLM API.
+
+    Contract: :meth:`complete` sends one request and returns the whole assistant message; when
+    ``on_text`` is given and the provider streams, text deltas are awaited into it as they come.
+    Failures are raised as :class:`gateway.errors.ProviderError` subclasses (after the SDK's own
+    retries) and never hang past the provider's timeout. :meth:`aclose` is idempotent.
+    """
+
+    name: str
+    shape: Shape
+    model: str
+
+    def params(self) -> Mapping[str, Any]:
+        """Body fields sent besides model/system/messages/tools; recorded in the call entry."""
+        ...
+
+    async def complete(
+        self, request: ProviderRequest, on_text: TextSink | None = None
+    ) -> ProviderResponse: ...
+
+    async def aclose(self) -> None: ...

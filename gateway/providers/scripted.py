@@ -1,0 +1,62 @@
+"""A scripted in-process provider: the test and benchmark fake at the provider seam.
+
+Replies come from a queue of assistant messages (or exceptions to raise); when the queue is
+empty it answers ``"ok"`` at once. Every request it receives is kept, as the body
+:func:`sessions.shapes.request_body` builds for its shape, so tests can compare it with replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from sessions.records import MessageDict
+from sessions.shapes import Shape, request_body
+
+
+class ScriptedProvider:
+    """Provider fake. ``script(...)`` queues replies: a text, a message dict, or an exception."""
+
+    def __init__(self, *, name: str = "scripted", shape: Shape = "anthropic",
+                 model: str = "scripted-1", params: Mapping[str, Any] | None = None,
+                 delay: float = 0.0, keep_bodies: bool = True) -> None:
+        self.name = name
+        self.shape: Shape = shape
+        self.model = model
+        self._params = dict(params or {"max_tokens": 256})
+        self.delay = delay
+        self.keep_bodies = keep_bodies
+        self.bodies: list[dict[str, Any]] = []
+        self._queue: deque[str | MessageDict | BaseException] = deque()
+
+    def script(self, *replies: str | MessageDict | BaseException) -> None:
+        self._queue.extend(replies)
+
+    def params(self) -> Mapping[str, Any]:
+        return self._params
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        if self.keep_bodies:
+            self.bodies.append(request_body(self.shape, request.system, request.messages,
+                                            request.tools, request.model, request.params))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        reply = self._queue.popleft() if self._queue else "ok"
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(reply, str):
+            if on_text is not None:
+                await on_text(reply)
+            message: MessageDict = {"role": "assistant", "content": [{"type": "text", "text": reply}]}
+        else:
+            message = reply
+        uses = any(b.get("type") == "tool_use" for b in message["content"])
+        return ProviderResponse(message=message, stop_reason="tool_use" if uses else "end_turn",
+                                usage={"input_tokens": 1, "output_tokens": 1})
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,139 @@
+"""Conversation registry: conversation key -> its current session, opened lazily.
+
+A conversation's session is created on its first message or resumed (the newest session whose
+header names the conversation). Only a bounded number stay open: least-recently-used idle
+conversations are closed (writer flushed, file descriptor released) and resumed from the log
+when they speak again, so an idle conversation costs neither a task nor a descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+import orjson
+
+from gateway.conversation import Conversation
+from gateway.messages import ChannelContext, ConversationKey
+from gateway.metrics import Metrics
+from gateway.recorder import SessionRecorder
+from sessions.records import MessageDict
+from sessions.scan import split_lines
+from sessions.store import SessionStore, SessionWriter
+
+log = logging.getLogger("gateway.registry")
+
+
+class ConversationRegistry:
+    """Owns every open :class:`Conversation`; the router asks it for one per inbound message."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        metrics: Metrics,
+        *,
+        persist_timeout: float = 2.0,
+        max_open: int = 256,
+        is_busy: Callable[[ConversationKey], bool] = lambda key: False,
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.persist_timeout = persist_timeout
+        self.max_open = max_open
+        self.is_busy = is_busy
+        self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
+        self._locks: dict[ConversationKey, asyncio.Lock] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def peek(self, key: ConversationKey) -> Conversation | None:
+        return self._open.get(key)
+
+    async def get(self, key: ConversationKey, context: ChannelContext) -> Conversation:
+        """The conversation's open state, creating or resuming its session as needed."""
+        conv = self._open.get(key)
+        if conv is not None:
+            self._open.move_to_end(key)
+            return conv
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conv = self._open.get(key)
+            if conv is None:
+                conv = await self._load(key, context)
+                self._open[key] = conv
+        self._locks.pop(key, None)
+        await self._evict()
+        return conv
+
+    async def rotate(self, key: ConversationKey, context: ChannelContext) -> Conversation:
+        """Start a fresh session for the conversation (``/new``, idle rotation)."""
+        old = self._open.pop(key, None)
+        if old is not None:
+            await _close(old.recorder.writer)
+        writer = await self._create(key)
+        conv = self._wrap(key, writer, context, [])
+        self._open[key] = conv
+        return conv
+
+    async def _load(self, key: ConversationKey, context: ChannelContext) -> Conversation:
+        label = key.label()
+        existing = await self.store.latest_session(key.tenant, label)
+        if existing is not None:
+            writer = await self.store.open(key.tenant, existing)
+            data = await self.store.read_log(key.tenant, existing)
+            return self._wrap(key, writer, context, _messages(data))
+        return self._wrap(key, await self._create(key), context, [])
+
+    async def _create(self, key: ConversationKey) -> SessionWriter:
+        return await self.store.create(
+            tenant=key.tenant, channel=key.channel, conversation=key.label()
+        )
+
+    def _wrap(self, key: ConversationKey, writer: SessionWriter, context: ChannelContext,
+              messages: list[MessageDict]) -> Conversation:
+        recorder = SessionRecorder(writer, self.metrics, self.persist_timeout)
+        return Conversation(key, recorder, context, messages)
+
+    async def _evict(self) -> None:
+        if len(self._open) <= self.max_open:
+            return
+        for key in list(self._open):
+            if len(self._open) <= self.max_open:
+                break
+            if self.is_busy(key):
+                continue
+            conv = self._open.pop(key)
+            await _close(conv.recorder.writer)
+
+    async def aclose(self) -> None:
+        """Flush and close every open session (idempotent)."""
+        while self._open:
+            _, conv = self._open.popitem(last=False)
+            await _close(conv.recorder.writer)
+
+
+async def _close(writer: SessionWriter) -> None:
+    try:
+        await writer.aclose()
+    except Exception as exc:  # closing must go on for the other sessions
+        log.warning("session %s: close failed (%s)", writer.session_id, type(exc).__name__)
+
+
+def _messages(data: bytes) -> list[MessageDict]:
+    lines, _ = split_lines(data)
+    out: list[MessageDict] = []
+    for raw in lines[1:]:
+        if b'"message"' not in raw:
+            continue
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("type") == "message":
+            msg = entry.get("message")
+            if isinstance(msg, dict):
+                out.append(msg)
+    return out

@@ -1,0 +1,64 @@
+"""A gateway core (registry, loop, router) over a memory channel, for tests of the loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from channels.memory import MemoryChannel
+from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.metrics import Metrics
+from gateway.persona import PersonaWorkspace
+from gateway.persona_tools import persona_tools
+from gateway.providers.base import Provider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from gateway.tools import ToolRegistry
+from gateway.turn import AgentLoop, LoopSettings
+from sessions.replay import Replay, replay_bytes
+from sessions.store import SessionStore
+
+
+@dataclass
+class Core:
+    channel: MemoryChannel
+    router: Router
+    registry: ConversationRegistry
+    metrics: Metrics
+    store: SessionStore
+    workspace: PersonaWorkspace
+
+    async def replay(self, session_id: str, tenant: str = "default") -> Replay:
+        return replay_bytes(await self.store.read_log(tenant, session_id))
+
+
+@asynccontextmanager
+async def running_core(
+    store: SessionStore,
+    provider: Provider,
+    persona_dir: Path,
+    *,
+    window_tokens: int = 16_000,
+    persist_timeout: float = 2.0,
+    hooks: Sequence[BeforeCallHook] | None = None,
+    max_iterations: int = 8,
+) -> AsyncIterator[Core]:
+    metrics = Metrics()
+    workspace = PersonaWorkspace(persona_dir)
+    loop = AgentLoop(
+        provider=provider, prompts=workspace, tools=ToolRegistry(persona_tools(workspace)),
+        hooks=list(hooks) if hooks is not None else [prompt_persist_hook], metrics=metrics,
+        settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations),
+    )
+    registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
+    channel = MemoryChannel()
+    router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics)
+    async with router:
+        await channel.start(router.deliver)
+        try:
+            yield Core(channel, router, registry, metrics, store, workspace)
+        finally:
+            await router.drain(5)
+    await registry.aclose()

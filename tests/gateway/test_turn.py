@@ -1,0 +1,210 @@
+"""The agent loop end to end over a memory channel, a scripted provider and the JSONL store."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.errors import ProviderRateLimited
+from gateway.providers.scripted import ScriptedProvider
+from sessions.jsonl import JsonlSessionStore
+from sessions.replay import NOTICE_CALL_UNRECORDED, Replay
+from tests.fakes.store import FaultyStore
+from tests.gateway.harness import running_core
+
+
+def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [
+        {"type": "text", "text": "one moment"},
+        {"type": "tool_use", "id": id_, "name": name, "input": args},
+    ]}
+
+
+def assert_replay_equals(replay: Replay, bodies: list[dict[str, Any]]) -> None:
+    assert len(replay.turns) == len(bodies)
+    for turn, body in zip(replay.turns, bodies, strict=True):
+        assert replay.request(turn, "anthropic") == body
+
+
+async def test_every_call_replays_to_the_body_the_provider_received(tmp_path: Path) -> None:
+    """A conversation with a tool round replays, call for call, to what the provider got."""
+    provider = ScriptedProvider()
+    provider.script("hello!", tool_use("memory_write", {"text": "likes tea"}, "t1"), "noted")
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "hi")
+        await core.channel.wait_replies(1)
+        await core.channel.say("c1", "remember that I like tea")
+        replies = await core.channel.wait_replies(2)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert [r[1:] for r in replies] == [("finish", "hello!"), ("finish", "one moment\n\nnoted")]
+    assert_replay_equals(replay, provider.bodies)
+    assert len(replay.turns) == 3
+
+
+async def test_tool_edit_rebuilds_prompt_for_next_call_in_same_turn(tmp_path: Path) -> None:
+    """After memory_write, the very next call of the same turn carries the rebuilt prompt."""
+    provider = ScriptedProvider()
+    provider.script(tool_use("memory_write", {"text": "Ada prefers short answers"}, "t1"), "ok")
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "remember I like short answers")
+        await core.channel.wait_replies(1)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert "Ada prefers short answers" not in provider.bodies[0]["system"]
+    assert "Ada prefers short answers" in provider.bodies[1]["system"]
+    assert [(p.reason, p.first_turn) for p in replay.prompts] == [
+        ("initial", 1), ("rebuilt:memory_write", 2)
+    ]
+    assert_replay_equals(replay, provider.bodies)
+
+
+async def test_operator_file_edit_is_picked_up(tmp_path: Path) -> None:
+    """An edit to MEMORY.md made while running shows up as rebuilt:file_changed."""
+    provider = ScriptedProvider()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "one")
+        await core.channel.wait_replies(1)
+        memory = tmp_path / "p" / "MEMORY.md"
+        memory.write_text("- the operator added this\n")
+        await core.channel.say("c1", "two")
+        await core.channel.wait_replies(2)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:file_changed"]
+    assert "the operator added this" in provider.bodies[1]["system"]
+    assert_replay_equals(replay, provider.bodies)
+
+
+async def test_small_budget_window_drops_old_messages_and_replays(tmp_path: Path) -> None:
+    """With a small token budget old messages leave the window; replay shows the same window."""
+    provider = ScriptedProvider()
+    store = JsonlSessionStore(tmp_path / "d")
+    async with running_core(store, provider, tmp_path / "p", window_tokens=80) as core:
+        for i in range(6):
+            accepted = await core.channel.say("c1", f"message {i} " + "x" * 60)
+            await core.channel.wait_replies(i + 1)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    last = replay.turns[-1]
+    assert last.window is not None and last.window[0][0] > 0
+    assert provider.bodies[-1]["messages"][0]["content"].startswith("message ")
+    assert_replay_equals(replay, provider.bodies)
+
+
+async def test_message_during_tool_round_waits_and_windows_stay_exact(tmp_path: Path) -> None:
+    """A message that arrives mid-turn is logged at once, answered next, windows stay exact."""
+    provider = ScriptedProvider(delay=0.05)
+    provider.script(tool_use("mood_set", {"mood": "cheerful"}, "t1"), "first answer",
+                    "second answer")
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        first = await core.channel.say("c1", "be cheerful")
+        await asyncio.sleep(0.02)  # the first call is in flight
+        await core.channel.say("c1", "and another thing")
+        replies = await core.channel.wait_replies(2)
+        assert first is not None and first.session_id
+        replay = await core.replay(first.session_id)
+    assert [r[2] for r in replies] == ["one moment\n\nfirst answer", "second answer"]
+    roles = [[m["role"] for m in b["messages"]] for b in provider.bodies]
+    assert roles == [["user"], ["user", "assistant", "user"],
+                     ["user", "assistant", "user", "assistant", "user"]]
+    assert provider.bodies[2]["messages"][-1]["content"] == "and another thing"
+    assert_replay_equals(replay, provider.bodies)
+
+
+async def test_provider_error_ends_with_apology_and_outcome(tmp_path: Path) -> None:
+    """A 429 after retries gives the user an apology and the log an outcome with the error."""
+    provider = ScriptedProvider()
+    provider.script(ProviderRateLimited("slow down", status=429))
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "hi")
+        replies = await core.channel.wait_replies(1)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert replies[0][1] == "fail"
+    turn = replay.turns[0]
+    assert turn.assistant is None
+    outcome = replay.outcome_of(turn)
+    assert outcome is not None and outcome.error is not None
+    assert outcome.error["kind"] == "rate_limited"
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "ENOSPC"),
+        (PermissionError(errno.EACCES, "Permission denied"), "EACCES"),
+        ("hang", "timeout"),
+    ],
+)
+async def test_persist_failure_still_answers_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: BaseException | str, kind: str
+) -> None:
+    """The persist hook failing (or hanging) is logged once, counted, and the user is answered."""
+    store = FaultyStore(JsonlSessionStore(tmp_path / "d"))
+    provider = ScriptedProvider()
+    provider.script("answer one")
+    async with running_core(store, provider, tmp_path / "p", persist_timeout=0.2) as core:
+        store.fault = fault
+        store.fault_types = {"call"}  # only the prompt-persist hook's batch fails
+        with caplog.at_level(logging.WARNING, logger="gateway.persist"):
+            accepted = await core.channel.say("c1", "hi")
+            replies = await core.channel.wait_replies(1)
+        failures = core.metrics.persist_failures.labels(kind=kind)._value.get()
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    warnings = [r for r in caplog.records if r.name == "gateway.persist"]
+    assert [r.levelno for r in warnings] == [logging.WARNING]
+    assert kind in warnings[0].getMessage() and accepted.session_id in warnings[0].getMessage()
+    assert "You are" not in warnings[0].getMessage()
+    assert replies == [("c1", "finish", "answer one")]
+    assert failures == 1
+    assert [t.prompt_notice for t in replay.turns] == [NOTICE_CALL_UNRECORDED]
+    assert replay.turns[0].prompt is None
+
+
+async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
+    """Hooks run in order, and the call entry is on disk before the provider is called."""
+    from gateway.hooks import CallContext, prompt_persist_hook
+
+    seen: list[str] = []
+    store = JsonlSessionStore(tmp_path / "d")
+
+    class Spy(ScriptedProvider):
+        async def complete(self, request: Any, on_text: Any = None) -> Any:
+            seen.append("provider")
+            data = b"".join(p.read_bytes() for p in (tmp_path / "d" / "sessions").glob("*.jsonl"))
+            seen.append("call-on-disk" if b'"type":"call"' in data else "call-missing")
+            return await super().complete(request, on_text)
+
+    async def first(context: CallContext) -> None:
+        seen.append("hook-1")
+
+    async def last(context: CallContext) -> None:
+        seen.append("hook-3")
+
+    async with running_core(store, Spy(), tmp_path / "p",
+                            hooks=[first, prompt_persist_hook, last]) as core:
+        await core.channel.say("c1", "hi")
+        await core.channel.wait_replies(1)
+    assert seen == ["hook-1", "hook-3", "provider", "call-on-disk"]
+
+
+async def test_iteration_cap_stops_a_tool_loop(tmp_path: Path) -> None:
+    """A model that keeps calling tools is stopped at the iteration cap with an answer."""
+    provider = ScriptedProvider()
+    provider.script(*[tool_use("kb_search", {"query": "x"}, f"t{i}") for i in range(5)])
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            max_iterations=3) as core:
+        accepted = await core.channel.say("c1", "loop forever")
+        replies = await core.channel.wait_replies(1)
+        assert accepted is not None and accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert replies[0][1] == "finish"
+    assert len(provider.bodies) == 3
+    assert_replay_equals(replay, provider.bodies)
