@@ -225,6 +225,7 @@ TOKENS = [
     "`",
     "```python\n",
     "```\n",
+    "`````",
     "word",
     "longerword",
     "y" * 41,

@@ -117,7 +117,10 @@ async def test_text_answer(srv: FakeProviderServer, make: Make, api: str) -> Non
     request = ask(provider)
     response = await provider.complete(request)
 
-    assert response.message == {"role": "assistant", "content": [{"type": "text", "text": "It is noon."}]}
+    assert response.message == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "It is noon."}],
+    }
     assert response.stop_reason == "end_turn"
     assert set(response.usage) == {"input_tokens", "output_tokens"}
     assert response.usage["output_tokens"] == len("It is noon.") // 4 + 1
@@ -322,7 +325,7 @@ async def test_offline_is_deterministic() -> None:
 
 
 async def test_offline_remember_calls_memory_write() -> None:
-    """"remember that X" becomes a memory_write tool_use with a deterministic id."""
+    """Remembering ("remember that X") becomes a memory_write call with a deterministic id."""
     provider = OfflineProvider()
     deltas = Deltas()
     request = ask(provider, user("Remember that I like tea"), PERSONA_TOOLS, PERSONA_SYSTEM)
@@ -341,7 +344,11 @@ async def test_offline_remember_calls_memory_write() -> None:
 @pytest.mark.parametrize(
     ("said", "tool", "args"),
     [
-        ("note in kb: Tea: green, no sugar", "kb_write", {"title": "Tea", "text": "green, no sugar"}),
+        (
+            "note in kb: Tea: green, no sugar",
+            "kb_write",
+            {"title": "Tea", "text": "green, no sugar"},
+        ),
         ("search kb for tea", "kb_search", {"query": "tea"}),
         ("set mood to sleepy", "mood_set", {"mood": "sleepy"}),
         ("mood: curious", "mood_set", {"mood": "curious"}),

@@ -391,7 +391,9 @@ async def test_short_write_rolled_back_then_written_in_order(
 
 def pipe_writer(durability: Durability) -> tuple[JsonlSessionWriter, int]:
     read_fd, write_fd = os.pipe()
-    writer = JsonlSessionWriter(Path("pipe"), write_fd, "p1", "default", SessionState(), 0, durability)
+    writer = JsonlSessionWriter(
+        Path("pipe"), write_fd, "p1", "default", SessionState(), 0, durability
+    )
     return writer, read_fd
 
 
