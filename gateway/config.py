@@ -50,6 +50,38 @@ class Settings(BaseSettings):
     web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
 
+    idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
+    pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
+
+    # -- telegram -----------------------------------------------------------------------------
+    telegram_bot_token: SecretStr | None = Field(None, validation_alias=_env("TELEGRAM_BOT_TOKEN"))
+    telegram_mode: Literal["polling", "webhook"] = Field(
+        "polling", validation_alias=_env("TELEGRAM_MODE"))
+    telegram_webhook_secret: SecretStr | None = Field(
+        None, validation_alias=_env("TELEGRAM_WEBHOOK_SECRET"))
+    telegram_webhook_url: str | None = Field(None, validation_alias=_env("TELEGRAM_WEBHOOK_URL"))
+    telegram_api_base_url: str | None = Field(None,
+                                              validation_alias=_env("TELEGRAM_API_BASE_URL"))
+    telegram_allowed_users: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_USERS"))
+    telegram_allowed_chats: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_CHATS"))
+    telegram_group_mode: Literal["mention", "all"] = Field(
+        "mention", validation_alias=_env("TELEGRAM_GROUP_MODE"))
+    telegram_rate_limit: Literal["on", "off"] = Field(
+        "on", validation_alias=_env("TELEGRAM_RATE_LIMIT"))
+    telegram_poll_timeout: int = Field(30, ge=0, le=50,
+                                       validation_alias=_env("TELEGRAM_POLL_TIMEOUT"))
+    telegram_stall_seconds: float = Field(90.0, gt=0,
+                                          validation_alias=_env("TELEGRAM_STALL_SECONDS"))
+
+    # -- slack --------------------------------------------------------------------------------
+    slack_bot_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: SecretStr | None = Field(
+        None, validation_alias=_env("SLACK_SIGNING_SECRET"))
+    slack_app_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_api_base_url: str | None = Field(None, validation_alias=_env("SLACK_API_BASE_URL"))
+    slack_allowed_users: str = Field("", validation_alias=_env("SLACK_ALLOWED_USERS"))
+    slack_allowed_channels: str = Field("", validation_alias=_env("SLACK_ALLOWED_CHANNELS"))
+
     # -- provider -----------------------------------------------------------------------------
     provider: ProviderName = Field("auto", validation_alias=_env("GATEWAY_PROVIDER"))
     model: str | None = Field(None, validation_alias=_env("GATEWAY_MODEL"))
@@ -76,6 +108,11 @@ class Settings(BaseSettings):
     @property
     def channel_names(self) -> list[str]:
         return [c for c in self.channels.split(",") if c]
+
+    @staticmethod
+    def id_list(value: str) -> frozenset[str]:
+        """A comma-separated allowlist setting as a set (ids or @usernames, trimmed)."""
+        return frozenset(v.strip() for v in value.split(",") if v.strip())
 
     @property
     def persona_root(self) -> Path:

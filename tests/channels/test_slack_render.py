@@ -55,7 +55,8 @@ def assert_only_whitespace_dropped(full: str, pieces: Sequence[str]) -> None:
     pos = 0
     for piece in pieces:
         while not full.startswith(piece, pos):
-            assert pos < len(full) and full[pos].isspace(), (pos, full[pos : pos + 40], piece[:40])
+            assert pos < len(full), ("piece not found", piece[:40])
+            assert full[pos].isspace(), (pos, full[pos : pos + 40], piece[:40])
             pos += 1
         pos += len(piece)
     assert not full[pos:].strip()
@@ -178,8 +179,14 @@ def _long_reply() -> tuple[str, list[str]]:
     ]
     code = "\n".join(code_lines)
     outro = "\n\n".join(
-        [f"- item {i}: *note* with [a link](https://example.com/{i}) and more words" for i in range(20)]
-        + [f"Closing remark {i}, with ~~old~~ new text and a bit of padding. " * 4 for i in range(16)]
+        [
+            f"- item {i}: *note* with [a link](https://example.com/{i}) and more words"
+            for i in range(20)
+        ]
+        + [
+            f"Closing remark {i}, with ~~old~~ new text and a bit of padding. " * 4
+            for i in range(16)
+        ]
     )
     markdown = f"{intro}\n\n```python\n{code}\n```\n\n{outro}\n"
     return markdown, code.split("\n")

@@ -37,10 +37,14 @@ class _TelegramHtmlValidator(HTMLParser):
             self.errors.append(f"tag <{tag}> not allowed")
         elif tag == "a" and names != ["href"]:
             self.errors.append(f"<a> attributes {names}")
-        elif tag == "code" and attrs and not (
-            self.stack[-1:] == ["pre"]
-            and names == ["class"]
-            and str(attrs[0][1]).startswith("language-")
+        elif (
+            tag == "code"
+            and attrs
+            and not (
+                self.stack[-1:] == ["pre"]
+                and names == ["class"]
+                and str(attrs[0][1]).startswith("language-")
+            )
         ):
             self.errors.append(f"<code> attributes {attrs} outside <pre>")
         elif tag not in ("a", "code") and attrs:
@@ -90,7 +94,8 @@ def assert_only_whitespace_dropped(full: str, pieces: Sequence[str]) -> None:
     pos = 0
     for piece in pieces:
         while not full.startswith(piece, pos):
-            assert pos < len(full) and full[pos].isspace(), (pos, full[pos : pos + 40], piece[:40])
+            assert pos < len(full), ("piece not found", piece[:40])
+            assert full[pos].isspace(), (pos, full[pos : pos + 40], piece[:40])
             pos += 1
         pos += len(piece)
     assert not full[pos:].strip()
@@ -257,8 +262,14 @@ def _long_reply() -> tuple[str, list[str]]:
     ]
     code = "\n".join(code_lines)
     outro = "\n\n".join(
-        [f"- item {i}: *note* with [a link](https://example.com/{i}) and more words" for i in range(20)]
-        + [f"Closing remark {i}, with ~~old~~ new text and a bit of padding. " * 4 for i in range(13)]
+        [
+            f"- item {i}: *note* with [a link](https://example.com/{i}) and more words"
+            for i in range(20)
+        ]
+        + [
+            f"Closing remark {i}, with ~~old~~ new text and a bit of padding. " * 4
+            for i in range(13)
+        ]
     )
     markdown = f"{intro}\n\n```python\n{code}\n```\n\n{outro}\n"
     return markdown, code.split("\n")

@@ -298,7 +298,7 @@ def _decode_html_entity(text: str, pos: int) -> tuple[str, int] | None:
         if hexadecimal:
             end += 1
         digits = "0123456789abcdefABCDEF" if hexadecimal else "0123456789"
-        while _char_at(text, end) in digits and _char_at(text, end) != "\0":
+        while _char_at(text, end) in digits:  # "\0" (end of text) is never a digit
             value = value * (16 if hexadecimal else 10) + int(text[end], 16)
             end += 1
             if value >= 0x10FFFF:

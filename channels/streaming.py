@@ -1,0 +1,99 @@
+"""Streaming by editing a message: the reply sink of platforms that stream with edits.
+
+Deltas build a plain-text preview that is sent once and then edited at most every
+``min_interval`` seconds (platforms rate-limit edits); typing indicators are renewed every
+``typing_interval`` while the turn runs. The final text is handed to the platform, which
+renders it (Markdown -> HTML/mrkdwn, split to the platform's limits) and replaces the preview.
+Delivery errors are logged and counted by the platform target, never raised into the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Protocol
+
+PREVIEW_LIMIT = 3500
+"""Previews are cut here: a preview is temporary, the final rendering does the real split."""
+
+
+class EditTarget(Protocol):
+    """One conversation on a platform that can send and edit messages."""
+
+    async def typing(self) -> None: ...
+
+    async def send_preview(self, text: str) -> str | None:
+        """Send a plain-text preview; return its message reference (None if it failed)."""
+        ...
+
+    async def edit_preview(self, ref: str, text: str) -> None: ...
+
+    async def deliver_final(self, text: str, preview: str | None) -> None:
+        """Render and deliver the final text, replacing the preview message if there is one."""
+        ...
+
+
+class EditStreamer:
+    """A :class:`channels.base.ReplySink` over an :class:`EditTarget`."""
+
+    def __init__(self, target: EditTarget, *, min_interval: float = 1.0,
+                 typing_interval: float = 4.0, stream: bool = True) -> None:
+        self.target = target
+        self.min_interval = min_interval
+        self.typing_interval = typing_interval
+        self.stream = stream
+        self._text = ""
+        self._ref: str | None = None
+        self._sent_text = ""
+        self._last_edit = 0.0
+        self._typing_task: asyncio.Task[None] | None = None
+        self._done = False
+
+    async def typing(self) -> None:
+        if self._typing_task is None and not self._done:
+            await self.target.typing()
+            self._typing_task = asyncio.get_running_loop().create_task(self._renew_typing())
+
+    async def _renew_typing(self) -> None:
+        while not self._done:
+            await asyncio.sleep(self.typing_interval)
+            if not self._done:
+                await self.target.typing()
+
+    async def delta(self, text: str) -> None:
+        if not self.stream or self._done:
+            return
+        self._text += text
+        now = time.monotonic()
+        if now - self._last_edit < self.min_interval:
+            return
+        preview = _preview(self._text)
+        if not preview.strip() or preview == self._sent_text:
+            return
+        self._last_edit = now
+        if self._ref is None:
+            self._ref = await self.target.send_preview(preview)
+        else:
+            await self.target.edit_preview(self._ref, preview)
+        self._sent_text = preview
+
+    async def finish(self, text: str) -> None:
+        await self._stop_typing()
+        await self.target.deliver_final(text, self._ref)
+
+    async def fail(self, text: str) -> None:
+        await self._stop_typing()
+        await self.target.deliver_final(text, self._ref)
+
+    async def _stop_typing(self) -> None:
+        self._done = True
+        task, self._typing_task = self._typing_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= PREVIEW_LIMIT else text[:PREVIEW_LIMIT] + " …"

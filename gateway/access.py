@@ -1,0 +1,99 @@
+"""Access control, before anything reaches the router.
+
+Per channel: an allowlist of users (ids or @usernames) and of group chats/channels, plus DM
+pairing for people not on the list. A refused message never reaches the agent loop and leaves
+no session; a person refused in a DM is told how to get paired (the code goes only to them).
+Channels with no allowlist and pairing off are open; web and console are local and governed by
+their own token instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+from gateway.pairing import PairingStore
+
+log = logging.getLogger("gateway.access")
+
+PAIRING_TEXT = (
+    "Hi! I don't know you yet. To talk to me, ask my operator to run:\n\n"
+    "gateway pairing approve {code}\n\nThis code is valid for one hour."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRules:
+    users: frozenset[str] = frozenset()
+    chats: frozenset[str] = frozenset()
+    pairing: bool = True
+    restricted: bool = True
+    """False for an open channel (no allowlist, no pairing): everyone may talk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: str
+    reply: str | None = None
+
+
+@dataclass
+class AccessPolicy:
+    rules: Mapping[str, ChannelRules]
+    pairing: PairingStore | None
+    unrestricted: frozenset[str] = field(default_factory=lambda: frozenset({"web", "console",
+                                                                             "memory"}))
+
+    def decide(self, inbound: Inbound) -> Decision:
+        channel = inbound.key.channel
+        if channel in self.unrestricted:
+            return Decision(True, "local")
+        rules = self.rules.get(channel, ChannelRules())
+        if not rules.restricted:
+            return Decision(True, "open")
+        sender = inbound.sender
+        names = {sender.id}
+        if inbound.meta.get("username"):
+            names.add(f"@{inbound.meta['username']}")
+        if names & rules.users:
+            return Decision(True, "allowlist")
+        if inbound.chat_type != "private":
+            if inbound.key.chat in rules.chats:
+                return Decision(True, "chat-allowlist")
+            return Decision(False, "not-allowed-group")
+        if self.pairing is not None and rules.pairing:
+            if self.pairing.is_approved(channel, sender.id):
+                return Decision(True, "paired")
+            code = self.pairing.request(channel, sender.id, sender.name)
+            return Decision(False, "pairing", PAIRING_TEXT.format(code=code))
+        return Decision(False, "not-allowed")
+
+
+Deliver = Callable[[Inbound], Awaitable[object]]
+Notify = Callable[[Inbound, str], Awaitable[None]]
+
+
+class AccessGate:
+    """Wraps the router's ``deliver``: only allowed messages pass; refusals are counted."""
+
+    def __init__(self, policy: AccessPolicy, deliver: Deliver, notify: Notify,
+                 metrics: Metrics) -> None:
+        self.policy = policy
+        self._deliver = deliver
+        self._notify = notify
+        self._metrics = metrics
+
+    async def deliver(self, inbound: Inbound) -> object:
+        decision = self.policy.decide(inbound)
+        if decision.allowed:
+            return await self._deliver(inbound)
+        self._metrics.refused.labels(channel=inbound.key.channel, reason=decision.reason).inc()
+        log.info("refused a %s message from an unknown user (%s)", inbound.key.channel,
+                 decision.reason)
+        if decision.reply is not None:
+            await self._notify(inbound, decision.reply)
+        return None
