@@ -10,7 +10,6 @@ Delivery errors are logged and counted by the platform target, never raised into
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Protocol
 
@@ -91,8 +90,7 @@ class EditStreamer:
         task, self._typing_task = self._typing_task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # waits for the cancel without swallowing our own
 
 
 def _preview(text: str) -> str:

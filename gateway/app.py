@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from channels.base import Channel, ReplySink
+from channels.base import Channel, Deliver, ReplySink
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.providers.base import Provider
@@ -52,6 +52,7 @@ class Gateway:
         shutdown_grace: float,
         extra_routes: Iterable[web.AbstractRouteDef] = (),
         health_extra: dict[str, Any] | None = None,
+        deliver: Deliver | None = None,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -65,6 +66,8 @@ class Gateway:
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
         self.web_app = web.Application(client_max_size=2 * 1024 * 1024)
+        self.deliver: Deliver = deliver or router.deliver
+        """What channels hand inbound messages to: the access gate in front of the router."""
         self._runner: web.AppRunner | None = None
         self._closed = False
         self._stop = asyncio.Event()
@@ -99,7 +102,7 @@ class Gateway:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         for channel in self.channels:
-            await channel.start(self.router.deliver)
+            await channel.start(self.deliver)
         log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",
                  self.host, self.bound_port, ", ".join(c.name for c in self.channels),
                  self.provider.name)

@@ -6,14 +6,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from channels.base import Channel
+from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.app import Gateway
 from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.messages import Inbound
 from gateway.metrics import Metrics
+from gateway.pairing import PairingStore
 from gateway.persona import PersonaWorkspace
 from gateway.persona_tools import persona_tools
 from gateway.prompt import PromptSource
@@ -83,11 +86,25 @@ def build_loop(
     )
 
 
-ChannelFactory = Callable[[Settings, SessionStore, ConversationRegistry], Channel]
+def build_access(settings: Settings) -> AccessPolicy:
+    """Allowlists per channel and DM pairing (see :mod:`gateway.access`)."""
+    rules = {
+        "telegram": ChannelRules(
+            users=Settings.id_list(settings.telegram_allowed_users),
+            chats=Settings.id_list(settings.telegram_allowed_chats),
+            pairing=settings.pairing,
+        ),
+        "slack": ChannelRules(
+            users=Settings.id_list(settings.slack_allowed_users),
+            chats=Settings.id_list(settings.slack_allowed_channels),
+            pairing=settings.pairing,
+        ),
+    }
+    return AccessPolicy(rules=rules, pairing=PairingStore(settings.data_dir))
 
 
-def build_channels(settings: Settings, store: SessionStore,
-                   registry: ConversationRegistry) -> list[Channel]:
+def build_channels(settings: Settings, store: SessionStore, registry: ConversationRegistry,
+                   metrics: Metrics) -> list[Channel]:
     channels: list[Channel] = []
     for name in settings.channel_names:
         if name == "web":
@@ -97,11 +114,11 @@ def build_channels(settings: Settings, store: SessionStore,
         elif name == "telegram":
             from channels.telegram.adapter import TelegramChannel
 
-            channels.append(TelegramChannel.from_settings(settings, store))
+            channels.append(TelegramChannel.from_settings(settings, metrics))
         elif name == "slack":
             from channels.slack.adapter import SlackChannel
 
-            channels.append(SlackChannel.from_settings(settings, store))
+            channels.append(SlackChannel.from_settings(settings, metrics))
     return channels
 
 
@@ -114,6 +131,7 @@ def build_gateway(
     prompts: PromptSource | None = None,
     tools: ToolRegistry | None = None,
     hooks: Sequence[BeforeCallHook] | None = None,
+    access: AccessPolicy | None = None,
 ) -> Gateway:
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
@@ -121,14 +139,21 @@ def build_gateway(
     provider = provider or build_provider(settings)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
-                                    max_open=settings.max_open_sessions)
+                                    max_open=settings.max_open_sessions,
+                                    idle_rotate=settings.idle_rotate)
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns)
-    chosen = list(channels) if channels is not None else build_channels(settings, store, registry)
+    chosen = (list(channels) if channels is not None
+              else build_channels(settings, store, registry, metrics))
+
+    async def notify(inbound: Inbound, text: str) -> None:
+        await gateway.sink_for(inbound).finish(text)
+
+    gate = AccessGate(access or build_access(settings), router.deliver, notify, metrics)
     gateway = Gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
-        shutdown_grace=settings.shutdown_grace,
+        shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
     )
     return gateway

@@ -9,7 +9,8 @@ Windows are lists of index ranges, so they express that order exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.messages import ChannelContext, ConversationKey
@@ -36,6 +37,9 @@ class Conversation:
         self.costs = [estimate_tokens(m) for m in self.messages]
         self.order = conversation_order(self.messages)
         self.last_prompt: str | None = recorder.writer.state.last_prompt
+        self.last_active = 0.0
+        """Wall-clock time of the last inbound message (for idle rotation)."""
+        self.clock: Callable[[], float] = time.time
 
     @property
     def session_id(self) -> str:
@@ -44,6 +48,7 @@ class Conversation:
     async def receive(self, message: MessageDict, meta: Mapping[str, Any] | None = None) -> int:
         """Record an inbound user message now; it joins the conversation at :meth:`begin`."""
         index = self._add(message)
+        self.last_active = self.clock()
         await self.recorder.append([entries.message(message, meta)])
         return index
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 
 import orjson
 
@@ -37,12 +39,16 @@ class ConversationRegistry:
         persist_timeout: float = 2.0,
         max_open: int = 256,
         is_busy: Callable[[ConversationKey], bool] = lambda key: False,
+        idle_rotate: float = 0.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.persist_timeout = persist_timeout
         self.max_open = max_open
         self.is_busy = is_busy
+        self.idle_rotate = idle_rotate
+        self.clock = clock
         self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._locks: dict[ConversationKey, asyncio.Lock] = {}
 
@@ -56,6 +62,8 @@ class ConversationRegistry:
         """The conversation's open state, creating or resuming its session as needed."""
         conv = self._open.get(key)
         if conv is not None:
+            if self._stale(conv.last_active) and not self.is_busy(key):
+                return await self.rotate(key, context)
             self._open.move_to_end(key)
             return conv
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -82,10 +90,20 @@ class ConversationRegistry:
         label = key.label()
         existing = await self.store.latest_session(key.tenant, label)
         if existing is not None:
-            writer = await self.store.open(key.tenant, existing)
             data = await self.store.read_log(key.tenant, existing)
-            return self._wrap(key, writer, context, _messages(data))
+            messages, last_ts = _messages(data)
+            if not self._stale(_epoch(last_ts)):
+                writer = await self.store.open(key.tenant, existing)
+                conv = self._wrap(key, writer, context, messages)
+                conv.last_active = _epoch(last_ts) or self.clock()
+                return conv
         return self._wrap(key, await self._create(key), context, [])
+
+    def _stale(self, last_active: float | None) -> bool:
+        """True when idle rotation is on and the conversation has been silent too long."""
+        return bool(self.idle_rotate) and last_active is not None and (
+            self.clock() - last_active > self.idle_rotate
+        )
 
     async def _create(self, key: ConversationKey) -> SessionWriter:
         return await self.store.create(
@@ -95,7 +113,10 @@ class ConversationRegistry:
     def _wrap(self, key: ConversationKey, writer: SessionWriter, context: ChannelContext,
               messages: list[MessageDict]) -> Conversation:
         recorder = SessionRecorder(writer, self.metrics, self.persist_timeout)
-        return Conversation(key, recorder, context, messages)
+        conv = Conversation(key, recorder, context, messages)
+        conv.clock = self.clock
+        conv.last_active = self.clock()
+        return conv
 
     async def _evict(self) -> None:
         if len(self._open) <= self.max_open:
@@ -122,9 +143,20 @@ async def _close(writer: SessionWriter) -> None:
         log.warning("session %s: close failed (%s)", writer.session_id, type(exc).__name__)
 
 
-def _messages(data: bytes) -> list[MessageDict]:
+def _epoch(ts: str | None) -> float | None:
+    if ts is None:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _messages(data: bytes) -> tuple[list[MessageDict], str | None]:
+    """The session's messages in log order, and the timestamp of the last one."""
     lines, _ = split_lines(data)
     out: list[MessageDict] = []
+    last_ts: str | None = None
     for raw in lines[1:]:
         if b'"message"' not in raw:
             continue
@@ -136,4 +168,6 @@ def _messages(data: bytes) -> list[MessageDict]:
             msg = entry.get("message")
             if isinstance(msg, dict):
                 out.append(msg)
-    return out
+                ts = entry.get("ts")
+                last_ts = ts if isinstance(ts, str) else last_ts
+    return out, last_ts

@@ -110,6 +110,8 @@ class Router:
             self.metrics.duplicates.labels(channel=channel).inc()
             return Accepted(session_id=None, duplicate=True)
         self.metrics.inbound.labels(channel=channel).inc()
+        if is_new_command(inbound.text):
+            return await self._new_session(inbound, sink)
         conv = await self.registry.get(inbound.key, context_of(inbound))
         meta: dict[str, object] = {"sender": inbound.sender.id}
         if inbound.sender.name:
@@ -123,6 +125,16 @@ class Router:
         if inbound.key not in self._workers:
             assert self._group is not None, "use the router as an async context manager"
             self._workers[inbound.key] = self._group.create_task(self._work(inbound.key))
+        return Accepted(session_id=conv.session_id)
+
+    async def _new_session(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
+        """``/new``: the conversation continues in a fresh session (after queued turns)."""
+        while inbound.key in self._workers:  # let queued turns finish in the old session
+            await asyncio.wait([self._workers[inbound.key]])
+        conv = await self.registry.rotate(inbound.key, context_of(inbound))
+        await (sink or self.sink_for(inbound)).finish(
+            f"Started a new conversation (session {conv.session_id})."
+        )
         return Accepted(session_id=conv.session_id)
 
     async def _work(self, key: ConversationKey) -> None:
@@ -164,6 +176,12 @@ class Router:
             await asyncio.wait(workers, timeout=grace)
         for task in self._workers.values():
             task.cancel()
+
+
+def is_new_command(text: str) -> bool:
+    """``/new`` or ``/new@botname`` (Telegram groups address commands to a bot)."""
+    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    return word == "/new" or word.startswith("/new@")
 
 
 def context_of(inbound: Inbound) -> ChannelContext:

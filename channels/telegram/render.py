@@ -8,15 +8,18 @@ from the marks of the spans it covers. Because each chunk opens exactly the mark
 its first span needs and closes everything it opened, every chunk is well-formed
 HTML by construction; a code block or a bold run that crosses a split point is
 simply closed at the end of one chunk and reopened (same language) at the start of
-the next.
+the next. Split points, best first: between blocks (paragraphs, list items), at a
+newline, at a space, mid-word; a better kind of split point is skipped when using it
+would fill less than :data:`MIN_FILL` of the chunk.
 
 The platform-neutral part (:func:`parse_document`, :func:`split_ranges`,
 :class:`Document`, :class:`Span`, :class:`Mark`) is also used by the Slack renderer.
 
 Telegram rules followed here (Bot API "Formatting options", parse_mode=HTML):
 
-* only ``b i s u code pre a blockquote`` are emitted; only ``&``, ``<``, ``>`` are
-  escaped in text (plus ``"`` inside attribute values);
+* tags are limited to ``b i s code pre a blockquote`` (``u`` is allowed but Markdown
+  has no underline); only ``&``, ``<``, ``>`` are escaped in text (plus ``"``
+  inside attribute values);
 * the 4096 limit applies to the text *after* entity parsing, in UTF-16 code units,
   so chunks are measured with :func:`utf16_len` on their visible text;
 * ``pre``/``code`` cannot contain other entities and b/i/s cannot wrap them, so
@@ -47,6 +50,7 @@ from markdown_it.tree import SyntaxTreeNode
 
 __all__ = [
     "MIN_FILL",
+    "TELEGRAM_LIMIT",
     "Document",
     "Mark",
     "MarkKind",

@@ -43,7 +43,11 @@ _UNAVAILABLE_TYPES = frozenset({"overloaded_error", "api_error"})
 
 
 class AnthropicProvider:
-    """Claude through ``POST /v1/messages``; streams by default. An async context manager."""
+    """Claude through ``POST /v1/messages``; streams by default. An async context manager.
+
+    ``timeout`` bounds the connect and every read, so a stalled stream fails with
+    :class:`ProviderTimeout` while a steadily flowing one may run longer.
+    """
 
     name = "anthropic"
     shape: Shape = "anthropic"

@@ -51,7 +51,11 @@ _STOP_REASONS = {
 
 
 class OpenAIProvider:
-    """A Chat Completions model; streams by default. An async context manager."""
+    """A Chat Completions model; streams by default. An async context manager.
+
+    ``timeout`` bounds the connect and every read, so a stalled stream fails with
+    :class:`ProviderTimeout` while a steadily flowing one may run longer.
+    """
 
     name = "openai"
     shape: Shape = "openai"

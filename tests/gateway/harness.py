@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ class Core:
     metrics: Metrics
     store: SessionStore
     workspace: PersonaWorkspace
+
+    async def idle(self, timeout: float = 5.0) -> None:
+        """Wait until no conversation has a worker task (all turns done)."""
+        async with asyncio.timeout(timeout):
+            while self.router._workers:
+                await asyncio.wait(list(self.router._workers.values()))
 
     async def replay(self, session_id: str, tenant: str = "default") -> Replay:
         return replay_bytes(await self.store.read_log(tenant, session_id))

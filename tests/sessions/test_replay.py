@@ -17,6 +17,7 @@ from sessions.replay import (
     NOTICE_PROMPT_MISSING,
     Problem,
     Replay,
+    Turn,
     replay_bytes,
 )
 from sessions.replay_json import replay_json, turn_json
@@ -51,6 +52,12 @@ async def new_writer(store: JsonlSessionStore) -> JsonlSessionWriter:
 
 def replay_file(path: Path) -> Replay:
     return replay_bytes(path.read_bytes())
+
+
+def turn_of_call(replay: Replay, call: int) -> Turn:
+    """The turn opened by call entry ``call`` (history written without calls adds others)."""
+    (turn,) = [t for t in replay.turns if t.call == call]
+    return turn
 
 
 async def basic_session(store: JsonlSessionStore) -> Path:
@@ -174,7 +181,7 @@ async def test_windows_that_drop_old_messages_replay_exactly(store: JsonlSession
     await persist_call(writer, request)
     await writer.aclose()
     replay = replay_file(writer.path)
-    (turn,) = replay.turns
+    turn = turn_of_call(replay, 0)
     assert (turn.window, replay.sent(turn)) == (((0, 1), (3, 5)), [history[0], *history[3:]])
     live = request_body("anthropic", PROMPT_A.text, [history[0], *history[3:]], TOOLS_A,
                         "claude-test", {"max_tokens": 256})
@@ -192,7 +199,7 @@ async def test_injected_messages_appear_at_their_positions(store: JsonlSessionSt
     ))
     await writer.aclose()
     replay = replay_file(writer.path)
-    (turn,) = replay.turns
+    turn = turn_of_call(replay, 0)
     assert replay.sent(turn) == [summary, history[2], note, history[3]]
     assert turn.injected == (Injected(0, summary), Injected(2, note))
     assert len(replay.messages) == 4
@@ -322,7 +329,7 @@ async def test_tampered_section_text_fails_verification(store: JsonlSessionStore
     """A section whose text was edited no longer matches its hash: two problems, unverified."""
     path = await basic_session(store)
     line_4 = path.read_bytes().splitlines()[3]
-    assert MEMORY_1.encode() in orjson.dumps(orjson.loads(line_4)["text"])
+    assert orjson.loads(line_4)["text"] == MEMORY_1
     edit_lines(path, {4: line_4.replace(b"likes tea", b"likes rum")})
     replay = replay_file(path)
     assert replay.problems == (

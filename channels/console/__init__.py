@@ -1,0 +1,1 @@
+"""The console channel: ``gateway chat``, a terminal REPL over the gateway's router."""

@@ -1,0 +1,224 @@
+"""The console channel behind ``gateway chat``: a terminal REPL over the gateway's router.
+
+Each input line is one message; the REPL waits for its reply (deltas printed as they stream,
+then a newline) before it reads the next line. ``/session`` prints the session id and the
+replay command; ``/quit`` or the end of input ends the chat and asks the gateway to stop.
+
+Input is read by a daemon thread from the binary stdin, so a TTY, a pipe and a redirected file
+all work and the event loop never blocks. A thread blocked in ``readline`` cannot be cancelled;
+being a daemon, it is simply left behind when the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, BinaryIO, TextIO, cast
+
+from channels.base import Deliver, ReplySink
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.router import Accepted, RouterClosedError
+from sessions.names import DEFAULT_TENANT, validate_name
+from sessions.store import SessionStore
+
+log = logging.getLogger("channels.console")
+
+CHANNEL = "console"
+SENDER_ID = "console-user"
+HELP = "commands: /session (show the session and how to replay it), /quit"
+# Cc characters except \t: a pasted escape sequence must not reach the session log.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+# The gateway hands every channel ``Router.deliver``; this channel passes its sink explicitly
+# and reads the session id from the Accepted result.
+SinkDeliver = Callable[[Inbound, ReplySink], Awaitable[Accepted]]
+
+
+class ConsoleSink:
+    """Prints one reply: deltas as they come, the final text only if nothing streamed.
+
+    Writes are small and go to a terminal or a pipe, so they are done on the loop.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.streamed = False
+        self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    async def typing(self) -> None:
+        return None
+
+    async def delta(self, text: str) -> None:
+        if self.done.done() or not text:
+            return
+        self.streamed = True
+        self.out.write(text)
+        self.out.flush()
+
+    async def finish(self, text: str) -> None:
+        self._end(text, ok=True)
+
+    async def fail(self, text: str) -> None:
+        self._end(text, ok=False)
+
+    def _end(self, text: str, *, ok: bool) -> None:
+        if self.done.done():
+            return
+        if not ok:
+            self.out.write(("\n" if self.streamed else "") + f"[error] {text}")
+        elif not self.streamed:
+            self.out.write(text)
+        self.out.write("\n")
+        self.out.flush()
+        self.done.set_result(ok)
+
+
+class ConsoleChannel:
+    """Chat in the terminal; implements ``Channel``. ``on_exit`` is called when the chat ends."""
+
+    name = CHANNEL
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        conversation: str = "local",
+        tenant: str = DEFAULT_TENANT,
+        max_message_chars: int = 16_000,
+        stdin: BinaryIO | None = None,
+        stdout: TextIO | None = None,
+        replay_command: str = "gateway replay {session}",
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.key = ConversationKey(CHANNEL, validate_name(conversation, "conversation"),
+                                   tenant=tenant)
+        self.max_message_chars = max_message_chars
+        self.stdin = stdin if stdin is not None else sys.stdin.buffer
+        self.out = stdout if stdout is not None else sys.stdout
+        self.replay_command = replay_command
+        self.on_exit = on_exit
+        self.interactive = self.stdin.isatty()
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._deliver: SinkDeliver | None = None
+        self._group: asyncio.TaskGroup | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sink: ConsoleSink | None = None
+        self._session: str | None = None
+        self._messages = 0
+        self._closed = False
+
+    async def start(self, deliver: Deliver) -> None:
+        """Start reading stdin and the REPL task; returns at once."""
+        # See SinkDeliver: the gateway passes Router.deliver, which takes the sink.
+        self._deliver = cast(SinkDeliver, deliver)
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        self._task = self._group.create_task(self._repl())
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._read_lines, args=(loop,), name="console-stdin",
+                         daemon=True).start()
+        if self.interactive:
+            self._write(f"chatting as {self.key.label()}; {HELP}\n")
+
+    def reply_sink(self, inbound: Inbound) -> ReplySink:
+        """The sink of the message being answered (the REPL has one at a time)."""
+        return self._sink if self._sink is not None else ConsoleSink(self.out)
+
+    def health(self) -> Mapping[str, Any]:
+        return {"ok": True, "conversation": self.key.label(), "messages": self._messages}
+
+    async def aclose(self) -> None:
+        """Stop the REPL (idempotent); the stdin thread is a daemon and is left alone."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        group, self._group = self._group, None
+        if group is not None:
+            await group.__aexit__(None, None, None)
+
+    # -- input --------------------------------------------------------------------------------
+
+    def _read_lines(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while line := self.stdin.readline():
+                self._post(loop, line.decode("utf-8", "replace"))
+        except (OSError, ValueError):  # stdin closed under us: same as end of input
+            pass
+        finally:
+            self._post(loop, None)
+
+    def _post(self, loop: asyncio.AbstractEventLoop, item: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: nobody listens
+            loop.call_soon_threadsafe(self._lines.put_nowait, item)
+
+    # -- the REPL -----------------------------------------------------------------------------
+
+    async def _repl(self) -> None:
+        try:
+            while True:
+                if self.interactive:
+                    self._write("> ")
+                line = await self._lines.get()
+                if line is None:
+                    break
+                text = _CONTROL.sub("", line.rstrip("\r\n")).strip()
+                if not text:
+                    continue
+                if text in ("/quit", "/exit"):
+                    break
+                if text == "/session":
+                    await self._show_session()
+                elif text == "/help":
+                    self._write(HELP + "\n")
+                elif not await self._say(text):
+                    break
+        except Exception:  # the chat ends either way; say why once
+            log.exception("console: the chat loop failed")
+        finally:
+            if self.on_exit is not None:
+                self.on_exit()
+
+    async def _say(self, text: str) -> bool:
+        """Send one message and wait for its reply; False when the gateway stopped."""
+        if len(text) > self.max_message_chars:
+            self._write(f"[error] message is {len(text)} characters long; "
+                        f"the limit is {self.max_message_chars}\n")
+            return True
+        assert self._deliver is not None
+        sink = ConsoleSink(self.out)
+        inbound = Inbound(key=self.key, sender=Sender(id=SENDER_ID), text=text,
+                          chat_type="private", received_at=time.time())
+        self._sink = sink
+        try:
+            accepted = await self._deliver(inbound, sink)
+        except RouterClosedError:
+            self._write("[error] the gateway is shutting down\n")
+            return False
+        self._messages += 1
+        self._session = accepted.session_id or self._session
+        try:
+            await sink.done
+        finally:
+            self._sink = None
+        return True
+
+    async def _show_session(self) -> None:
+        session = self._session or await self.store.latest_session(self.key.tenant,
+                                                                     self.key.label())
+        if session is None:
+            self._write("no session yet: send a message first\n")
+            return
+        self._write(f"session {session}\nreplay: {self.replay_command.format(session=session)}\n")
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()

@@ -1,0 +1,515 @@
+"""The web channel: a small chat page and a JSON/SSE API on the gateway's own HTTP server.
+
+Routes::
+
+    GET  /                  the chat page (package data under ``static/``, no CDN)
+    GET  /static/{name}     its script and stylesheet
+    POST /api/chat          {"conversation", "text"[, "name", "id", "stream"]} -> one turn
+    GET  /api/history       ?conversation=C[&offset=O&limit=N] -> the session's messages
+
+``POST /api/chat`` records the message, waits for its turn and answers
+``{"session": id, "reply": text}``. With ``"stream": true`` (or ``Accept: text/event-stream``)
+it answers Server-Sent Events instead; every ``data`` line is one JSON object::
+
+    event: session  data: {"session": id}
+    event: delta    data: {"text": chunk}                  zero or more, as the provider streams
+    event: done     data: {"session": id, "reply": text}   the final text supersedes the deltas
+    event: error    data: {"session": id, "error": message, "status": code}
+
+Errors before the stream starts are plain JSON ``{"error": ...}`` with an HTTP status: 400 bad
+input, 401 missing token, 403 foreign origin, 409 duplicate message id, 413 too long, 502 the
+turn apologised, 503 shutting down, 504 no reply in time. Bad input never gets a 500.
+
+Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
+refuses to run without ``GATEWAY_WEB_TOKEN``; with a token every ``/api`` route needs
+``Authorization: Bearer <token>``. Without a token the API answers only requests whose ``Host``
+is a loopback name (DNS rebinding) and whose ``Origin``, when sent, is this server (CSRF from
+other sites open in the same browser).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import itertools
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from channels.base import Deliver, ReplySink
+from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.registry import ConversationRegistry
+from gateway.router import Accepted, RouterClosedError
+from sessions.errors import InvalidNameError, SessionNotFoundError
+from sessions.names import DEFAULT_TENANT, validate_name
+from sessions.scan import message_text
+from sessions.store import SessionStore
+
+log = logging.getLogger("channels.web")
+
+CHANNEL = "web"
+SENDER_ID = "web-user"
+MAX_NAME_CHARS = 80
+MAX_CLIENT_ID_CHARS = 128
+MAX_HISTORY_PAGE = 200
+KEEPALIVE_SECONDS = 15.0
+# Cc characters except \t and \n: they garble logs and terminals and mean nothing in a chat.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ASSETS = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+# The gateway hands every channel ``Router.deliver``; this channel uses its full signature (an
+# explicit sink per HTTP request, and the Accepted result that names the session).
+SinkDeliver = Callable[[Inbound, ReplySink], Awaitable[Accepted]]
+
+
+class BadRequest(Exception):
+    """Input the API refuses; ``status`` is the HTTP status, the message goes to the client."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A validated ``POST /api/chat`` body."""
+
+    conversation: str
+    text: str
+    name: str | None = None
+    client_id: str | None = None
+    stream: bool = False
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control characters other than newline and tab."""
+    return _CONTROL.sub("", text)
+
+
+def parse_chat(raw: bytes, max_chars: int) -> ChatRequest:
+    """Validate a chat request body (pure); raises :class:`BadRequest`."""
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("request body is not valid UTF-8") from exc
+    try:
+        body = orjson.loads(decoded)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest("request body is not valid JSON") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    conversation = _conversation(body.get("conversation"))
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise BadRequest('"text" is required and must be a string')
+    if len(text) > max_chars:
+        raise BadRequest(
+            f"message is {len(text)} characters long; the limit is {max_chars}", status=413
+        )
+    text = clean_text(text)
+    if not text.strip():
+        raise BadRequest('"text" is empty')
+    name = body.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise BadRequest('"name" must be a string')
+        name = " ".join(clean_text(name).split())[:MAX_NAME_CHARS] or None
+    client_id = body.get("id")
+    if client_id is not None:
+        if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_ID_CHARS:
+            raise BadRequest(f'"id" must be a string of 1 to {MAX_CLIENT_ID_CHARS} characters')
+        if _CONTROL.search(client_id):
+            raise BadRequest('"id" contains control characters')
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest('"stream" must be true or false')
+    return ChatRequest(conversation, text, name, client_id, stream)
+
+
+def _conversation(value: object) -> str:
+    if not isinstance(value, str):
+        raise BadRequest('"conversation" is required and must be a string')
+    try:
+        return validate_name(value, "conversation id")
+    except InvalidNameError as exc:
+        raise BadRequest(str(exc)) from exc
+
+
+def history_item(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One message entry of a :class:`~sessions.store.MessagePage` as the API shows it.
+
+    ``text`` is ``None`` for messages without text (tool calls and tool results).
+    """
+    message = entry.get("message")
+    message = message if isinstance(message, Mapping) else {}
+    return {
+        "seq": entry.get("seq"),
+        "ts": entry.get("ts"),
+        "role": message.get("role"),
+        "text": message_text(message.get("content")),
+    }
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` names and loopback IP addresses (``host`` without a port)."""
+    host = host.strip().strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_part(netloc: str) -> str:
+    """The host of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a:80`` -> ``a``)."""
+    if netloc.startswith("["):
+        return netloc[1:].split("]", 1)[0]
+    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+
+
+class WebSink:
+    """The reply sink of one HTTP request.
+
+    Deltas go into :attr:`events` when the request streams; the end of the turn resolves
+    :attr:`result` (``(True, text)`` for finish, ``(False, apology)`` for fail) and is also
+    queued as the last event. Calls after the end are ignored.
+    """
+
+    def __init__(self, *, stream: bool) -> None:
+        self.stream = stream
+        self.events: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.result: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+
+    async def typing(self) -> None:
+        return None
+
+    async def delta(self, text: str) -> None:
+        if self.stream and not self.result.done():
+            self.events.put_nowait(("delta", text))
+
+    async def finish(self, text: str) -> None:
+        self._end(True, text)
+
+    async def fail(self, text: str) -> None:
+        self._end(False, text)
+
+    def _end(self, ok: bool, text: str) -> None:
+        if not self.result.done():
+            self.result.set_result((ok, text))
+            self.events.put_nowait(("done" if ok else "error", text))
+
+
+@dataclass(slots=True)
+class _Pending:
+    sink: WebSink
+    timer: asyncio.Timeout | None = None
+
+
+class WebChannel:
+    """Browser chat and HTTP API; implements ``Channel`` and ``HttpChannel``."""
+
+    name = CHANNEL
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        max_message_chars: int = 16_000,
+        reply_timeout: float = 90.0,
+        shutdown_grace: float = 10.0,
+        tenant: str = DEFAULT_TENANT,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.max_message_chars = max_message_chars
+        self.reply_timeout = reply_timeout
+        self.shutdown_grace = shutdown_grace
+        self.tenant = tenant
+        self._token = token.encode() if token else None
+        self._assets = _load_assets()  # three small files, read once at composition time
+        self._deliver: SinkDeliver | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._requests = 0
+        self._close_at: float | None = None
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, store: SessionStore, registry: ConversationRegistry
+    ) -> WebChannel:
+        """Build from settings (the registry is part of the factory signature; unused here)."""
+        del registry
+        token = settings.web_token.get_secret_value() if settings.web_token else None
+        return cls(
+            store=store, host=settings.host, token=token,
+            max_message_chars=settings.max_message_chars,
+            reply_timeout=settings.provider_timeout + 30.0,
+            shutdown_grace=settings.shutdown_grace,
+        )
+
+    # -- Channel ------------------------------------------------------------------------------
+
+    async def start(self, deliver: Deliver) -> None:
+        """Refuse a non-loopback bind without a token; otherwise take requests."""
+        if self._token is None and not is_loopback(self.host):
+            raise ConfigError(
+                f"GATEWAY_HOST={self.host} is not a loopback address and GATEWAY_WEB_TOKEN is "
+                "not set; set a token to serve the web chat beyond this machine"
+            )
+        # See SinkDeliver: the gateway passes Router.deliver, which takes the sink.
+        self._deliver = cast(SinkDeliver, deliver)
+
+    def reply_sink(self, inbound: Inbound) -> ReplySink:
+        """The sink registered for the request that produced ``inbound``."""
+        pending = self._pending.get(inbound.meta.get("web_request", -1))
+        if pending is not None:
+            return pending.sink
+        # Not from a live request (it timed out or came from elsewhere): nobody listens.
+        return WebSink(stream=False)
+
+    def health(self) -> Mapping[str, Any]:
+        return {"ok": True, "requests": self._requests}
+
+    async def aclose(self) -> None:
+        """Stop taking messages; waiting requests get the shutdown grace, then 503."""
+        if self._close_at is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._close_at = loop.time() + self.shutdown_grace + 1.0
+        for pending in self._pending.values():
+            timer = pending.timer
+            if timer is not None and (timer.when() or float("inf")) > self._close_at:
+                timer.reschedule(self._close_at)
+
+    # -- HttpChannel --------------------------------------------------------------------------
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return [
+            web.get("/", self._page),
+            web.get("/static/{name}", self._static),
+            web.post("/api/chat", self._api(self._chat)),
+            web.get("/api/history", self._api(self._history)),
+        ]
+
+    async def _page(self, request: web.Request) -> web.Response:
+        return self._asset("index.html")
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name == "index.html" or name not in self._assets:
+            return _error(404, "no such file")
+        return self._asset(name)
+
+    def _asset(self, name: str) -> web.Response:
+        return web.Response(body=self._assets[name], content_type=_ASSETS[name],
+                            charset="utf-8", headers=_PAGE_HEADERS)
+
+    def _api(
+        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            refusal = self._refusal(request)
+            if refusal is not None:
+                return refusal
+            try:
+                return await handler(request)
+            except BadRequest as exc:
+                return _error(exc.status, str(exc))
+
+        return guarded
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Why this API request is refused (token, or host/origin checks), if it is."""
+        if self._token is not None:
+            scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+            given = value.strip().encode("utf-8", "surrogateescape")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._token):
+                return _error(401, "missing or wrong access token",
+                              headers={"WWW-Authenticate": "Bearer"})
+            return None
+        host = request.headers.get("Host", "")
+        if not is_loopback(_host_part(host)):
+            return _error(403, "this server answers loopback host names only")
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+            return _error(403, "cross-origin requests are not allowed")
+        return None
+
+    # -- POST /api/chat -----------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self._requests += 1
+        if self._deliver is None or self._close_at is not None:
+            return _error(503, "the gateway is not taking messages")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise BadRequest(f"request body is too large ({exc.text})", 413) from exc
+        chat = parse_chat(raw, self.max_message_chars)
+        stream = chat.stream or "text/event-stream" in request.headers.get("Accept", "")
+        rid = next(self._ids)
+        inbound = Inbound(
+            key=ConversationKey(CHANNEL, chat.conversation, tenant=self.tenant),
+            sender=Sender(id=SENDER_ID, name=chat.name),
+            text=chat.text,
+            platform_id=chat.client_id,
+            chat_type="private",
+            received_at=time.time(),
+            meta={"web_request": rid},
+        )
+        pending = _Pending(WebSink(stream=stream))
+        self._pending[rid] = pending
+        try:
+            try:
+                accepted = await self._deliver(inbound, pending.sink)
+            except RouterClosedError:
+                return _error(503, "the gateway is shutting down")
+            if accepted.duplicate:
+                return _error(409, "a message with this id was already received")
+            session = accepted.session_id
+            if stream:
+                return await self._stream(request, pending, session)
+            return await self._wait(pending, session)
+        finally:
+            del self._pending[rid]
+
+    def _timer(self, pending: _Pending) -> asyncio.Timeout:
+        when = asyncio.get_running_loop().time() + self.reply_timeout
+        if self._close_at is not None:
+            when = min(when, self._close_at)
+        pending.timer = asyncio.timeout_at(when)
+        return pending.timer
+
+    def _late(self, session: str | None) -> tuple[int, dict[str, Any]]:
+        if self._close_at is not None:
+            return 503, {"session": session, "error": "the gateway shut down before the reply"}
+        return 504, {"session": session, "error": "no reply in time; it will be in the history"}
+
+    async def _wait(self, pending: _Pending, session: str | None) -> web.Response:
+        try:
+            async with self._timer(pending):
+                ok, text = await pending.sink.result
+        except TimeoutError:
+            status, body = self._late(session)
+            return web.json_response(body, status=status, dumps=_dumps)
+        if not ok:
+            return web.json_response({"session": session, "error": text}, status=502,
+                                     dumps=_dumps)
+        return web.json_response({"session": session, "reply": text}, dumps=_dumps)
+
+    async def _stream(
+        self, request: web.Request, pending: _Pending, session: str | None
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",  # reverse proxies must not buffer the stream
+        })
+        try:
+            await response.prepare(request)
+            await _event(response, "session", {"session": session})
+            try:
+                async with self._timer(pending):
+                    await self._pump(response, pending.sink, session)
+            except TimeoutError:
+                status, body = self._late(session)
+                await _event(response, "error", {**body, "status": status})
+            await response.write_eof()
+        except ConnectionResetError:
+            # The browser went away; the turn goes on and its answer is in the history.
+            log.debug("web: client left a stream of session %s", session)
+        return response
+
+    async def _pump(self, response: web.StreamResponse, sink: WebSink,
+                    session: str | None) -> None:
+        while True:
+            try:
+                kind, text = await asyncio.wait_for(sink.events.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                await response.write(b": keepalive\n\n")
+                continue
+            if kind == "delta":
+                await _event(response, "delta", {"text": text})
+            elif kind == "done":
+                await _event(response, "done", {"session": session, "reply": text})
+                return
+            else:
+                await _event(response, "error", {"session": session, "error": text, "status": 502})
+                return
+
+    # -- GET /api/history ---------------------------------------------------------------------
+
+    async def _history(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        conversation = _conversation(query.get("conversation"))
+        offset = _int_param(query, "offset", 0)
+        limit = min(_int_param(query, "limit", 50), MAX_HISTORY_PAGE)
+        label = ConversationKey(CHANNEL, conversation, tenant=self.tenant).label()
+        session = await self.store.latest_session(self.tenant, label)
+        empty = {"session": None, "total": 0, "offset": offset, "messages": []}
+        if session is None:
+            return web.json_response(empty, dumps=_dumps)
+        try:
+            page = await self.store.message_page(self.tenant, session, offset, limit)
+        except SessionNotFoundError:
+            return web.json_response(empty, dumps=_dumps)
+        return web.json_response({
+            "session": session,
+            "total": page.total,
+            "offset": page.offset,
+            "messages": [history_item(entry) for entry in page.messages],
+        }, dumps=_dumps)
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise BadRequest(f'"{name}" must be a whole number >= 0')
+    return int(raw)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers, dumps=_dumps)
+
+
+async def _event(response: web.StreamResponse, name: str, data: Mapping[str, Any]) -> None:
+    # One JSON object per data line: JSON escapes newlines, so an event is always two lines.
+    await response.write(b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n")
+
+
+def _load_assets() -> dict[str, bytes]:
+    folder = resources.files("channels.web") / "static"
+    return {name: (folder / name).read_bytes() for name in _ASSETS}

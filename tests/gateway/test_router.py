@@ -1,0 +1,169 @@
+"""The router: ordering per conversation, concurrency across them, dedup, /new, idle rotation."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gateway.access import AccessGate, AccessPolicy, ChannelRules
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.metrics import Metrics
+from gateway.pairing import PairingStore
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.providers.scripted import ScriptedProvider
+from sessions.jsonl import JsonlSessionStore
+from tests.gateway.harness import running_core
+
+
+class CountingProvider(ScriptedProvider):
+    """Echoes the last user text after a delay, tracking how many calls overlap."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay=delay)
+        self.active = 0
+        self.peak = 0
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(self.delay)
+            last = request.messages[-1]["content"]
+            return ProviderResponse(
+                message={"role": "assistant", "content": [{"type": "text", "text": f"re:{last}"}]},
+                stop_reason="end_turn")
+        finally:
+            self.active -= 1
+
+
+async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_path: Path) -> None:
+    """Each chat's replies come in send order; chats run concurrently; idle chats hold no task."""
+    provider = CountingProvider(delay=0.02)
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        for i in range(5):
+            for chat in ("a", "b", "c"):
+                await core.channel.say(chat, f"{chat}{i}")
+        replies = await core.channel.wait_replies(15)
+        await core.idle()
+        workers = dict(core.router._workers)
+    for chat in ("a", "b", "c"):
+        assert [r[2] for r in replies if r[0] == chat] == [f"re:{chat}{i}" for i in range(5)]
+    assert provider.peak == 3  # three conversations at once, never two turns of one
+    assert workers == {}
+
+
+async def test_global_turn_cap(tmp_path: Path) -> None:
+    """No more than max_concurrent_turns turns run at once."""
+    from gateway.registry import ConversationRegistry
+    from gateway.router import Router
+    from gateway.tools import ToolRegistry
+    from gateway.turn import AgentLoop
+    from channels.memory import MemoryChannel
+    from gateway.persona import PersonaWorkspace
+
+    metrics = Metrics()
+    provider = CountingProvider(delay=0.03)
+    loop = AgentLoop(provider=provider, prompts=PersonaWorkspace(tmp_path / "p"),
+                     tools=ToolRegistry(), hooks=[], metrics=metrics)
+    registry = ConversationRegistry(JsonlSessionStore(tmp_path / "d"), metrics)
+    channel = MemoryChannel()
+    async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
+                      max_concurrent_turns=2) as router:
+        await channel.start(router.deliver)
+        for chat in range(6):
+            await channel.say(f"c{chat}", "hi")
+        await channel.wait_replies(6)
+    await registry.aclose()
+    assert provider.peak == 2
+
+
+async def test_duplicate_platform_id_dropped_before_session(tmp_path: Path) -> None:
+    """The same platform id delivered twice is recorded and answered once."""
+    provider = ScriptedProvider()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        first = await core.channel.say("a", "hello", platform_id="u1")
+        second = await core.channel.say("a", "hello", platform_id="u1")
+        await core.channel.wait_replies(1)
+        await asyncio.sleep(0.05)
+        assert first is not None and first.session_id
+        replay = await core.replay(first.session_id)
+    assert second is not None and second.duplicate
+    assert len(core.channel.replies) == 1
+    assert [m["content"] for m in replay.messages if m["role"] == "user"] == ["hello"]
+
+
+async def test_new_command_starts_fresh_session(tmp_path: Path) -> None:
+    """/new answers with a new session id; the next message lands in that session."""
+    provider = ScriptedProvider()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        first = await core.channel.say("a", "one")
+        await core.channel.wait_replies(1)
+        rotated = await core.channel.say("a", "/new")
+        await core.channel.say("a", "two")
+        replies = await core.channel.wait_replies(3)
+    assert first is not None and rotated is not None
+    assert rotated.session_id != first.session_id
+    assert replies[1][2] == f"Started a new conversation (session {rotated.session_id})."
+    sessions = sorted(p.stem for p in (tmp_path / "d" / "sessions").glob("*.jsonl"))
+    assert sorted([first.session_id, rotated.session_id]) == sessions  # type: ignore[type-var]
+
+
+async def test_idle_rotation_starts_new_session_after_silence(tmp_path: Path) -> None:
+    """With idle rotation on, a message after the idle period opens a new session."""
+    now = [1_000_000.0]
+    provider = ScriptedProvider()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        core.registry.idle_rotate = 60
+        core.registry.clock = lambda: now[0]
+        first = await core.channel.say("a", "one")
+        await core.channel.wait_replies(1)
+        await core.idle()
+        conv = core.registry.peek(ConversationKey("memory", "a"))
+        assert conv is not None
+        conv.last_active = now[0]
+        now[0] += 30
+        same = await core.channel.say("a", "two")
+        await core.channel.wait_replies(2)
+        await core.idle()
+        conv.last_active = now[0]
+        now[0] += 61
+        rotated = await core.channel.say("a", "three")
+        await core.channel.wait_replies(3)
+    assert first is not None and same is not None and rotated is not None
+    assert same.session_id == first.session_id
+    assert rotated.session_id != first.session_id
+
+
+async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
+    """An unknown DM user gets a pairing code and no session; once approved, they get answers."""
+    store = JsonlSessionStore(tmp_path / "d")
+    pairing = PairingStore(tmp_path / "d")
+    policy = AccessPolicy(rules={"memory": ChannelRules(users=frozenset({"boss"}))},
+                          pairing=pairing, unrestricted=frozenset())
+    provider = ScriptedProvider()
+    notices: list[tuple[str, str]] = []
+    async with running_core(store, provider, tmp_path / "p") as core:
+
+        async def notify(inbound: Inbound, text: str) -> None:
+            notices.append((inbound.sender.id, text))
+
+        gate = AccessGate(policy, core.router.deliver, notify, core.metrics)
+
+        def msg(sender: str, text: str, chat_type: str = "private") -> Inbound:
+            return Inbound(key=ConversationKey("memory", sender), sender=Sender(sender),
+                           text=text, chat_type=chat_type)
+
+        refused: Any = await gate.deliver(msg("stranger", "hi"))
+        group: Any = await gate.deliver(msg("stranger", "hi all", chat_type="group"))
+        assert refused is None and group is None
+        assert not (tmp_path / "d" / "sessions").exists() or not list(
+            (tmp_path / "d" / "sessions").glob("*.jsonl"))
+        code = notices[0][1].split("approve ")[1].split()[0]
+        pairing.approve(code)
+        await gate.deliver(msg("stranger", "hi again"))
+        await gate.deliver(msg("boss", "hello"))
+        replies = await core.channel.wait_replies(2)
+    assert len(notices) == 1 and len(code) == 8
+    assert sorted(r[0] for r in replies) == ["boss", "stranger"]
