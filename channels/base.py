@@ -10,12 +10,11 @@ implement the sink directly.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from gateway.messages import Inbound
 
-Deliver = Callable[[Inbound], Awaitable[object]]
 
 
 class ReplySink(Protocol):
@@ -34,6 +33,16 @@ class ReplySink(Protocol):
     async def finish(self, text: str) -> None: ...
 
     async def fail(self, text: str) -> None: ...
+
+
+class Deliver(Protocol):
+    """The router's entry point as channels see it (behind access control).
+
+    Records ``inbound`` in its session and queues its turn; the reply goes to ``sink`` when
+    given, else to the channel's :meth:`Channel.reply_sink`. Returns once recorded.
+    """
+
+    def __call__(self, inbound: Inbound, sink: ReplySink | None = None) -> Awaitable[object]: ...
 
 
 class Channel(Protocol):

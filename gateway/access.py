@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from channels.base import Deliver, ReplySink
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.pairing import PairingStore
@@ -73,8 +74,7 @@ class AccessPolicy:
         return Decision(False, "not-allowed")
 
 
-Deliver = Callable[[Inbound], Awaitable[object]]
-Notify = Callable[[Inbound, str], Awaitable[None]]
+Notify = Callable[[Inbound, str, ReplySink | None], Awaitable[None]]
 
 
 class AccessGate:
@@ -87,13 +87,13 @@ class AccessGate:
         self._notify = notify
         self._metrics = metrics
 
-    async def deliver(self, inbound: Inbound) -> object:
+    async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> object:
         decision = self.policy.decide(inbound)
         if decision.allowed:
-            return await self._deliver(inbound)
+            return await self._deliver(inbound, sink)
         self._metrics.refused.labels(channel=inbound.key.channel, reason=decision.reason).inc()
         log.info("refused a %s message from an unknown user (%s)", inbound.key.channel,
                  decision.reason)
         if decision.reply is not None:
-            await self._notify(inbound, decision.reply)
+            await self._notify(inbound, decision.reply, sink)
         return None

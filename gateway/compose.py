@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from channels.base import Channel
+from channels.base import Channel, ReplySink
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.app import Gateway
 from gateway.config import Settings
@@ -147,8 +147,8 @@ def build_gateway(
     chosen = (list(channels) if channels is not None
               else build_channels(settings, store, registry, metrics))
 
-    async def notify(inbound: Inbound, text: str) -> None:
-        await gateway.sink_for(inbound).finish(text)
+    async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
+        await (sink or gateway.sink_for(inbound)).finish(text)
 
     gate = AccessGate(access or build_access(settings), router.deliver, notify, metrics)
     gateway = Gateway(

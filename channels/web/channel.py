@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import itertools
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -46,26 +44,30 @@ import orjson
 from aiohttp import web
 
 from channels.base import Deliver, ReplySink
+from channels.web.convert import (
+    BadRequest,
+    conversation_id,
+    history_item,
+    host_part,
+    int_param,
+    is_loopback,
+    parse_chat,
+)
 from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.registry import ConversationRegistry
 from gateway.router import Accepted, RouterClosedError
-from sessions.errors import InvalidNameError, SessionNotFoundError
-from sessions.names import DEFAULT_TENANT, validate_name
-from sessions.scan import message_text
+from sessions.errors import SessionNotFoundError
+from sessions.names import DEFAULT_TENANT
 from sessions.store import SessionStore
 
 log = logging.getLogger("channels.web")
 
 CHANNEL = "web"
 SENDER_ID = "web-user"
-MAX_NAME_CHARS = 80
-MAX_CLIENT_ID_CHARS = 128
 MAX_HISTORY_PAGE = 200
 KEEPALIVE_SECONDS = 15.0
-# Cc characters except \t and \n: they garble logs and terminals and mean nothing in a chat.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _ASSETS = {
     "index.html": "text/html",
     "app.js": "text/javascript",
@@ -84,112 +86,6 @@ _PAGE_HEADERS = {
 # The gateway hands every channel ``Router.deliver``; this channel uses its full signature (an
 # explicit sink per HTTP request, and the Accepted result that names the session).
 SinkDeliver = Callable[[Inbound, ReplySink], Awaitable[Accepted]]
-
-
-class BadRequest(Exception):
-    """Input the API refuses; ``status`` is the HTTP status, the message goes to the client."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    """A validated ``POST /api/chat`` body."""
-
-    conversation: str
-    text: str
-    name: str | None = None
-    client_id: str | None = None
-    stream: bool = False
-
-
-def clean_text(text: str) -> str:
-    """``text`` without control characters other than newline and tab."""
-    return _CONTROL.sub("", text)
-
-
-def parse_chat(raw: bytes, max_chars: int) -> ChatRequest:
-    """Validate a chat request body (pure); raises :class:`BadRequest`."""
-    try:
-        decoded = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest("request body is not valid UTF-8") from exc
-    try:
-        body = orjson.loads(decoded)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest("request body is not valid JSON") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    conversation = _conversation(body.get("conversation"))
-    text = body.get("text")
-    if not isinstance(text, str):
-        raise BadRequest('"text" is required and must be a string')
-    if len(text) > max_chars:
-        raise BadRequest(
-            f"message is {len(text)} characters long; the limit is {max_chars}", status=413
-        )
-    text = clean_text(text)
-    if not text.strip():
-        raise BadRequest('"text" is empty')
-    name = body.get("name")
-    if name is not None:
-        if not isinstance(name, str):
-            raise BadRequest('"name" must be a string')
-        name = " ".join(clean_text(name).split())[:MAX_NAME_CHARS] or None
-    client_id = body.get("id")
-    if client_id is not None:
-        if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_ID_CHARS:
-            raise BadRequest(f'"id" must be a string of 1 to {MAX_CLIENT_ID_CHARS} characters')
-        if _CONTROL.search(client_id):
-            raise BadRequest('"id" contains control characters')
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest('"stream" must be true or false')
-    return ChatRequest(conversation, text, name, client_id, stream)
-
-
-def _conversation(value: object) -> str:
-    if not isinstance(value, str):
-        raise BadRequest('"conversation" is required and must be a string')
-    try:
-        return validate_name(value, "conversation id")
-    except InvalidNameError as exc:
-        raise BadRequest(str(exc)) from exc
-
-
-def history_item(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """One message entry of a :class:`~sessions.store.MessagePage` as the API shows it.
-
-    ``text`` is ``None`` for messages without text (tool calls and tool results).
-    """
-    message = entry.get("message")
-    message = message if isinstance(message, Mapping) else {}
-    return {
-        "seq": entry.get("seq"),
-        "ts": entry.get("ts"),
-        "role": message.get("role"),
-        "text": message_text(message.get("content")),
-    }
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` names and loopback IP addresses (``host`` without a port)."""
-    host = host.strip().strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_part(netloc: str) -> str:
-    """The host of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a:80`` -> ``a``)."""
-    if netloc.startswith("["):
-        return netloc[1:].split("]", 1)[0]
-    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
 
 
 class WebSink:
@@ -355,7 +251,7 @@ class WebChannel:
                               headers={"WWW-Authenticate": "Bearer"})
             return None
         host = request.headers.get("Host", "")
-        if not is_loopback(_host_part(host)):
+        if not is_loopback(host_part(host)):
             return _error(403, "this server answers loopback host names only")
         origin = request.headers.get("Origin")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
@@ -468,12 +364,12 @@ class WebChannel:
 
     async def _history(self, request: web.Request) -> web.StreamResponse:
         query = request.query
-        conversation = _conversation(query.get("conversation"))
-        offset = _int_param(query, "offset", 0)
-        limit = min(_int_param(query, "limit", 50), MAX_HISTORY_PAGE)
+        conversation = conversation_id(query.get("conversation"))
+        offset = int_param(query, "offset", 0)
+        limit = min(int_param(query, "limit", 50), MAX_HISTORY_PAGE)
         label = ConversationKey(CHANNEL, conversation, tenant=self.tenant).label()
         session = await self.store.latest_session(self.tenant, label)
-        empty = {"session": None, "total": 0, "offset": offset, "messages": []}
+        empty: dict[str, Any] = {"session": None, "total": 0, "offset": offset, "messages": []}
         if session is None:
             return web.json_response(empty, dumps=_dumps)
         try:
@@ -486,15 +382,6 @@ class WebChannel:
             "offset": page.offset,
             "messages": [history_item(entry) for entry in page.messages],
         }, dumps=_dumps)
-
-
-def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
-        raise BadRequest(f'"{name}" must be a whole number >= 0')
-    return int(raw)
 
 
 def _dumps(value: Any) -> str:

@@ -66,7 +66,8 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
                            EXIT_UNREADABLE) from exc
 
 
-async def run(args: argparse.Namespace, store: SessionStore, out: TextIO = sys.stdout) -> int:
+async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # looked up per call, so redirect_stdout works
     if args.list:
         return await _list(store, args.tenant, out, as_json=args.json)
     if not args.session:

@@ -146,7 +146,7 @@ async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
     notices: list[tuple[str, str]] = []
     async with running_core(store, provider, tmp_path / "p") as core:
 
-        async def notify(inbound: Inbound, text: str) -> None:
+        async def notify(inbound: Inbound, text: str, sink: object) -> None:
             notices.append((inbound.sender.id, text))
 
         gate = AccessGate(policy, core.router.deliver, notify, core.metrics)

@@ -1,0 +1,410 @@
+"""The web channel over a real gateway on 127.0.0.1, driven by aiohttp's client."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from channels.web.channel import WebChannel
+from gateway.app import Gateway
+from gateway.compose import build_gateway
+from gateway.config import Settings
+from gateway.errors import ConfigError, ProviderUnavailable
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
+from gateway.providers.offline import OfflineProvider
+from gateway.registry import ConversationRegistry
+from sessions.jsonl import JsonlSessionStore
+
+TOKEN = "t0ken-for-tests"
+Events = list[tuple[str, dict[str, Any]]]
+
+
+def settings(data_dir: Path, **extra: Any) -> Settings:
+    """Settings for tests: no .env, loopback, port 0, web only (keys are variable names)."""
+    values: dict[str, Any] = {
+        "GATEWAY_DATA_DIR": data_dir, "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": 0,
+        "GATEWAY_CHANNELS": "web", "GATEWAY_PROVIDER": "offline", "GATEWAY_WEB_TOKEN": None,
+        "GATEWAY_SHUTDOWN_GRACE": 0.2, "GATEWAY_MAX_MESSAGE_CHARS": 1000,
+    }
+    values.update(extra)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings init
+
+
+class FailingProvider(OfflineProvider):
+    """Every call fails as an unreachable provider would."""
+
+    async def complete(
+        self, request: ProviderRequest, on_text: TextSink | None = None
+    ) -> ProviderResponse:
+        raise ProviderUnavailable("connection refused")
+
+
+class HangingProvider(OfflineProvider):
+    """Never answers (until cancelled); ``called`` is set once a call is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called = asyncio.Event()
+
+    async def complete(
+        self, request: ProviderRequest, on_text: TextSink | None = None
+    ) -> ProviderResponse:
+        self.called.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+class Server:
+    """A started gateway plus a client session pointed at it."""
+
+    def __init__(self, gateway: Gateway, client: aiohttp.ClientSession) -> None:
+        self.gateway = gateway
+        self.client = client
+        self.base = f"http://127.0.0.1:{gateway.bound_port}"
+
+    @property
+    def store(self) -> JsonlSessionStore:
+        assert isinstance(self.gateway.store, JsonlSessionStore)
+        return self.gateway.store
+
+    async def post(self, body: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        # A stream, not bytes: aiohttp warns about large raw-bytes bodies.
+        data = io.BytesIO(body if isinstance(body, bytes) else orjson.dumps(body))
+        headers = {"Content-Type": "application/json", **kwargs.pop("headers", {})}
+        async with self.client.post(self.base + "/api/chat", data=data, headers=headers,
+                                    **kwargs) as resp:
+            return resp.status, await resp.json()
+
+    async def get(self, path: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        async with self.client.get(self.base + path, **kwargs) as resp:
+            return resp.status, await resp.json()
+
+    async def stream(self, body: dict[str, Any]) -> Events:
+        async with self.client.post(self.base + "/api/chat",
+                                    json={**body, "stream": True}) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            events: Events = []
+            name = ""
+            async for raw in resp.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    events.append((name, orjson.loads(line.removeprefix("data: "))))
+            return events
+
+    def entry_types(self, session: str) -> list[str]:
+        data = self.store.path_of("default", session).read_bytes()
+        return [orjson.loads(line)["type"] for line in data.splitlines()]
+
+    def session_files(self) -> list[Path]:
+        return sorted(self.store.data_dir.rglob("*.jsonl"))
+
+
+Start = Callable[..., Awaitable[Server]]
+
+
+@pytest.fixture
+async def start(tmp_path: Path) -> AsyncIterator[Start]:
+    """Starts gateways on demand; closes them (and their clients) at the end of the test."""
+    opened: list[Server] = []
+
+    async def _start(provider: Provider | None = None, channel: WebChannel | None = None,
+                     **extra: Any) -> Server:
+        chosen = [channel] if channel is not None else None
+        gateway = build_gateway(settings(tmp_path, **extra),
+                                provider=provider or OfflineProvider(), channels=chosen)
+        await gateway.start()
+        server = Server(gateway, aiohttp.ClientSession())
+        opened.append(server)
+        return server
+
+    yield _start
+    for server in opened:
+        await server.client.close()
+        await server.gateway.aclose()
+
+
+@pytest.fixture
+async def server(start: Start) -> Server:
+    return await start()
+
+
+async def test_chat_answers_with_session_and_reply(server: Server) -> None:
+    """POST /api/chat waits for the turn and answers the session id and the reply."""
+    status, body = await server.post({"conversation": "c1", "text": "hello"})
+    assert status == 200
+    assert set(body) == {"session", "reply"}
+    assert 'You said: "hello"' in body["reply"]
+    assert server.store.path_of("default", body["session"]).is_file()
+
+
+async def test_stream_deltas_add_up_to_the_reply(server: Server) -> None:
+    """SSE: session first, then deltas whose concatenation is the final reply, then done."""
+    events = await server.stream({"conversation": "c1", "text": "tell me something long"})
+    names = [name for name, _ in events]
+    assert names[0] == "session"
+    assert names[-1] == "done"
+    assert set(names[1:-1]) == {"delta"}
+    assert len(names) > 3  # the offline provider streams a few words at a time
+    done = events[-1][1]
+    assert done["session"] == events[0][1]["session"]
+    assert "".join(data["text"] for name, data in events if name == "delta") == done["reply"]
+
+
+async def test_accept_header_also_selects_streaming(server: Server) -> None:
+    """Accept: text/event-stream streams even without "stream": true in the body."""
+    async with server.client.post(server.base + "/api/chat",
+                                  json={"conversation": "c1", "text": "hi"},
+                                  headers={"Accept": "text/event-stream"}) as resp:
+        text = await resp.text()
+    assert resp.status == 200
+    assert text.startswith("event: session\ndata: {")
+    assert "event: done\n" in text
+
+
+async def test_history_holds_only_message_entries(server: Server) -> None:
+    """History lists user and assistant messages in order; the log also has the call entries."""
+    _, first = await server.post({"conversation": "h1", "text": "first"})
+    _, second = await server.post({"conversation": "h1", "text": "second"})
+    assert first["session"] == second["session"]
+    status, body = await server.get("/api/history?conversation=h1")
+    assert status == 200
+    assert body["session"] == first["session"]
+    assert body["total"] == 4
+    assert [(m["role"], m["text"]) for m in body["messages"]] == [
+        ("user", "first"), ("assistant", first["reply"]),
+        ("user", "second"), ("assistant", second["reply"]),
+    ]
+    types = set(server.entry_types(body["session"]))
+    assert {"session", "prompt", "section", "call", "outcome", "message"} <= types
+    _, page = await server.get("/api/history?conversation=h1&offset=1&limit=2")
+    assert (page["total"], page["offset"]) == (4, 1)
+    assert [m["text"] for m in page["messages"]] == [first["reply"], "second"]
+
+
+async def test_history_of_an_unknown_conversation_is_empty(server: Server) -> None:
+    """A conversation that never spoke has no session and no messages."""
+    status, body = await server.get("/api/history?conversation=nobody")
+    assert (status, body) == (200, {"session": None, "total": 0, "offset": 0, "messages": []})
+
+
+async def test_two_conversations_run_concurrently(start: Start) -> None:
+    """Two conversations at once get their own sessions and their own answers."""
+    server = await start(provider=OfflineProvider(delay=0.01))
+    (sa, a), (sb, b) = await asyncio.gather(
+        server.post({"conversation": "alice", "text": "I am Alice"}),
+        server.post({"conversation": "bob", "text": "I am Bob"}),
+    )
+    assert (sa, sb) == (200, 200)
+    assert a["session"] != b["session"]
+    assert "Alice" in a["reply"]
+    assert "Bob" not in a["reply"]
+    assert "Bob" in b["reply"]
+    assert "Alice" not in b["reply"]
+
+
+async def test_control_characters_are_stripped(server: Server) -> None:
+    """Control characters other than newline and tab never reach the session."""
+    status, _ = await server.post({"conversation": "c1", "text": "he\x00llo\x1b[0m\r\n\tok\x7f"})
+    assert status == 200
+    _, body = await server.get("/api/history?conversation=c1")
+    assert body["messages"][0]["text"] == "hello[0m\n\tok"
+
+
+BAD_BODIES = [
+    pytest.param(b"{not json", 400, id="malformed-json"),
+    pytest.param(b"[1, 2]", 400, id="array-body"),
+    pytest.param(b'"text"', 400, id="string-body"),
+    pytest.param(b'{"conversation": "c1"}', 400, id="missing-text"),
+    pytest.param(b'{"text": "hi"}', 400, id="missing-conversation"),
+    pytest.param(b'{"conversation": "c1", "text": 5}', 400, id="text-not-string"),
+    pytest.param(b'{"conversation": "../x", "text": "hi"}', 400, id="conversation-traversal"),
+    pytest.param(b'{"conversation": "", "text": "hi"}', 400, id="conversation-empty"),
+    pytest.param(b'{"conversation": "c1", "text": "  \\u0000 "}', 400, id="text-empty"),
+    pytest.param(b'{"conversation": "c1", "text": "hi", "stream": "yes"}', 400, id="bad-stream"),
+    pytest.param(b'{"conversation": "c1", "text": "hi", "id": 7}', 400, id="bad-id"),
+    pytest.param(b'{"conversation": "c1", "text": "hi", "name": []}', 400, id="bad-name"),
+    pytest.param(b'{"conversation": "c1", "text": "\xff\xfe"}', 400, id="invalid-utf8"),
+    pytest.param(b'{"conversation": "c1", "text": "' + b"x" * 1001 + b'"}', 413, id="too-long"),
+    pytest.param(b"{" + b" " * (3 * 1024 * 1024) + b"}", 413, id="3MB-body"),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_BODIES)
+async def test_bad_input_is_refused_and_never_recorded(
+    server: Server, body: bytes, expected: int
+) -> None:
+    """Bad input gets a JSON error with a 4xx status, and no session file is written."""
+    status, answer = await server.post(body)
+    assert status == expected
+    assert isinstance(answer["error"], str)
+    assert answer["error"]
+    assert server.session_files() == []
+
+
+async def test_too_long_names_the_limit(server: Server) -> None:
+    """The 413 for a long message says how long it was and what the limit is."""
+    status, answer = await server.post({"conversation": "c1", "text": "y" * 1500})
+    assert status == 413
+    assert "1500" in answer["error"]
+    assert "1000" in answer["error"]
+
+
+@pytest.mark.parametrize("query", [
+    "", "?conversation=..%2Fx", "?conversation=c1&offset=-1", "?conversation=c1&limit=abc",
+])
+async def test_bad_history_queries_are_400(server: Server, query: str) -> None:
+    """History refuses a missing or unsafe conversation id and non-numeric paging."""
+    status, answer = await server.get("/api/history" + query)
+    assert status == 400
+    assert answer["error"]
+
+
+async def test_duplicate_message_id_is_409_and_recorded_once(server: Server) -> None:
+    """A retried client message id is refused with 409 and the session holds it once."""
+    body = {"conversation": "c1", "text": "once", "id": "m-1"}
+    assert (await server.post(body))[0] == 200
+    status, answer = await server.post(body)
+    assert status == 409
+    assert "already" in answer["error"]
+    _, history = await server.get("/api/history?conversation=c1")
+    assert [m["text"] for m in history["messages"]].count("once") == 1
+
+
+async def test_provider_failure_is_502_and_an_error_event(start: Start) -> None:
+    """A turn that apologises answers 502 (JSON) or an error event (SSE)."""
+    server = await start(provider=FailingProvider())
+    status, body = await server.post({"conversation": "c1", "text": "hi"})
+    assert status == 502
+    assert body["session"]
+    assert "Sorry" in body["error"]
+    events = await server.stream({"conversation": "c1", "text": "again"})
+    assert [name for name, _ in events] == ["session", "error"]
+    assert events[1][1]["status"] == 502
+
+
+async def test_reply_wait_is_bounded(start: Start, tmp_path: Path) -> None:
+    """No reply within the bound: 504 for JSON, an error event with status 504 for SSE."""
+    channel = WebChannel(store=JsonlSessionStore(tmp_path), reply_timeout=0.2)
+    server = await start(provider=HangingProvider(), channel=channel)
+    status, body = await server.post({"conversation": "c1", "text": "hi"})
+    assert status == 504
+    assert body["session"]
+    assert body["error"]
+    events = await server.stream({"conversation": "c2", "text": "hi"})
+    assert [name for name, _ in events] == ["session", "error"]
+    assert events[1][1]["status"] == 504
+
+
+async def test_shutdown_ends_waiting_requests_with_503(start: Start, tmp_path: Path) -> None:
+    """Closing the gateway answers a request still waiting with 503 after the grace."""
+    channel = WebChannel(store=JsonlSessionStore(tmp_path), reply_timeout=60,
+                         shutdown_grace=0.1)
+    provider = HangingProvider()
+    server = await start(provider=provider, channel=channel)
+    waiting = asyncio.create_task(server.post({"conversation": "c1", "text": "hi"}))
+    await asyncio.wait_for(provider.called.wait(), 10)
+    await server.gateway.aclose()
+    status, body = await asyncio.wait_for(waiting, 10)
+    assert status == 503
+    assert "shut down" in body["error"]
+
+
+async def test_closed_channel_refuses_with_503(server: Server) -> None:
+    """After the channel stops taking input, new messages get 503."""
+    web_channel = server.gateway.channels[0]
+    await web_channel.aclose()
+    status, body = await server.post({"conversation": "c1", "text": "hi"})
+    assert status == 503
+    assert body["error"]
+
+
+async def test_token_is_required_when_configured(start: Start) -> None:
+    """With a token, /api needs the bearer token (401 without or wrong); the page still loads."""
+    server = await start(GATEWAY_WEB_TOKEN=TOKEN)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        status, body = await server.get("/api/history?conversation=c1", headers=headers)
+        assert status == 401
+        assert body["error"]
+        status, _ = await server.post({"conversation": "c1", "text": "hi"}, headers=headers)
+        assert status == 401
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    status, _ = await server.get("/api/history?conversation=c1", headers=good)
+    assert status == 200
+    status, body = await server.post({"conversation": "c1", "text": "hi"}, headers=good)
+    assert status == 200
+    assert body["reply"]
+    async with server.client.get(server.base + "/") as resp:
+        assert resp.status == 200
+
+
+async def test_other_origins_and_hosts_are_refused_without_a_token(server: Server) -> None:
+    """Without a token, a foreign Origin (CSRF) or Host (DNS rebinding) gets 403."""
+    body = {"conversation": "c1", "text": "hi"}
+    status, _ = await server.post(body, headers={"Origin": "http://evil.example"})
+    assert status == 403
+    status, _ = await server.post(body, headers={"Host": "evil.example"})
+    assert status == 403
+    own = server.base.removeprefix("http://")
+    status, _ = await server.post(body, headers={"Origin": f"http://{own}"})
+    assert status == 200
+    assert server.session_files() != []
+
+
+async def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
+    """Bound beyond loopback, the channel refuses to start without a token, starts with one."""
+    store = JsonlSessionStore(tmp_path)
+    registry = ConversationRegistry(store, Metrics())
+
+    async def deliver(inbound: Inbound) -> None:
+        raise AssertionError("not reached")
+
+    channel = WebChannel.from_settings(settings(tmp_path, GATEWAY_HOST="0.0.0.0"), store,
+                                       registry)
+    with pytest.raises(ConfigError, match="GATEWAY_WEB_TOKEN"):
+        await channel.start(deliver)
+    guarded = WebChannel.from_settings(
+        settings(tmp_path, GATEWAY_HOST="192.0.2.1", GATEWAY_WEB_TOKEN=TOKEN), store, registry
+    )
+    await guarded.start(deliver)
+    await guarded.aclose()
+
+
+async def test_page_and_static_files(server: Server) -> None:
+    """The page and its assets are served with a CSP; unknown names are 404."""
+    async with server.client.get(server.base + "/") as resp:
+        page = await resp.text()
+        assert resp.status == 200
+        assert resp.content_type == "text/html"
+        assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+    assert '<script src="/static/app.js"' in page
+    for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+        async with server.client.get(f"{server.base}/static/{name}") as resp:
+            assert (resp.status, resp.content_type) == (200, kind)
+    for name in ("nope.js", "index.html", "..%2Fchannel.py"):
+        async with server.client.get(f"{server.base}/static/{name}") as resp:
+            assert resp.status == 404
+
+
+async def test_healthz_and_metrics(server: Server) -> None:
+    """/healthz reports the web channel's request count; /metrics has the turn counters."""
+    await server.post({"conversation": "c1", "text": "hi"})
+    status, health = await server.get("/healthz")
+    assert status == 200
+    assert health["channels"]["web"] == {"ok": True, "requests": 1}
+    async with server.client.get(server.base + "/metrics") as resp:
+        text = await resp.text()
+    assert resp.status == 200
+    assert "gateway_turns_total" in text
+    assert "persist_failures_total" in text

@@ -1,0 +1,137 @@
+"""Model-visible ⟺ recorded: through the web channel, with the real Anthropic and OpenAI SDKs
+talking to local fake servers, every request body the provider received equals what
+``gateway replay ID --request N --shape S`` rebuilds."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from gateway.app import Gateway
+from gateway.cli import main as cli_main
+from gateway.compose import build_gateway
+from gateway.config import Settings
+from gateway.providers.anthropic import AnthropicProvider
+from gateway.providers.base import Provider
+from gateway.providers.openai import OpenAIProvider
+from tests.fakes.providers import FakeProviderServer, Reply
+
+API = ["anthropic", "openai"]
+
+
+def make_provider(api: str, srv: FakeProviderServer) -> Provider:
+    if api == "anthropic":
+        return AnthropicProvider(api_key="test-key-anthropic", model="claude-test",
+                                 base_url=srv.anthropic_base_url, max_retries=0)
+    return OpenAIProvider(api_key="test-key-openai", model="gpt-test",
+                          base_url=srv.openai_base_url, max_retries=0)
+
+
+@asynccontextmanager
+async def gateway_for(tmp_path: Path, provider: Provider, **env: Any) -> AsyncIterator[Gateway]:
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(tmp_path / "data"),
+                        GATEWAY_PORT=0, **env)
+    gateway = build_gateway(settings, provider=provider)
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+async def chat(gateway: Gateway, conversation: str, text: str,
+               expect: int = 200) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{gateway.bound_port}/api/chat"
+    async with aiohttp.ClientSession() as http, http.post(
+        url, json={"conversation": conversation, "text": text}
+    ) as response:
+        assert response.status == expect, await response.text()
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+def replay_cli(data_dir: Path, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = cli_main(["replay", "--data-dir", str(data_dir), *args])
+    return code, out.getvalue()
+
+
+def assert_every_call_replays(data_dir: Path, session: str, api: str,
+                              bodies: list[dict[str, Any]]) -> None:
+    code, summary = replay_cli(data_dir, session, "--json")
+    assert code == 0
+    turns = orjson.loads(summary)["turns"]
+    assert len(turns) == len(bodies)
+    for n, body in enumerate(bodies, start=1):
+        code, out = replay_cli(data_dir, session, "--request", str(n), "--shape", api)
+        assert code == 0
+        assert orjson.loads(out) == body, f"call {n} differs from its replay"
+        system = body["system"] if api == "anthropic" else body["messages"][0]["content"]
+        code, turn = replay_cli(data_dir, session, "--turn", str(n), "--json")
+        assert orjson.loads(turn)["systemPrompt"] == system  # byte-identical text
+
+
+@pytest.mark.parametrize("api", API)
+async def test_tool_rewrites_persona_mid_turn_and_every_call_replays(
+    tmp_path: Path, api: str
+) -> None:
+    """A memory_write tool round rebuilds the prompt mid-turn; all calls replay exactly."""
+    async with FakeProviderServer() as srv:
+        srv.script(api, Reply.text("Hello Ada."),
+                   Reply.tool_use("memory_write", {"text": "Ada likes green tea"},
+                                  text_before="Saving that."),
+                   Reply.text("Noted, green tea it is."))
+        async with gateway_for(tmp_path, make_provider(api, srv)) as gateway:
+            first = await chat(gateway, "ada", "hi, I'm Ada")
+            second = await chat(gateway, "ada", "remember that I like green tea")
+        bodies = [r.body for r in srv.requests_for(api)]
+    assert first["session"] == second["session"]
+    assert second["reply"].endswith("Noted, green tea it is.")
+    systems = [b["system"] if api == "anthropic" else b["messages"][0]["content"]
+               for b in bodies]
+    assert "Ada likes green tea" not in systems[1]
+    assert "Ada likes green tea" in systems[2]  # the very next call, same turn
+    await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", first["session"], api,
+                            bodies)
+    code, summary = await asyncio.to_thread(replay_cli, tmp_path / "data", first["session"])
+    assert "rebuilt:memory_write" in summary
+
+
+@pytest.mark.parametrize("api", API)
+async def test_window_drops_old_messages_and_replays(tmp_path: Path, api: str) -> None:
+    """With a small token budget the oldest messages leave the window; replay agrees."""
+    async with FakeProviderServer() as srv:
+        async with gateway_for(tmp_path, make_provider(api, srv),
+                               GATEWAY_WINDOW_TOKENS=120) as gateway:
+            for i in range(6):
+                reply = await chat(gateway, "w", f"message number {i}: " + "lorem ipsum " * 12)
+        bodies = [r.body for r in srv.requests_for(api)]
+    user_texts = [m["content"] for m in bodies[-1]["messages"] if m["role"] == "user"]
+    assert not any(t.startswith("message number 0") for t in user_texts)
+    await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"], api,
+                            bodies)
+
+
+async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> None:
+    """A 529 ends the turn with an apology; replay shows the call and its error outcome."""
+    async with FakeProviderServer() as srv:
+        srv.script("anthropic", Reply.error(529))
+        async with gateway_for(tmp_path, make_provider("anthropic", srv)) as gateway:
+            reply = await chat(gateway, "e", "hello?", expect=502)
+        bodies = [r.body for r in srv.requests_for("anthropic")]
+    assert reply["error"].startswith("Sorry")
+    await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"],
+                            "anthropic", bodies)
+    code, turn = await asyncio.to_thread(replay_cli, tmp_path / "data", reply["session"],
+                                         "--turn", "1", "--json")
+    assert orjson.loads(turn)["outcome"]["error"]["kind"] == "unavailable"
+    assert orjson.loads(turn)["assistant"] is None
