@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.recorder import SessionRecorder
-from gateway.window import estimate_tokens, has_tool_use, is_plain_user
+from gateway.window import ConversationOrder, estimate_tokens, has_tool_use, is_plain_user
 from sessions import entries
 from sessions.records import MessageDict, Outcome
 
@@ -35,7 +35,9 @@ class Conversation:
         self.context = context
         self.messages: list[MessageDict] = messages or []
         self.costs = [estimate_tokens(m) for m in self.messages]
-        self.order = conversation_order(self.messages)
+        self.order = ConversationOrder()
+        for index in conversation_order(self.messages):
+            self.order.append(index, self.costs[index])
         self.last_prompt: str | None = recorder.writer.state.last_prompt
         self.last_active = 0.0
         """Wall-clock time of the last inbound message (for idle rotation)."""
@@ -54,14 +56,14 @@ class Conversation:
 
     def begin(self, index: int, context: ChannelContext | None = None) -> None:
         """Start the turn of the inbound message recorded at ``index``."""
-        self.order.append(index)
+        self.order.append(index, self.costs[index])
         if context is not None and context != self.context:
             self.context = context
 
     async def add_assistant(self, message: MessageDict, outcome: Outcome | None) -> int:
         """Record the provider's answer (and the call's outcome) in one append."""
         index = self._add(message)
-        self.order.append(index)
+        self.order.append(index, self.costs[index])
         batch = [entries.message(message)]
         if outcome is not None:
             batch.append(entries.outcome(outcome))
@@ -70,7 +72,7 @@ class Conversation:
 
     async def add_tool_results(self, message: MessageDict) -> int:
         index = self._add(message)
-        self.order.append(index)
+        self.order.append(index, self.costs[index])
         await self.recorder.append([entries.message(message)])
         return index
 

@@ -39,20 +39,30 @@ class SessionRecorder:
 
     async def persist(self, request: CallRequest) -> PersistReport | None:
         """The prompt-persist hook body: runs to completion before the provider call starts."""
-        result: PersistReport | None = await self._guard(persist_call(self.writer, request))
+        result: PersistReport | None = await self._guard(
+            persist_call(self.writer, request), inline=self._inline()
+        )
         return result
 
     async def append(self, entries: Sequence[Mapping[str, Any]]) -> bool:
         """Append entries; False (after counting and maybe logging) when the write failed."""
-        return await self._guard(self.writer.append(entries)) is not None
+        return await self._guard(self.writer.append(entries), inline=self._inline()) is not None
+
+    def _inline(self) -> bool:
+        return bool(getattr(self.writer, "completes_inline", False))
 
     async def sync(self) -> None:
         await self._guard(self.writer.sync(), ok_value=True)
 
-    async def _guard(self, work: Any, ok_value: Any = None) -> Any:
+    async def _guard(self, work: Any, ok_value: Any = None, inline: bool = False) -> Any:
         try:
-            async with asyncio.timeout(self._timeout):
+            if inline:
+                # The write completes without suspending; a timer could never fire, and arming
+                # one costs more than the write itself.
                 result = await work
+            else:
+                async with asyncio.timeout(self._timeout):
+                    result = await work
         except TimeoutError:
             self._failed("timeout")
             return None

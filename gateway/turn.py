@@ -23,7 +23,6 @@ from gateway.metrics import Metrics
 from gateway.prompt import PromptSource
 from gateway.providers.base import Provider, ProviderRequest
 from gateway.tools import ToolRegistry
-from gateway.window import choose_window
 from sessions.records import CallRequest, Outcome, window_messages
 from sessions.scan import message_text
 
@@ -84,8 +83,7 @@ class AgentLoop:
                 reason = f"rebuilt:{built.cause}"
             else:
                 reason = "unchanged"  # not written: the log keeps the entry that introduced it
-            window = choose_window(conv.messages, conv.order, conv.costs,
-                                   self.settings.window_tokens)
+            window = conv.order.choose(conv.messages, self.settings.window_tokens)
             params = dict(self.provider.params())
             request = CallRequest(
                 prompt=prompt, reason=reason, tools=self.tools.schemas,

@@ -10,6 +10,7 @@ message arrived during another turn, see :mod:`gateway.conversation`).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from sessions.records import MessageDict, Window
@@ -48,24 +49,83 @@ def has_tool_use(message: MessageDict) -> bool:
     )
 
 
+class ConversationOrder:
+    """The conversation's messages in conversation order, indexed for O(log n) windows.
+
+    Keeps the order as runs of consecutive log indices (usually one run, more when a message
+    arrived during another turn) and prefix sums of token estimates, so choosing a window does
+    not walk the whole transcript on every provider call.
+    """
+
+    __slots__ = ("_cum", "_run_pos", "_runs", "order")
+
+    def __init__(self) -> None:
+        self.order: list[int] = []
+        self._cum: list[int] = [0]
+        self._runs: list[list[int]] = []  # [first, end) log-index runs
+        self._run_pos: list[int] = []  # position in ``order`` where each run starts
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def append(self, index: int, cost: int) -> None:
+        if self._runs and self._runs[-1][1] == index:
+            self._runs[-1][1] = index + 1
+        else:
+            self._runs.append([index, index + 1])
+            self._run_pos.append(len(self.order))
+        self.order.append(index)
+        self._cum.append(self._cum[-1] + cost)
+
+    def choose(self, messages: Sequence[MessageDict], budget: int) -> Window:
+        """The window for the next call: see the module docstring for the rules."""
+        order = self.order
+        if not order:
+            return ()
+        end = len(order)
+        while end > 1 and has_tool_use(messages[order[end - 1]]):
+            end -= 1  # an unanswered tool_use can only be the tail of a crashed turn
+        # Smallest start with cum[end] - cum[start] <= budget, keeping at least one message.
+        start = min(bisect_left(self._cum, self._cum[end] - budget, 0, end), end - 1)
+        first = start
+        while first < end - 1 and not is_plain_user(messages[order[first]]):
+            first += 1
+        if not is_plain_user(messages[order[first]]):
+            first = start
+        return self._ranges(first, end)
+
+    def _ranges(self, first: int, end: int) -> Window:
+        """Ranges covering order positions [first, end), from the runs."""
+        ranges: list[tuple[int, int]] = []
+        r = bisect_right(self._run_pos, first) - 1
+        while r < len(self._runs) and self._run_pos[r] < end:
+            run_start, run_end = self._runs[r]
+            pos = self._run_pos[r]
+            lo = run_start + max(0, first - pos)
+            hi = min(run_end, run_start + (end - pos))
+            if lo < hi:
+                ranges.append((lo, hi))
+            r += 1
+        return tuple(ranges)
+
+
 def choose_window(
     messages: Sequence[MessageDict],
     order: Sequence[int],
     costs: Sequence[int],
     budget: int,
 ) -> Window:
-    """Ranges of ``order``'s tail that fit ``budget``; ``costs[i]`` estimates message ``i``."""
+    """Reference implementation (linear): same rules as :meth:`ConversationOrder.choose`."""
     if not order:
         return ()
     end = len(order)
     while end > 1 and has_tool_use(messages[order[end - 1]]):
-        end -= 1  # an unanswered tool_use can only be the tail of a crashed turn
+        end -= 1
     start = end - 1
     total = costs[order[start]]
     while start > 0 and total + costs[order[start - 1]] <= budget:
         start -= 1
         total += costs[order[start]]
-    # Move forward to a safe first message; if none, keep the newest message alone.
     first = start
     while first < end - 1 and not is_plain_user(messages[order[first]]):
         first += 1

@@ -108,6 +108,12 @@ class JsonlSessionWriter:
         return self._state
 
     @property
+    def completes_inline(self) -> bool:
+        """True when :meth:`append` never suspends (no fsync per append), so a timeout around
+        it could never fire: callers may skip arming one."""
+        return self._durability != "always"
+
+    @property
     def path(self) -> Path:
         return self._path
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from datetime import UTC, datetime
 
 from sessions.errors import InvalidNameError
@@ -47,6 +48,18 @@ def new_session_id(now: datetime | None = None) -> str:
     return f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def utc_now_iso() -> str:
-    """Timestamp used in every entry: ISO 8601, UTC, millisecond precision, ``Z`` suffix."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Timestamp used in every entry: ISO 8601, UTC, millisecond precision, ``Z`` suffix.
+
+    Called for every append, so the date-time part is formatted once per second.
+    """
+    global _second_cache
+    now = time.time()
+    second = int(now)
+    if _second_cache[0] != second:
+        _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    millis = min(int((now - second) * 1000), 999)
+    return f"{_second_cache[1]}.{millis:03d}Z"

@@ -4,9 +4,11 @@ Each input line is one message; the REPL waits for its reply (deltas printed as 
 then a newline) before it reads the next line. ``/session`` prints the session id and the
 replay command; ``/quit`` or the end of input ends the chat and asks the gateway to stop.
 
-Input is read by a daemon thread from the binary stdin, so a TTY, a pipe and a redirected file
-all work and the event loop never blocks. A thread blocked in ``readline`` cannot be cancelled;
-being a daemon, it is simply left behind when the process exits.
+Input is read by a daemon thread with ``os.read`` on the stdin file descriptor, so a TTY, a
+pipe and a redirected file all work and the event loop never blocks. A thread blocked in a read
+cannot be cancelled; being a daemon, it is left behind when the process exits. It reads the raw
+descriptor rather than ``sys.stdin``: a daemon thread parked inside ``sys.stdin.buffer`` holds
+its lock, and the interpreter aborts when it flushes stdin at exit.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, BinaryIO, TextIO, cast
+from typing import Any, TextIO, cast
 
 from channels.base import Deliver, ReplySink
 from gateway.messages import ConversationKey, Inbound, Sender
@@ -91,7 +94,7 @@ class ConsoleChannel:
         conversation: str = "local",
         tenant: str = DEFAULT_TENANT,
         max_message_chars: int = 16_000,
-        stdin: BinaryIO | None = None,
+        stdin_fd: int = 0,
         stdout: TextIO | None = None,
         replay_command: str = "gateway replay {session}",
         on_exit: Callable[[], None] | None = None,
@@ -100,11 +103,11 @@ class ConsoleChannel:
         self.key = ConversationKey(CHANNEL, validate_name(conversation, "conversation"),
                                    tenant=tenant)
         self.max_message_chars = max_message_chars
-        self.stdin = stdin if stdin is not None else sys.stdin.buffer
+        self.stdin_fd = stdin_fd
         self.out = stdout if stdout is not None else sys.stdout
         self.replay_command = replay_command
         self.on_exit = on_exit
-        self.interactive = self.stdin.isatty()
+        self.interactive = os.isatty(stdin_fd)
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._deliver: SinkDeliver | None = None
         self._group: asyncio.TaskGroup | None = None
@@ -148,12 +151,17 @@ class ConsoleChannel:
     # -- input --------------------------------------------------------------------------------
 
     def _read_lines(self, loop: asyncio.AbstractEventLoop) -> None:
+        pending = b""
         try:
-            while line := self.stdin.readline():
-                self._post(loop, line.decode("utf-8", "replace"))
-        except (OSError, ValueError):  # stdin closed under us: same as end of input
+            while chunk := os.read(self.stdin_fd, 65536):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    self._post(loop, line.decode("utf-8", "replace"))
+        except OSError:  # stdin closed under us: same as the end of input
             pass
         finally:
+            if pending:
+                self._post(loop, pending.decode("utf-8", "replace"))
             self._post(loop, None)
 
     def _post(self, loop: asyncio.AbstractEventLoop, item: str | None) -> None:

@@ -1,0 +1,104 @@
+"""Benchmark: what the prompt-persist hook adds to a turn.
+
+A turn through the real router, agent loop and JSONL store, with an instant in-process
+provider (``ScriptedProvider``) and a fixed 8 KB system prompt, is timed with the hook on and
+off, alternating in the same run. Target: the hook adds <= 5 %.
+
+Run: .venv/bin/python bench/bench_turn.py [--turns 300] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from channels.memory import MemoryChannel  # noqa: E402
+from gateway.hooks import prompt_persist_hook  # noqa: E402
+from gateway.messages import ChannelContext  # noqa: E402
+from gateway.metrics import Metrics  # noqa: E402
+from gateway.prompt import BuiltPrompt  # noqa: E402
+from gateway.providers.scripted import ScriptedProvider  # noqa: E402
+from gateway.registry import ConversationRegistry  # noqa: E402
+from gateway.router import Router  # noqa: E402
+from gateway.tools import ToolRegistry  # noqa: E402
+from gateway.turn import AgentLoop  # noqa: E402
+from sessions.jsonl import JsonlSessionStore  # noqa: E402
+from sessions.records import Prompt, Section  # noqa: E402
+from sessions.store import Durability  # noqa: E402
+
+
+class FixedPrompt:
+    """An 8 KB prompt in seven sections, built once (as the persona cache does)."""
+
+    def __init__(self) -> None:
+        names = ["soul", "user", "memory", "skills", "mood", "kb", "channel"]
+        chunk = 8192 // len(names)
+        self.built = BuiltPrompt(
+            Prompt.from_sections([Section(n, (n + " ") * (chunk // (len(n) + 1))) for n in names]),
+            "initial",
+        )
+
+    async def build(self, context: ChannelContext) -> BuiltPrompt:
+        return self.built
+
+
+async def run_turns(hook: bool, turns: int, durability: Durability) -> float:
+    """Median seconds per turn for ``turns`` sequential turns in one conversation."""
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = Metrics()
+        loop = AgentLoop(provider=ScriptedProvider(keep_bodies=False), prompts=FixedPrompt(),
+                         tools=ToolRegistry(), hooks=[prompt_persist_hook] if hook else [],
+                         metrics=metrics)
+        registry = ConversationRegistry(JsonlSessionStore(Path(tmp), durability=durability),
+                                        metrics)
+        channel = MemoryChannel()
+        times: list[float] = []
+        async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
+                          metrics=metrics) as router:
+            await channel.start(router.deliver)
+            for i in range(turns):
+                started = time.perf_counter()
+                await channel.say("bench", f"message {i}")
+                await channel.wait_replies(i + 1)
+                times.append(time.perf_counter() - started)
+            await router.drain(5)
+        await registry.aclose()
+        return statistics.median(times[turns // 10:])  # skip warm-up
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    lines = ["## Turn: prompt-persist hook on vs off", "",
+             f"`.venv/bin/python bench/bench_turn.py --turns {args.turns} --rounds {args.rounds}`",
+             "", "| durability | hook off (µs/turn, median of rounds) | hook on | ratio | target |",
+             "|---|---|---|---|---|"]
+    for durability in ("none", "turn"):
+        off: list[float] = []
+        on: list[float] = []
+        for _ in range(args.rounds):  # alternate so drift in machine load hits both sides
+            off.append(await run_turns(False, args.turns, durability))
+            on.append(await run_turns(True, args.turns, durability))
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        ratio = m_on / m_off
+        verdict = "met" if ratio <= 1.05 else f"missed by {(ratio - 1.05) * 100:.1f} points"
+        lines.append(f"| {durability} | {m_off * 1e6:.0f} | {m_on * 1e6:.0f} | {ratio:.3f} | "
+                     f"<= 1.05 ({verdict}) |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "turn.md").write_text(report)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,174 @@
+"""Slack Events API payloads -> :class:`gateway.messages.Inbound` (pure: no I/O, no clock).
+
+What counts as a message to the bot:
+
+* a direct message (``message`` with ``channel_type: im``): the conversation is the DM, or
+  the DM thread when the message is in one;
+* a channel mention (``app_mention``, or its ``message`` twin whose text mentions the bot):
+  the conversation is the thread, ``thread_ts`` or the message's own ``ts`` when it starts one.
+
+The workspace (``team_id``) is the tenant. Both twins of a mention, and Slack's retries, get
+the same ``platform_id`` ``"{team}:{channel}:{ts}"`` so the duplicates are dropped before they
+reach a session. Everything else is :class:`Ignored` with a short reason for the debug log:
+bot messages (ours included), edits, deletions and other subtypes, channel messages that do
+not mention the bot, and messages left empty once the mention is removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gateway.messages import ConversationKey, Inbound, Sender
+from sessions.errors import InvalidNameError
+from sessions.names import validate_tenant
+
+CHANNEL: Final = "slack"
+
+META_TS: Final = "ts"
+"""``Inbound.meta`` key: the Slack ts of the person's message (the reaction target)."""
+META_REPLY_THREAD: Final = "thread_ts"
+"""``Inbound.meta`` key: the ``thread_ts`` replies are posted under."""
+
+# Subtypes that are still a person writing to us; every other subtype (edits, deletions,
+# joins, bot_message, ...) is ignored.
+_PERSON_SUBTYPES: Final = frozenset({None, "file_share", "thread_broadcast"})
+_MULTI_PARTY: Final = frozenset({"channel", "group", "mpim"})
+# Cc characters except \t and \n: they garble logs and mean nothing in a chat.
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ENTITY: Final = re.compile(r"<([^<>]*)>")
+TRUNCATED: Final = " … [truncated]"
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A payload that is not a message for the bot; ``reason`` is short and secret-free."""
+
+    reason: str
+
+
+def to_inbound(
+    body: Mapping[str, Any],
+    *,
+    bot_user_id: str | None,
+    max_chars: int = 16_000,
+    received_at: float = 0.0,
+) -> Inbound | Ignored:
+    """Translate one ``event_callback`` envelope (as POSTed or pushed over Socket Mode)."""
+    event = body.get("event")
+    if not isinstance(event, Mapping):
+        return Ignored("no event")
+    kind = event.get("type")
+    if kind not in ("message", "app_mention"):
+        return Ignored(f"event type {_short(kind)}")
+    subtype = event.get("subtype")
+    if subtype not in _PERSON_SUBTYPES:
+        return Ignored(f"subtype {_short(subtype)}")
+    user = event.get("user")
+    if event.get("bot_id"):
+        # Any bot, ours included (bolt drops ours before us; this keeps convert safe alone).
+        return Ignored("bot message")
+    if not isinstance(user, str) or not user:
+        return Ignored("no user")
+    if bot_user_id is not None and user == bot_user_id:
+        return Ignored("own message")
+    channel, ts = event.get("channel"), event.get("ts")
+    if not isinstance(channel, str) or not channel or not isinstance(ts, str) or not ts:
+        return Ignored("no channel or ts")
+    team = _team(body, event)
+    if team is None:
+        return Ignored("no valid team id")
+    raw_text = event.get("text")
+    raw_text = raw_text if isinstance(raw_text, str) else ""
+    thread_ts = event.get("thread_ts")
+    thread_ts = thread_ts if isinstance(thread_ts, str) and thread_ts else None
+
+    direct = kind == "message" and event.get("channel_type") == "im"
+    if not direct:
+        if kind == "message" and event.get("channel_type") not in _MULTI_PARTY:
+            return Ignored(f"channel type {_short(event.get('channel_type'))}")
+        if kind == "message" and not mentions(raw_text, bot_user_id):
+            return Ignored("channel message without a mention")
+    text = clean_text(raw_text, bot_user_id)
+    if not text:
+        return Ignored("empty text")
+    if len(text) > max_chars:
+        text = text[: max(0, max_chars - len(TRUNCATED))] + TRUNCATED
+
+    key = ConversationKey(
+        channel=CHANNEL, chat=channel, tenant=team,
+        thread=thread_ts if direct else (thread_ts or ts),
+    )
+    chat_type = "private" if direct else str(event.get("channel_type") or "channel")
+    return Inbound(
+        key=key,
+        sender=Sender(user),
+        text=text,
+        platform_id=f"{team}:{channel}:{ts}",
+        chat_type=chat_type,
+        received_at=received_at,
+        meta={META_TS: ts, META_REPLY_THREAD: thread_ts or ts},
+    )
+
+
+def mentions(text: str, bot_user_id: str | None) -> bool:
+    """True if ``text`` contains the ``<@BOT>`` mention token."""
+    return bot_user_id is not None and (
+        f"<@{bot_user_id}>" in text or f"<@{bot_user_id}|" in text
+    )
+
+
+def clean_text(text: str, bot_user_id: str | None) -> str:
+    """Slack's wire text as the model should read it.
+
+    The bot's own mention is removed; links become ``label (url)`` or ``url``, channels
+    ``#name``, special mentions ``@here``; other user mentions stay ``<@U…>`` (the id is all
+    the event carries); ``&amp;``, ``&lt;``, ``&gt;`` are unescaped last, so an escaped ``<``
+    never forms an entity.
+    """
+
+    if bot_user_id:
+        # The mention goes with the space before it: "hey <@B> there" -> "hey there".
+        text = re.sub(rf"\s*<@{re.escape(bot_user_id)}(?:\|[^<>]*)?>", "", text)
+
+    def entity(match: re.Match[str]) -> str:
+        target, _, label = match.group(1).partition("|")
+        if target.startswith("@"):
+            return match.group(0)
+        if target.startswith("#"):
+            return f"#{label}" if label else target
+        if target.startswith("!"):
+            special = target[1:].split("^", 1)[0]
+            return label if label else f"@{special}"
+        if label and label != target.removeprefix("mailto:"):
+            return f"{label} ({target})"
+        return label or target
+
+    out = _ENTITY.sub(entity, text)
+    out = out.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return _CONTROL.sub("", out).strip()
+
+
+def _team(body: Mapping[str, Any], event: Mapping[str, Any]) -> str | None:
+    """The workspace that installed us: the envelope's ``team_id`` (the event's ``team`` is
+    the author's workspace, which differs in shared channels)."""
+    candidates: list[object] = [body.get("team_id")]
+    authorizations = body.get("authorizations")
+    if isinstance(authorizations, list) and authorizations:
+        first = authorizations[0]
+        if isinstance(first, Mapping):
+            candidates.append(first.get("team_id"))
+    candidates.append(event.get("team"))
+    for value in candidates:
+        if isinstance(value, str) and value:
+            try:
+                return validate_tenant(value)
+            except InvalidNameError:
+                return None
+    return None
+
+
+def _short(value: object) -> str:
+    return str(value)[:40]

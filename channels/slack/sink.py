@@ -1,0 +1,136 @@
+"""Replies to Slack: one :class:`SlackTarget` per inbound message, streamed by
+:class:`channels.streaming.EditStreamer`.
+
+A reply lives in the person's thread (``thread_ts``): the first delta posts a plain-text
+preview with ``chat.postMessage``, later deltas edit it with ``chat.update`` (throttled by the
+streamer), and the final Markdown is rendered to mrkdwn chunks of at most 3000 characters
+(:func:`channels.slack.render.render_chunks`): the first chunk replaces the preview, the others
+are posted after it in the thread.
+
+Typing: Slack has no typing indicator for bots outside its assistant threads, so the turn
+marks the person's message with an :eyes: reaction instead, removed once the reply is
+delivered. Without the ``reactions:write`` scope the reaction is switched off for the process
+after the first ``missing_scope`` error.
+
+Errors: a rate limit (HTTP 429) is retried by slack_sdk's ``AsyncRateLimitErrorRetryHandler``
+after ``Retry-After``; an error that remains is logged (method and Slack error code only, never
+a token or message text) and counted in ``gateway_channel_errors_total{channel="slack"}``,
+never raised into the turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable
+from typing import Final
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from channels.slack.convert import CHANNEL, META_REPLY_THREAD, META_TS
+from channels.slack.render import render_chunks
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+
+log = logging.getLogger("channels.slack")
+
+TYPING_REACTION: Final = "eyes"
+EMPTY_REPLY: Final = "_(no reply)_"
+_ERROR_CODE: Final = re.compile(r"[a-z_]{1,40}")
+# Errors that mean "this can never work with this app's setup": stop trying reactions.
+_NO_REACTIONS: Final = frozenset({"missing_scope", "not_allowed_token_type", "no_permission"})
+
+
+class SlackCalls:
+    """Web API calls for the channel: errors are logged, counted and turned into ``None``."""
+
+    def __init__(self, client: AsyncWebClient, metrics: Metrics) -> None:
+        self.client = client
+        self.metrics = metrics
+        self.last_error: str | None = None
+        self.reactions = True
+
+    async def attempt(self, method: str,
+                      call: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse | None:
+        """Await ``call`` (a client coroutine for ``method``); None if it failed."""
+        try:
+            return await call
+        except SlackApiError as exc:
+            code = exc.response.get("error") if exc.response is not None else None
+            kind = code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else "api_error"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            kind = "network"
+            log.debug("slack %s: %s", method, type(exc).__name__)
+        except SlackClientError as exc:
+            kind = "client"
+            log.debug("slack %s: %s", method, type(exc).__name__)
+        self.record_error(method, kind)
+        return None
+
+    def record_error(self, method: str, kind: str) -> None:
+        self.last_error = f"{method}: {kind}"
+        self.metrics.channel_errors.labels(channel=CHANNEL, kind=kind).inc()
+        log.warning("slack %s failed: %s", method, kind)
+        if method.startswith("reactions.") and kind in _NO_REACTIONS:
+            self.reactions = False
+
+
+class SlackTarget:
+    """An :class:`channels.streaming.EditTarget` for the thread of one inbound message."""
+
+    def __init__(self, calls: SlackCalls, inbound: Inbound, *, chunk_limit: int = 3000) -> None:
+        self.calls = calls
+        self.channel = inbound.key.chat
+        self.thread_ts: str | None = inbound.meta.get(META_REPLY_THREAD)
+        self.message_ts: str | None = inbound.meta.get(META_TS)
+        self.chunk_limit = chunk_limit
+        self._reacted = False
+
+    async def typing(self) -> None:
+        if self._reacted or self.message_ts is None or not self.calls.reactions:
+            return
+        self._reacted = True  # once per turn: the streamer renews "typing" every few seconds
+        result = await self.calls.attempt("reactions.add", self.calls.client.reactions_add(
+            channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
+        self._reacted = result is not None
+
+    async def send_preview(self, text: str) -> str | None:
+        return await self._post(escape(text))
+
+    async def edit_preview(self, ref: str, text: str) -> None:
+        await self._update(ref, escape(text))
+
+    async def deliver_final(self, text: str, preview: str | None) -> None:
+        chunks = render_chunks(text, self.chunk_limit) or [EMPTY_REPLY]
+        first, rest = chunks[0], chunks[1:]
+        delivered = preview is not None and await self._update(preview, first)
+        if not delivered:
+            delivered = await self._post(first) is not None
+        for chunk in rest:
+            if not delivered:
+                break  # a gap in the middle of a reply reads worse than a cut-off one
+            delivered = await self._post(chunk) is not None
+        if self._reacted:
+            self._reacted = False
+            await self.calls.attempt("reactions.remove", self.calls.client.reactions_remove(
+                channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
+
+    async def _post(self, text: str) -> str | None:
+        response = await self.calls.attempt("chat.postMessage", self.calls.client.chat_postMessage(
+            channel=self.channel, thread_ts=self.thread_ts, text=text))
+        ts = response.get("ts") if response is not None else None
+        return ts if isinstance(ts, str) else None
+
+    async def _update(self, ts: str, text: str) -> bool:
+        response = await self.calls.attempt("chat.update", self.calls.client.chat_update(
+            channel=self.channel, ts=ts, text=text))
+        return response is not None
+
+
+def escape(text: str) -> str:
+    """Plain text for a message ``text``: Slack requires ``&``, ``<``, ``>`` escaped, which
+    also keeps a preview from pinging ``<!channel>``."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

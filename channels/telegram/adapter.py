@@ -1,0 +1,275 @@
+"""The Telegram channel: python-telegram-bot 22 driven inside the gateway's own event loop.
+
+No ``Application``/``Updater``: an :class:`telegram.ext.ExtBot` (``base_url`` from
+``TELEGRAM_API_BASE_URL`` for a self-hosted Bot API server, ``HTTPXRequest`` transports) is
+used as a plain client. Outbound calls follow Telegram's published limits through
+``AIORateLimiter`` (about 30 messages/s per bot, 20/min per group; a 429 is retried after its
+``retry_after``); ``TELEGRAM_RATE_LIMIT=off`` removes the limiter and a 429 is then waited out
+and retried once (:class:`channels.telegram.sink.BotApi`).
+
+Input, by ``TELEGRAM_MODE``: long polling (:mod:`channels.telegram.polling`, the default) or
+a webhook on the gateway's server (:mod:`channels.telegram.webhook`; needs
+``TELEGRAM_WEBHOOK_SECRET``; with ``TELEGRAM_WEBHOOK_URL`` the webhook is registered at start,
+otherwise it is the operator's job). Every update goes through :meth:`TelegramChannel.handle`:
+pure conversion (:mod:`channels.telegram.convert`), then the restart-proof dedup (update ids
+kept a day in ``<data_dir>/state/telegram-updates.jsonl``, since Telegram redelivers an update
+whose confirmation a crash or restart cut off), then ``deliver`` (the access gate in front of
+the router), which returns once the message is recorded. An update that cannot be delivered
+after it passed the dedup is logged, counted and dropped (at most once: one bad update never
+wedges the poll).
+
+Replies: one :class:`channels.streaming.EditStreamer` per inbound message over a
+:class:`channels.telegram.sink.TelegramTarget`. :meth:`TelegramChannel.aclose` stops input,
+gives replies still being written up to ``GATEWAY_SHUTDOWN_GRACE`` seconds (the gateway drains
+turns after closing channels, and they need the bot to answer), then closes the bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from aiohttp import web
+from telegram import Update
+from telegram.ext import AIORateLimiter, ExtBot
+from telegram.request import HTTPXRequest
+
+from channels.base import Deliver, ReplySink
+from channels.streaming import EditStreamer
+from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
+from channels.telegram.polling import ALLOWED_UPDATES, Poller
+from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
+from channels.telegram.webhook import WebhookEndpoint
+from gateway.config import Settings
+from gateway.dedup_file import FileDeduplicator
+from gateway.errors import ChannelError, ConfigError
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+
+log = logging.getLogger("channels.telegram")
+
+DEFAULT_BASE_URL: Final = "https://api.telegram.org/bot"
+DEDUP_TTL: Final = 25 * 3600.0
+"""Telegram keeps unconfirmed updates for 24 hours; remember ids a little longer."""
+RATE_LIMIT_RETRIES: Final = 3
+_SECRET_CHARS = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+Mode = Literal["polling", "webhook"]
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramOptions:
+    """Behaviour settings of the channel (``TELEGRAM_*``; see :meth:`from_settings`)."""
+
+    mode: Mode = "polling"
+    webhook_secret: str | None = None
+    webhook_url: str | None = None
+    group_mode: GroupMode = "mention"
+    max_message_chars: int = 16_000
+    poll_timeout: int = 30
+    stall_seconds: float = 90.0
+    edit_interval: float = 1.0
+    typing_interval: float = 4.0
+    close_grace: float = 10.0
+
+
+def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
+              poll_timeout: int) -> TelegramBot:
+    """The PTB client; no I/O until ``initialize``."""
+    return ExtBot(
+        token,
+        base_url=base_url or DEFAULT_BASE_URL,
+        request=HTTPXRequest(connection_pool_size=64, read_timeout=15.0, pool_timeout=10.0),
+        # Its own pool: a long poll never waits behind replies, nor replies behind it.
+        get_updates_request=HTTPXRequest(connection_pool_size=2,
+                                         read_timeout=float(poll_timeout) + 10.0),
+        rate_limiter=AIORateLimiter(max_retries=RATE_LIMIT_RETRIES) if rate_limit else None,
+    )
+
+
+class TelegramChannel:
+    """See the module docstring. Implements :class:`channels.base.Channel` and, in webhook
+    mode, :class:`gateway.app.HttpChannel`."""
+
+    name = "telegram"
+
+    def __init__(self, bot: TelegramBot, *, token: str, metrics: Metrics,
+                 dedup: FileDeduplicator, options: TelegramOptions,
+                 rate_limited: bool = True) -> None:
+        if options.mode == "webhook" and not options.webhook_secret:
+            raise ConfigError("TELEGRAM_MODE=webhook needs TELEGRAM_WEBHOOK_SECRET")
+        if options.webhook_secret and not _SECRET_CHARS.fullmatch(options.webhook_secret):
+            raise ConfigError("TELEGRAM_WEBHOOK_SECRET must be 1-256 characters of "
+                              "A-Z, a-z, 0-9, _ and -")
+        if options.mode == "polling" and options.stall_seconds <= options.poll_timeout:
+            raise ConfigError("TELEGRAM_STALL_SECONDS must be longer than TELEGRAM_POLL_TIMEOUT")
+        self.bot = bot
+        self.options = options
+        self.metrics = metrics
+        self.dedup = dedup
+        self.api = BotApi(bot, metrics, token, retry_429=not rate_limited)
+        self.edit_interval = options.edit_interval
+        """Minimum seconds between preview edits (public so tests can shorten it)."""
+        self.identity: BotIdentity | None = None
+        self._deliver: Deliver | None = None
+        self._closed = False
+        self._open_replies = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._poller: Poller | None = None
+        self._webhook: WebhookEndpoint | None = None
+        if options.mode == "polling":
+            self._poller = Poller(self.api, self.handle, poll_timeout=options.poll_timeout,
+                                  stall_seconds=options.stall_seconds)
+        else:
+            assert options.webhook_secret is not None  # checked above
+            self._webhook = WebhookEndpoint(
+                options.webhook_secret, parse=self._parse, handle=self.handle,
+                ready=lambda: self._deliver is not None and not self._closed, metrics=metrics)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics) -> TelegramChannel:
+        if settings.telegram_bot_token is None:
+            raise ConfigError("GATEWAY_CHANNELS=telegram needs TELEGRAM_BOT_TOKEN")
+        token = settings.telegram_bot_token.get_secret_value()
+        secret = settings.telegram_webhook_secret
+        options = TelegramOptions(
+            mode=settings.telegram_mode,
+            webhook_secret=secret.get_secret_value() if secret else None,
+            webhook_url=settings.telegram_webhook_url or None,
+            group_mode=settings.telegram_group_mode,
+            max_message_chars=settings.max_message_chars,
+            poll_timeout=settings.telegram_poll_timeout,
+            stall_seconds=settings.telegram_stall_seconds,
+            close_grace=settings.shutdown_grace,
+        )
+        rate_limited = settings.telegram_rate_limit == "on"
+        bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited,
+                        poll_timeout=settings.telegram_poll_timeout)
+        dedup = FileDeduplicator(settings.data_dir / "state" / "telegram-updates.jsonl",
+                                 ttl=DEDUP_TTL)
+        return cls(bot, token=token, metrics=metrics, dedup=dedup, options=options,
+                   rate_limited=rate_limited)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [] if self._webhook is None else [self._webhook.route()]
+
+    async def start(self, deliver: Deliver) -> None:
+        if self._closed:
+            raise ChannelError("the telegram channel is closed")
+        try:
+            await self.bot.initialize()  # getMe: checks the token, learns the bot's username
+        except Exception as exc:
+            raise ChannelError(
+                f"telegram: getMe failed ({error_kind(exc)}); check TELEGRAM_BOT_TOKEN and "
+                "TELEGRAM_API_BASE_URL"
+            ) from self._safe_cause(exc)
+        self.identity = BotIdentity(self.bot.id, self.bot.username)
+        if self.options.mode == "webhook" and self.options.webhook_url:
+            url, secret = self.options.webhook_url, self.options.webhook_secret
+            try:
+                await self.api.request(lambda: self.bot.set_webhook(
+                    url, secret_token=secret, allowed_updates=list(ALLOWED_UPDATES)))
+            except Exception as exc:
+                raise ChannelError(
+                    f"telegram: setWebhook failed ({error_kind(exc)}: {self.api.describe(exc)})"
+                ) from self._safe_cause(exc)
+        self._deliver = deliver
+        if self._poller is not None:
+            self._poller.start()
+        log.info("telegram: @%s is up (%s)", self.identity.username, self.options.mode)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._poller is not None:
+                await self._poller.stop()
+            # Turns still answering need the bot; the router drains them after us.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.close_grace):
+                    await self._idle.wait()
+        finally:
+            try:
+                await self.bot.shutdown()
+            finally:
+                self.dedup.close()
+
+    def health(self) -> Mapping[str, Any]:
+        if self._poller is not None:
+            return {"mode": "polling", **self._poller.health()}
+        return {"ok": self._deliver is not None and not self._closed, "mode": "webhook",
+                "last_poll_ok": None, "conflicts": 0, "stalls": 0, "last_error": None}
+
+    # -- input ----------------------------------------------------------------------------
+
+    def _parse(self, data: dict[str, object]) -> Update:
+        return Update.de_json(data, self.bot)
+
+    async def handle(self, update: Update) -> None:
+        """Convert, deduplicate and deliver one update (polling and webhook alike)."""
+        if self.identity is None or self._deliver is None:
+            raise ChannelError("the telegram channel is not started")
+        result = to_inbound(update, bot=self.identity, group_mode=self.options.group_mode,
+                            max_chars=self.options.max_message_chars, received_at=time.time())
+        if isinstance(result, Skip) and result.notice is None:
+            log.debug("telegram: update %d skipped (%s)", update.update_id, result.reason)
+            return
+        if not await self.dedup.first_time(f"{self.identity.id}:{update.update_id}"):
+            self.metrics.duplicates.labels(channel=self.name).inc()
+            log.info("telegram: update %d seen before; dropped", update.update_id)
+            return
+        if isinstance(result, Skip):
+            await self._notify(update, result)
+            return
+        try:
+            await self._deliver(result)
+        except Exception as exc:  # already marked seen: dropped, see the module docstring
+            self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
+            log.error("telegram: update %d could not be delivered (%s)", update.update_id,
+                      self.api.describe(exc))
+
+    async def _notify(self, update: Update, skip: Skip) -> None:
+        chat = update.effective_chat
+        if chat is None or skip.notice is None:
+            return
+        log.info("telegram: refused a message (%s)", skip.reason)
+        await TelegramTarget(self.api, chat.id).deliver_final(skip.notice, None)
+
+    # -- output ---------------------------------------------------------------------------
+
+    def reply_sink(self, inbound: Inbound) -> ReplySink:
+        thread = inbound.key.thread
+        reply_to = inbound.meta.get("message_id") if inbound.chat_type != "private" else None
+        self._open_replies += 1
+        self._idle.clear()
+        target = TelegramTarget(
+            self.api, int(inbound.key.chat), thread_id=int(thread) if thread else None,
+            reply_to=reply_to if isinstance(reply_to, int) else None, on_done=self._reply_done)
+        return EditStreamer(target, min_interval=self.edit_interval,
+                            typing_interval=self.options.typing_interval)
+
+    @property
+    def pending_replies(self) -> int:
+        """Reply sinks opened and not finished yet (queued or running turns, notices)."""
+        return self._open_replies
+
+    def _reply_done(self) -> None:
+        self._open_replies -= 1
+        if self._open_replies <= 0:
+            self._open_replies = 0
+            self._idle.set()
+
+    def _safe_cause(self, exc: BaseException) -> BaseException | None:
+        # PTB puts the token into some exception texts (InvalidToken); such a cause is not
+        # chained, so no traceback of ours can show it.
+        return None if self.api.redact(str(exc)) != str(exc) else exc

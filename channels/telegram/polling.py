@@ -1,0 +1,152 @@
+"""Long polling in our own event loop: ``getUpdates`` with a watchdog, backoff and health.
+
+One task runs the cycle: ``getUpdates(offset, timeout=TELEGRAM_POLL_TIMEOUT)``, then every
+update in order through ``handle`` (which records it via ``deliver``), and only then is
+``offset`` moved past it, so Telegram drops an update only once the gateway has recorded it
+(Telegram confirms everything below ``offset`` when the next ``getUpdates`` arrives).
+
+Failures:
+
+* stall: a cycle that does not complete within ``TELEGRAM_STALL_SECONDS`` is cancelled and
+  reissued at once (counted in ``stalls``); PTB's own read timeout is set past the watchdog;
+* 409 Conflict (another poller, or a webhook is set): retried with exponential backoff, capped
+  at 30 s, counted in ``conflicts`` and shown in health. The webhook is never deleted for you:
+  that is the operator's decision (``deleteWebhook``, or ``TELEGRAM_MODE=webhook``);
+* 429: waits ``retry_after``; network errors, a rejected token and anything else: backoff.
+
+Health is ``ok`` while the last cycle succeeded; the counters and ``last_error`` (a short
+kind, never a message) stay after recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dtm
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from telegram import Update
+from telegram.error import Conflict, RetryAfter
+
+from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
+
+log = logging.getLogger("channels.telegram")
+
+ALLOWED_UPDATES: Final = ("message",)
+"""Only messages: edits, reactions and member updates are never asked for."""
+MAX_BACKOFF: Final = 30.0
+
+Handle = Callable[[Update], Awaitable[None]]
+
+
+class Poller:
+    """The polling task. :meth:`start` once; :meth:`stop` is idempotent."""
+
+    def __init__(self, api: BotApi, handle: Handle, *, poll_timeout: int,
+                 stall_seconds: float, backoff: float = 0.5) -> None:
+        self.api = api
+        self.handle = handle
+        self.poll_timeout = poll_timeout
+        self.stall_seconds = stall_seconds
+        self.backoff = backoff
+        self.offset: int | None = None
+        self.conflicts = 0
+        self.stalls = 0
+        self.last_ok: dtm.datetime | None = None
+        self.last_error: str | None = None
+        self._failing: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._handling = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="telegram-poll")
+        self._task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail("crashed")
+            log.error("telegram polling stopped (%s)",
+                      self.api.describe(task.exception() or RuntimeError()))
+
+    def health(self) -> dict[str, Any]:
+        running = self._task is not None and not self._task.done()
+        return {
+            "ok": running and self._failing is None,
+            "last_poll_ok": self.last_ok.isoformat(timespec="seconds") if self.last_ok else None,
+            "conflicts": self.conflicts,
+            "stalls": self.stalls,
+            "last_error": self.last_error,
+        }
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop polling: a poll or a backoff is cancelled at once; an update being handled
+        gets ``grace`` seconds to be recorded (not lost half-way), then it is cancelled too."""
+        self._stopping = True
+        task = self._task
+        if task is None or task.done():
+            return
+        if self._handling:
+            await asyncio.wait([task], timeout=grace)
+        task.cancel()
+        await asyncio.wait([task])  # waits for the cancel without swallowing our own
+
+    def _fail(self, kind: str) -> None:
+        self._failing = kind
+        self.last_error = kind
+
+    async def _run(self) -> None:
+        delay = self.backoff
+        while not self._stopping:
+            try:
+                updates = await self._fetch()
+            except TimeoutError:  # the watchdog: this cycle hung
+                self.stalls += 1
+                self._fail("stall")
+                self.api.metrics.channel_errors.labels(channel="telegram", kind="stall").inc()
+                log.warning("telegram: getUpdates stalled for %.0f s; polling again",
+                            self.stall_seconds)
+                continue
+            except RetryAfter as exc:
+                self._fail("rate_limited")
+                self.api.failed("getUpdates", exc)
+                await asyncio.sleep(retry_after_seconds(exc))
+                continue
+            except Exception as exc:  # every failure is retried; see the module docstring
+                if isinstance(exc, Conflict):
+                    self.conflicts += 1
+                self._fail(error_kind(exc))
+                self.api.failed("getUpdates", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
+                continue
+            delay = self.backoff
+            self._failing = None
+            self.last_ok = dtm.datetime.now(dtm.UTC)
+            for update in updates:
+                if self._stopping:
+                    return
+                await self._handle(update)
+                self.offset = update.update_id + 1
+
+    async def _fetch(self) -> tuple[Update, ...]:
+        async with asyncio.timeout(self.stall_seconds):
+            return await self.api.bot.get_updates(
+                offset=self.offset, timeout=self.poll_timeout,
+                allowed_updates=list(ALLOWED_UPDATES),
+                # PTB adds the poll timeout to this; the watchdog must fire first.
+                read_timeout=self.stall_seconds,
+            )
+
+    async def _handle(self, update: Update) -> None:
+        self._handling = True
+        try:
+            await self.handle(update)
+        except Exception as exc:  # one bad update must not wedge the poll: log, count, move on
+            self.api.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
+            log.error("telegram: update %d could not be delivered (%s)", update.update_id,
+                      self.api.describe(exc))
+        finally:
+            self._handling = False
+

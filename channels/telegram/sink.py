@@ -1,0 +1,244 @@
+"""Replies to Telegram: Bot API calls made safe, and the :class:`EditTarget` of one inbound.
+
+:class:`BotApi` wraps the bot for everything outbound: with ``TELEGRAM_RATE_LIMIT=off`` it
+honours a 429's ``retry_after`` once itself (with the rate limiter on, ``AIORateLimiter``
+retries); failures are logged as one line with a short kind and counted in
+``gateway_channel_errors_total{channel="telegram"}``. PTB's request URLs and some of its
+exception texts contain the bot token, so nothing from PTB is logged or re-raised unredacted.
+
+:class:`TelegramTarget` is what :class:`channels.streaming.EditStreamer` drives: typing
+actions, a plain-text preview message that is edited while the reply streams, and the final
+text rendered once with :func:`channels.telegram.render.render_chunks` and sent as
+``parse_mode=HTML``: the preview is edited into the first chunk, later chunks are new messages.
+Everything goes into the user's forum topic, and in groups replies to the user's message. A
+chunk Telegram refuses to parse ("can't parse entities") is sent again as its plain text.
+Preview edits never hold up the turn: while one edit is in flight (say, queued by the rate
+limiter) newer previews are skipped, and the final delivery waits for it to land first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dtm
+import html
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from telegram import Message, ReplyParameters
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.ext import ExtBot
+
+from channels.telegram.render import TelegramChunk, render_chunks
+from gateway.metrics import Metrics
+
+log = logging.getLogger("channels.telegram")
+
+T = TypeVar("T")
+TelegramBot = ExtBot[int]
+"""The bot type: ``ExtBot`` with an optional ``AIORateLimiter`` (whose args are an int)."""
+
+REDACTED: Final = "***"
+MAX_RETRY_AFTER: Final = 60.0
+"""Longest 429 wait honoured inline; a longer one fails the call rather than hang a turn."""
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, secret-free name for a Bot API failure (for logs, metrics and health)."""
+    if isinstance(exc, RetryAfter):
+        return "rate_limited"
+    if isinstance(exc, Conflict):
+        return "conflict"
+    if isinstance(exc, InvalidToken):
+        return "unauthorized"
+    if isinstance(exc, Forbidden):
+        return "forbidden"
+    if isinstance(exc, BadRequest):  # before NetworkError: PTB derives it from NetworkError
+        return "bad_request"
+    if isinstance(exc, TimedOut):
+        return "timeout"
+    if isinstance(exc, NetworkError):
+        return "network"
+    if isinstance(exc, TelegramError):
+        return "telegram"
+    return "error"
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    """``retry_after`` in seconds, whether PTB hands out an int or (PTB_TIMEDELTA) a timedelta."""
+    value = exc.retry_after
+    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
+
+
+class BotApi:
+    """Outbound calls with the 429 policy, token-free error logging and error counting."""
+
+    def __init__(self, bot: TelegramBot, metrics: Metrics, token: str, *,
+                 retry_429: bool) -> None:
+        self.bot = bot
+        self.metrics = metrics
+        self._token = token
+        self.retry_429 = retry_429
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._token, REDACTED) if self._token else text
+
+    def describe(self, exc: BaseException) -> str:
+        """``Kind: message`` of an exception, with the token removed."""
+        return self.redact(f"{type(exc).__name__}: {exc}")
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """Log one line and count the failure; never raises."""
+        kind = error_kind(exc)
+        self.metrics.channel_errors.labels(channel="telegram", kind=kind).inc()
+        log.warning("telegram %s failed (%s: %s)", what, kind, self.describe(exc))
+
+    async def request(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run one call; without the rate limiter a 429 is waited out and retried once."""
+        try:
+            return await make()
+        except RetryAfter as exc:
+            wait = retry_after_seconds(exc)
+            if not self.retry_429 or wait > MAX_RETRY_AFTER:
+                raise
+            self.metrics.channel_errors.labels(channel="telegram", kind="rate_limited").inc()
+            log.info("telegram: flood control, retrying in %.1f s", wait)
+            await asyncio.sleep(wait)
+        return await make()
+
+
+def is_parse_error(exc: BadRequest) -> bool:
+    return "can't parse entities" in exc.message.lower()
+
+
+def is_not_modified(exc: BadRequest) -> bool:
+    return "message is not modified" in exc.message.lower()
+
+
+class TelegramTarget:
+    """The :class:`channels.streaming.EditTarget` of one inbound message."""
+
+    def __init__(self, api: BotApi, chat_id: int, *, thread_id: int | None = None,
+                 reply_to: int | None = None, on_done: Callable[[], None] | None = None) -> None:
+        self.api = api
+        self.on_done = on_done
+        self.chat_id = chat_id
+        self.thread_id = thread_id
+        self.reply_to = reply_to
+        self._edit: asyncio.Task[None] | None = None
+        self._preview_text: str | None = None
+
+    @property
+    def _bot(self) -> TelegramBot:
+        return self.api.bot
+
+    def _reply(self) -> ReplyParameters | None:
+        if self.reply_to is None:
+            return None
+        return ReplyParameters(message_id=self.reply_to, allow_sending_without_reply=True)
+
+    async def typing(self) -> None:
+        try:
+            await self.api.request(lambda: self._bot.send_chat_action(
+                self.chat_id, ChatAction.TYPING, message_thread_id=self.thread_id))
+        except Exception as exc:  # delivery problems are logged, never raised into a turn
+            self.api.failed("sendChatAction", exc)
+
+    async def send_preview(self, text: str) -> str | None:
+        message = await self._send(text, None, what="preview")
+        if message is None:
+            return None
+        self._preview_text = text
+        return str(message.message_id)
+
+    async def edit_preview(self, ref: str, text: str) -> None:
+        if self._edit is not None and not self._edit.done():
+            return  # the next delta carries newer text anyway
+        self._edit = asyncio.get_running_loop().create_task(self._edit_plain(int(ref), text))
+
+    async def _edit_plain(self, message_id: int, text: str) -> None:
+        try:
+            await self._edit_text(message_id, text, None)
+            self._preview_text = text
+        except Exception as exc:  # delivery problems are logged, never raised into a turn
+            if not (isinstance(exc, BadRequest) and is_not_modified(exc)):
+                self.api.failed("editMessageText (preview)", exc)
+
+    async def deliver_final(self, text: str, preview: str | None) -> None:
+        try:
+            if self._edit is not None:
+                await asyncio.wait([self._edit])  # the last preview edit lands first
+            chunks = render_chunks(text)
+            if not chunks:
+                return
+            head, *rest = chunks
+            edited = preview is not None and await self._edit_into(int(preview), head)
+            if not edited and not await self._send_chunk(head):
+                return
+            for chunk in rest:
+                if not await self._send_chunk(chunk):
+                    return  # later chunks would read out of context without this one
+        finally:
+            if self.on_done is not None:
+                self.on_done()
+
+    async def _edit_into(self, message_id: int, chunk: TelegramChunk) -> bool:
+        """Turn the preview into ``chunk``; False if a new message must be sent instead."""
+        if chunk.plain == self._preview_text and chunk.html == html.escape(chunk.plain, False):
+            return True  # the preview already shows exactly this
+        for parse_mode, body in ((ParseMode.HTML, chunk.html), (None, chunk.plain)):
+            try:
+                await self._edit_text(message_id, body, parse_mode)
+                return True
+            except BadRequest as exc:
+                if is_not_modified(exc):
+                    return True
+                if parse_mode is not None and is_parse_error(exc):
+                    log.warning("telegram: HTML refused (%s); sending plain text",
+                                self.api.describe(exc))
+                    self.api.metrics.channel_errors.labels(channel="telegram",
+                                                           kind="html_refused").inc()
+                    continue
+                self.api.failed("editMessageText (final)", exc)
+                return False
+            except Exception as exc:  # delivery problems are logged, never raised into a turn
+                self.api.failed("editMessageText (final)", exc)
+                return False
+        return False
+
+    async def _send_chunk(self, chunk: TelegramChunk) -> bool:
+        return await self._send(chunk.html, ParseMode.HTML, what="reply",
+                                plain=chunk.plain) is not None
+
+    async def _send(self, text: str, parse_mode: str | None, *, what: str,
+                    plain: str | None = None) -> Message | None:
+        """Send one message; an HTML parse error is retried once as ``plain`` text."""
+        try:
+            return await self.api.request(lambda: self._bot.send_message(
+                self.chat_id, text, parse_mode=parse_mode, message_thread_id=self.thread_id,
+                reply_parameters=self._reply()))
+        except BadRequest as exc:
+            if plain is None or parse_mode is None or not is_parse_error(exc):
+                self.api.failed(f"sendMessage ({what})", exc)
+                return None
+            log.warning("telegram: HTML refused (%s); sending plain text",
+                        self.api.describe(exc))
+            self.api.metrics.channel_errors.labels(channel="telegram", kind="html_refused").inc()
+            return await self._send(plain, None, what=what)
+        except Exception as exc:  # delivery problems are logged, never raised into a turn
+            self.api.failed(f"sendMessage ({what})", exc)
+            return None
+
+    async def _edit_text(self, message_id: int, text: str, parse_mode: str | None) -> None:
+        await self.api.request(lambda: self._bot.edit_message_text(
+            text, chat_id=self.chat_id, message_id=message_id, parse_mode=parse_mode))

@@ -1,0 +1,96 @@
+"""``POST /telegram/webhook`` on the gateway's own HTTP server (``TELEGRAM_MODE=webhook``).
+
+Answers, in the order they are checked: 503 while the channel is not running (Telegram
+retries later), 403 when ``X-Telegram-Bot-Api-Secret-Token`` is missing or wrong (compared
+with :func:`hmac.compare_digest`), 413 for a body over :data:`MAX_BODY` bytes, 400 for a body
+that is not a JSON Update, otherwise 200 as soon as the update is recorded: ``handle`` returns
+once ``deliver`` has written the message to its session, and the turn runs afterwards in the
+router, so a slow model never holds the HTTP answer. Nothing is recorded for a refused request;
+an internal failure before the update was recorded answers 500 so that Telegram retries.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import orjson
+from aiohttp import web
+from telegram import Update
+
+from gateway.metrics import Metrics
+
+log = logging.getLogger("channels.telegram")
+
+PATH: Final = "/telegram/webhook"
+SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
+MAX_BODY: Final = 256 * 1024
+"""Updates are a few KiB (a message is at most 4096 characters plus entities)."""
+
+Parse = Callable[[dict[str, object]], Update]
+Handle = Callable[[Update], Awaitable[None]]
+
+
+class WebhookEndpoint:
+    """The webhook route; ``ready`` says whether the channel is running."""
+
+    def __init__(self, secret: str, *, parse: Parse, handle: Handle,
+                 ready: Callable[[], bool], metrics: Metrics) -> None:
+        self._secret = secret.encode()
+        self.parse = parse
+        self.handle = handle
+        self.ready = ready
+        self.metrics = metrics
+
+    def route(self) -> web.RouteDef:
+        return web.post(PATH, self.receive)
+
+    async def receive(self, request: web.Request) -> web.Response:
+        if not self.ready():
+            return _error(503, "not running")
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, self._secret):
+            self.metrics.channel_errors.labels(channel="telegram", kind="webhook_secret").inc()
+            log.warning("telegram webhook: refused a request without the right secret token")
+            return _error(403, "forbidden")
+        body = await read_limited(request, MAX_BODY)
+        if body is None:
+            return _error(413, "body too large")
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return _error(400, "body is not JSON")
+        if not isinstance(data, dict) or type(data.get("update_id")) is not int:
+            return _error(400, "body is not a Telegram Update")
+        try:
+            update = self.parse(data)
+        except Exception:  # PTB raises KeyError/TypeError/... for malformed objects
+            return _error(400, "body is not a Telegram Update")
+        try:
+            await self.handle(update)
+        except Exception as exc:  # not recorded: a 500 makes Telegram deliver it again
+            self.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
+            log.error("telegram webhook: update %d failed (%s)", update.update_id,
+                      type(exc).__name__)
+            return _error(500, "internal error")
+        return web.Response(status=200)
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None once it is longer than ``limit`` bytes (not read further)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.content.iter_chunked(64 * 1024):
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
