@@ -26,6 +26,7 @@ import ipaddress
 import time
 from dataclasses import dataclass
 
+from sessions.errors import InvalidNameError
 from sessions.names import DEFAULT_TENANT, validate_tenant
 
 COOKIE = "gateway_admin"
@@ -129,7 +130,7 @@ class Access:
             return ALL_TENANTS
         try:
             tenant = validate_tenant(requested)
-        except ValueError as exc:
+        except InvalidNameError as exc:
             raise Refused(400, str(exc)) from exc
         if self.pinned is not None and tenant != self.pinned:
             raise Refused(403, f"this viewer is pinned to tenant {self.pinned!r}")

@@ -1,0 +1,200 @@
+"""The harness of the Telegram end-to-end tests (the real gateway against the fake Bot API),
+and the tests of the channel's own plumbing: health, start-up failures, closing, logging."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from channels.telegram.adapter import TelegramChannel
+from gateway.app import Gateway
+from gateway.compose import build_gateway
+from gateway.config import Settings
+from gateway.errors import ChannelError
+from gateway.providers.base import Provider
+from gateway.providers.scripted import ScriptedProvider
+from sessions.replay import Replay, replay_bytes
+from tests.fakes.telegram_api import FakeTelegramServer, SentCall
+
+ALICE = 1001
+BOB = 1002
+GROUP_USER = 424242  # the fake's default sender in groups
+ALLOWED = f"{ALICE},{BOB},{GROUP_USER}"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+def telegram_settings(fake: FakeTelegramServer, data_dir: Path, **extra: Any) -> Settings:
+    """Settings for a Telegram-only gateway on 127.0.0.1 polling ``fake``."""
+    values: dict[str, Any] = {
+        "GATEWAY_DATA_DIR": str(data_dir), "GATEWAY_PORT": 0, "GATEWAY_CHANNELS": "telegram",
+        "GATEWAY_SHUTDOWN_GRACE": 2, "TELEGRAM_BOT_TOKEN": fake.token,
+        "TELEGRAM_API_BASE_URL": fake.base_url, "TELEGRAM_RATE_LIMIT": "off",
+        "TELEGRAM_POLL_TIMEOUT": 1, "TELEGRAM_STALL_SECONDS": 5,
+        "TELEGRAM_ALLOWED_USERS": ALLOWED,
+    }
+    values.update(extra)
+    return Settings(_env_file=None, **values)
+
+
+@asynccontextmanager
+async def running(settings: Settings, provider: Provider | None = None, *,
+                  edit_interval: float | None = None) -> AsyncIterator[Gateway]:
+    gateway = build_gateway(settings, provider=provider or ScriptedProvider())
+    if edit_interval is not None:
+        channel_of(gateway).edit_interval = edit_interval
+    try:
+        await gateway.start()
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+def channel_of(gateway: Gateway) -> TelegramChannel:
+    channel = gateway.channels[0]
+    assert isinstance(channel, TelegramChannel)
+    return channel
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def metric(gateway: Gateway, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for family in gateway.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def turns(gateway: Gateway) -> float:
+    return metric(gateway, "gateway_turns_total", channel="telegram")
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def settled(gateway: Gateway, answered: int, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    """Wait until ``answered`` turns finished and every reply has been written."""
+    channel = channel_of(gateway)
+    await wait_until(lambda: turns(gateway) >= answered and channel.pending_replies == 0,
+                     timeout)
+
+
+async def healthz(gateway: Gateway) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as http, http.get(
+        f"http://127.0.0.1:{gateway.bound_port}/healthz"
+    ) as response:
+        body: dict[str, Any] = await response.json()
+        return response.status, body["channels"]["telegram"]
+
+
+async def sessions(gateway: Gateway) -> list[tuple[str | None, str | None]]:
+    """(conversation, first user text) of every session, sorted."""
+    infos = await gateway.store.list_sessions("default")
+    return sorted((info.conversation, info.first_user_text) for info in infos)
+
+
+async def replay_of(gateway: Gateway, conversation: str) -> Replay:
+    infos = [i for i in await gateway.store.list_sessions("default")
+             if i.conversation == conversation]
+    assert len(infos) == 1, infos
+    return replay_bytes(await gateway.store.read_log("default", infos[0].session_id))
+
+
+def user_texts(replay: Replay) -> list[str]:
+    return [str(m["content"]) for m in replay.messages if m["role"] == "user"]
+
+
+def ok_calls(fake: FakeTelegramServer, method: str) -> list[SentCall]:
+    return [c for c in fake.calls(method) if c.ok]
+
+
+# -- the channel's own plumbing ---------------------------------------------------------------
+
+
+async def test_health_reports_polling(fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """/healthz shows the polling channel's health fields, secret-free, once a poll succeeded."""
+    async with running(telegram_settings(fake, tmp_path)) as gateway:
+        await wait_until(lambda: channel_of(gateway).health()["last_poll_ok"] is not None)
+        status, health = await healthz(gateway)
+    assert status == 200
+    assert health["ok"] is True
+    assert {k: health[k] for k in ("mode", "conflicts", "stalls", "last_error")} == {
+        "mode": "polling", "conflicts": 0, "stalls": 0, "last_error": None}
+    assert fake.token not in repr(health)
+    assert fake.last_get_updates_params is not None
+    assert fake.last_get_updates_params["allowed_updates"] == ["message"]
+
+
+async def test_rejected_token_fails_start_without_leaking_it(
+    fake: FakeTelegramServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 401 on getMe stops the start with a ChannelError whose text and chain lack the token."""
+    caplog.set_level(logging.DEBUG, logger="channels.telegram")
+    wrong = "987654321:WrongTokenWrongTokenWrongToken"
+    settings = telegram_settings(fake, tmp_path, TELEGRAM_BOT_TOKEN=wrong)
+    with pytest.raises(ChannelError) as caught:
+        async with running(settings):
+            pass
+    assert "unauthorized" in str(caught.value)
+    chain: BaseException | None = caught.value
+    while chain is not None:
+        assert wrong not in str(chain)
+        chain = chain.__cause__
+    assert wrong not in caplog.text
+
+
+async def test_delivery_errors_logged_without_token_and_counted(
+    fake: FakeTelegramServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failing sendMessage is one log line (no token) and a channel_errors sample."""
+    caplog.set_level(logging.DEBUG, logger="channels.telegram")
+    provider = ScriptedProvider()
+    provider.script({"role": "assistant", "content": [{"type": "text", "text": "hi"}]})
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.fail_next("sendMessage", 500)
+        fake.user_message(ALICE, "hello")
+        await settled(gateway, 1)
+        errors = metric(gateway, "gateway_channel_errors_total", channel="telegram",
+                        kind="network")
+    assert errors == 1
+    assert [c.error_code for c in fake.calls("sendMessage")] == [500]
+    assert "sendMessage (reply) failed (network" in caplog.text
+    assert fake.token not in caplog.text
+
+
+async def test_aclose_is_idempotent_and_stops_polling(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """Closing twice is fine; after close no poll is running and health says not ok."""
+    async with running(telegram_settings(fake, tmp_path)) as gateway:
+        await wait_until(lambda: fake.get_updates_active == 1)
+        channel = channel_of(gateway)
+        await channel.aclose()
+        await channel.aclose()
+        await wait_until(lambda: fake.get_updates_active == 0)
+        assert channel.health()["ok"] is False
+        calls = fake.get_updates_calls
+        await asyncio.sleep(0.2)
+        assert fake.get_updates_calls == calls
