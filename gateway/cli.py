@@ -14,9 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.commands import chat as chat_cmd
+from gateway.commands import db as db_cmd
+from gateway.commands import drift as drift_cmd
+from gateway.commands import export as export_cmd
 from gateway.commands import replay as replay_cmd
 from gateway.commands import run as run_cmd
-from gateway.commands.common import CommandError, OneLineParser
+from gateway.commands import sessions as sessions_cmd
+from gateway.commands import sessions_db as sessions_db_cmd
+from gateway.commands import viewer as viewer_cmd
+from gateway.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
+from sessions import pg_schema
+from sessions.errors import SessionError
 from sessions.jsonl import JsonlSessionStore
 from sessions.store import SessionStore
 
@@ -25,8 +33,15 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("GATEWAY_DATA_DIR") or "./data")
 
 
-def open_store(data_dir: Path) -> SessionStore:
-    """The store for read-side commands (JSONL under ``data_dir``)."""
+def open_store(data_dir: Path, store_url: str | None = None,
+               schema: str = pg_schema.DEFAULT_SCHEMA) -> SessionStore:
+    """The store for read-side commands: PostgreSQL when ``--store-url`` or
+    ``GATEWAY_STORE_URL`` names a database, else JSONL under ``data_dir``."""
+    url = db_cmd.store_url(store_url)
+    if url is not None:
+        from sessions.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(url, schema=schema)
     return JsonlSessionStore(data_dir)
 
 
@@ -40,6 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", prog="gateway replay", help="rebuild provider calls offline")
     replay_cmd.add_arguments(p)
     p.add_argument("--data-dir", type=Path, default=None)
+    p = sub.add_parser("drift", prog="gateway drift", help="prompt drift per section")
+    drift_cmd.add_arguments(p)
+    p = sub.add_parser("export", prog="gateway export", help="export calls (OTel GenAI, JSONL)")
+    export_cmd.add_arguments(p)
+    p = sub.add_parser("sessions", prog="gateway sessions", help="prune sessions, size report")
+    sessions_cmd.add_arguments(p)
+    p = sub.add_parser("viewer", prog="gateway viewer", help="browse sessions (read-only web UI)")
+    viewer_cmd.add_arguments(p)
+    p = sub.add_parser("db", prog="gateway db", help="PostgreSQL store schema: upgrade, status")
+    db_cmd.add_arguments(p)
+    for name in ("replay", "drift", "export", "viewer"):
+        sub.choices[name].add_argument(
+            "--store-url", default=None,
+            help="read sessions from this postgresql:// database (GATEWAY_STORE_URL)")
+        db_cmd.add_schema_argument(sub.choices[name])
     return parser
 
 
@@ -48,11 +78,35 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await run_cmd.run(args)
     if args.command == "chat":
         return await chat_cmd.run(args)
+    if args.command == "db":
+        return await db_cmd.run(args)
     data_dir = args.data_dir or default_data_dir()
     if args.command == "replay":
-        store = open_store(data_dir)
+        store = open_store(data_dir, args.store_url, args.schema)
         try:
-            return await replay_cmd.run(args, store)
+            return await replay_cmd.run(args, store, data_dir=data_dir)
+        finally:
+            await store.aclose()
+    if args.command == "sessions" and args.action in sessions_db_cmd.ACTIONS:
+        store = open_store(data_dir, args.store_url, args.schema)
+        try:
+            return await sessions_db_cmd.run(args, store)
+        finally:
+            await store.aclose()
+    if args.command == "sessions":
+        return sessions_cmd.run(args, data_dir)
+    if args.command == "viewer":
+        store = open_store(data_dir, args.store_url, args.schema)
+        try:
+            return await viewer_cmd.run(args, store, data_dir)
+        finally:
+            await store.aclose()
+    if args.command in ("drift", "export"):
+        store = open_store(data_dir, args.store_url, args.schema)
+        try:
+            if args.command == "drift":
+                return await drift_cmd.run(args, store)
+            return await export_cmd.run(args, store)
         finally:
             await store.aclose()
     raise CommandError("unknown command")
@@ -69,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         sys.stderr.write(f"gateway {args.command}: {exc}\n")
         return exc.code
+    except SessionError as exc:  # e.g. the database is unreachable or its schema is old
+        sys.stderr.write(f"gateway {args.command}: {exc}\n")
+        return EXIT_UNREADABLE
     except KeyboardInterrupt:
         return 130
 

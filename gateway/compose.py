@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aiohttp import web
+
 from channels.base import Channel, ReplySink
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.app import Gateway
@@ -32,6 +34,11 @@ DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini", "of
 
 
 def build_store(settings: Settings) -> SessionStore:
+    """PostgreSQL when ``GATEWAY_STORE_URL`` is set, else JSONL files under the data dir."""
+    if settings.store_url is not None:
+        from sessions.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(settings.store_url.get_secret_value())
     return JsonlSessionStore(settings.data_dir, durability=settings.durability)
 
 
@@ -122,6 +129,15 @@ def build_channels(settings: Settings, store: SessionStore, registry: Conversati
     return channels
 
 
+def build_admin_routes(settings: Settings, store: SessionStore) -> list[web.RouteDef]:
+    """The session viewer under ``/admin``, only when ``GATEWAY_ADMIN_TOKEN`` is set."""
+    if settings.admin_token is None or not settings.admin_token.get_secret_value():
+        return []
+    from gateway.admin import Access, AdminSite
+
+    return AdminSite(store, Access(settings.admin_token.get_secret_value())).routes()
+
+
 def build_gateway(
     settings: Settings,
     *,
@@ -155,5 +171,6 @@ def build_gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
+        extra_routes=build_admin_routes(settings, store),
     )
     return gateway

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", validation_alias=_env("GATEWAY_LOG_FORMAT"))
     log_level: str = Field("INFO", validation_alias=_env("GATEWAY_LOG_LEVEL"))
     durability: Durability = Field("turn", validation_alias=_env("GATEWAY_DURABILITY"))
+    # PostgreSQL session store (postgresql://user:password@host:port/db); unset: JSONL files.
+    # Secret: the URL may carry a password.
+    store_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_STORE_URL"))
     persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
     shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
     max_concurrent_turns: int = Field(32, ge=1,
@@ -105,6 +109,15 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: {sorted(known)}")
         return ",".join(names)
 
+    @field_validator("store_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")  # never echo it: it may hold a password
+        return value
+
     @property
     def channel_names(self) -> list[str]:
         return [c for c in self.channels.split(",") if c]
@@ -136,4 +149,8 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr) and value.get_secret_value():
                 values.append(value.get_secret_value())
             del field
+        if self.store_url is not None:
+            password = urlsplit(self.store_url.get_secret_value()).password
+            if password:
+                values.extend({password, unquote(password)})
         return values

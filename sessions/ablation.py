@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessions.records import CallRequest, MessageDict, Prompt, Section, ToolSchema
+from sessions.records import CallRequest, Injected, MessageDict, Prompt, Section, ToolSchema
 from sessions.replay import PromptVersion, Replay, Turn
 
 REASON_RERUN = "rerun"
@@ -71,8 +71,12 @@ class RerunParts:
         return self.recorded_text is None or self.prompt.text != self.recorded_text
 
     def call_request(self, provider: str, model: str, params: Mapping[str, Any]) -> CallRequest:
-        """The parts as the agent loop hands them to the store, for a log that holds exactly
-        :attr:`messages` as its message entries (so the window is all of them)."""
+        """The parts as the agent loop hands them to the store, for a rerun log of its own.
+
+        The messages sent ride in the call entry as ``injected`` messages (sent, but not message
+        entries of that log) with an empty window: written as message entries, every assistant
+        message among them would close a turn of its own, and the rerun would not be turn 1.
+        """
         return CallRequest(
             prompt=self.prompt,
             reason=REASON_ABLATED if self.dropped or self.replaced else REASON_RERUN,
@@ -80,7 +84,8 @@ class RerunParts:
             provider=provider,
             model=model,
             params=params,
-            window=((0, len(self.messages)),),
+            window=(),
+            injected=tuple(Injected(i, m) for i, m in enumerate(self.messages)),
         )
 
 
@@ -133,7 +138,7 @@ def ablate(
 def _recorded_prompt(version: PromptVersion | None) -> Prompt:
     """The prompt a turn was sent with, as a :class:`Prompt` whose sections rebuild its text."""
     if version is None:
-        # Not recorded: the rerun sends no system prompt (the caller says so).
+        # A v1/v2 turn before any prompt entry: the rerun sends none (the caller says so).
         return Prompt.from_sections([])
     if version.text is None:
         raise RerunError(f"prompt #{version.number} could not be rebuilt from the log (a "
@@ -157,6 +162,10 @@ def rerun_request(
     if turn.window is None:
         raise RerunError(f"turn {turn.index}'s request was not recorded "
                          f"({turn.prompt_notice or 'no call entry'}); it cannot be rerun")
+    if turn.prompt is None and replay.version >= 3:
+        # Every v3 call names its prompt; a missing one is a gap in the log, not "no prompt".
+        raise RerunError(f"turn {turn.index}'s system prompt is missing from the log "
+                         f"({turn.prompt_notice}); it cannot be rerun as recorded")
     tools: tuple[ToolSchema, ...] = ()
     if turn.tools_fingerprint is not None:
         found = replay.tools_of(turn)

@@ -224,7 +224,7 @@ class _Builder:
         if not (
             isinstance(msg, dict)
             and isinstance(msg.get("role"), str)
-            and isinstance(msg.get("content"), str | list)
+            and isinstance(msg.get("content"), (str, list))
         ):
             self.problem(line, "message entry without a valid role/content")
             return
@@ -342,7 +342,7 @@ class _Builder:
         self.outcomes[call] = Outcome(
             stop_reason=_str_or_none(entry.get("stop_reason")),
             usage=usage if isinstance(usage, dict) else None,
-            latency_ms=float(latency) if isinstance(latency, int | float) else None,
+            latency_ms=float(latency) if isinstance(latency, (int, float)) else None,
             error=error if isinstance(error, dict) else None,
         )
 
@@ -429,14 +429,13 @@ def _window(raw: Any, available: int) -> Window | None:
         return None
     out: list[tuple[int, int]] = []
     for pair in raw:
-        if not (
-            isinstance(pair, list)
-            and len(pair) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
-            and 0 <= pair[0] <= pair[1] <= available
-        ):
+        # type() rather than isinstance(): a JSON true/false must not pass as 1/0.
+        if not (type(pair) is list and len(pair) == 2):
             return None
-        out.append((pair[0], pair[1]))
+        start, end = pair
+        if not (type(start) is int and type(end) is int and 0 <= start <= end <= available):
+            return None
+        out.append((start, end))
     return tuple(out)
 
 
@@ -510,7 +509,13 @@ def replay_bytes(data: bytes) -> Replay:
             pos = end + 1
             continue
         if v3:
-            builder.check_seq(entry, line)
+            # Fast path for the common case (the next seq); anything else is judged and
+            # reported by check_seq.
+            seq = entry.get("seq")
+            if type(seq) is int and seq - 1 == builder.last_seq:
+                builder.last_seq = seq
+            else:
+                builder.check_seq(entry, line)
         kind = entry.get("type")
         if kind == "message":
             builder.on_message(entry, line, pos, end)

@@ -13,10 +13,11 @@ for one mention. All share the ``platform_id`` ``team:channel:ts``, which is che
 file under ``<data_dir>/state/slack-events.jsonl`` kept for :data:`DEDUP_TTL`, so a restarted
 gateway does not answer again (the router's own check is in memory only).
 
-Shutdown: :meth:`SlackChannel.aclose` stops input (the HTTP route answers 503, so Slack
-retries later rather than losing the event), lets the worker hand over what was already
-acknowledged, then closes the socket and the client's HTTP session. Turns still finishing
-afterwards can still reply: slack_sdk opens a one-off session per call when it has none.
+Shutdown: :meth:`SlackChannel.aclose` stops input (the socket is closed; the HTTP route
+answers 503, so Slack retries later rather than losing the event), lets the worker hand over
+what was already acknowledged, then closes the client's HTTP session. Turns still finishing
+afterwards (the gateway drains the router after closing channels) can still reply: slack_sdk
+opens a one-off session per call when it has none.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Deliver, ReplySink
 from channels.slack.convert import CHANNEL, Ignored, to_inbound
-from channels.slack.events import EVENTS_PATH, build_app, dispatch
+from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import EditStreamer
@@ -104,6 +105,7 @@ class SlackChannel:
         self.app = build_app(self.client, signing_secret=signing_secret,
                              on_event=self._on_event, verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
+        self._endpoint = EventsEndpoint(self.app, signing_secret) if signing_secret else None
         self._dedup = FileDeduplicator(data_dir / "state" / "slack-events.jsonl", ttl=DEDUP_TTL)
         self._inbox: asyncio.Queue[Inbound | None] = asyncio.Queue()
         # user id -> ((display name, username), monotonic expiry)
@@ -139,7 +141,9 @@ class SlackChannel:
 
     def routes(self) -> list[web.RouteDef]:
         """``POST /slack/events`` in HTTP mode; nothing in Socket Mode."""
-        return [web.post(EVENTS_PATH, self._http_events)] if self.mode == "http" else []
+        if self.mode != "http":
+            return []
+        return [web.post(EVENTS_PATH, self._http_events)]
 
     async def start(self, deliver: Deliver) -> None:
         if self._closed:
@@ -177,12 +181,14 @@ class SlackChannel:
         try:
             if self._socket is not None:
                 await self._socket.aclose()
-            await self._stop_worker()
         finally:
-            self._dedup.close()
-            session, self.client.session = self.client.session, None
-            if session is not None:
-                await session.close()
+            try:
+                await self._stop_worker()
+            finally:
+                self._dedup.close()
+                session, self.client.session = self.client.session, None
+                if session is not None:
+                    await session.close()
 
     # -- input -------------------------------------------------------------------------------
 
@@ -190,7 +196,8 @@ class SlackChannel:
         if self._closed:
             # Not acknowledged, so Slack retries (and reaches the next gateway to start).
             return web.json_response({"error": "shutting down"}, status=503)
-        return await dispatch(self.app, request)
+        assert self._endpoint is not None, "HTTP mode always has a signing secret"
+        return await self._endpoint.handle(request)
 
     def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> None:
         """bolt's listener: convert and queue. Runs before Slack gets its answer: no I/O."""

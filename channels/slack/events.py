@@ -1,10 +1,15 @@
 """The Slack Events API front: a bolt ``AsyncApp`` and the aiohttp bridge to it.
 
 bolt does what Slack requires of an endpoint: the ``v0`` signature and the 5-minute timestamp
-window (401 on a forged or stale request), the ``url_verification`` handshake, ``auth.test``
-on first use, and dropping our own bot's events. We add the listeners: ``message`` and
-``app_mention`` go to ``on_event`` and every other event type is acknowledged with an empty
-200, so Slack never sees a 404 for an event it was told to send.
+window, the ``url_verification`` handshake, ``auth.test`` on first use, and dropping our own
+bot's events. We add the listeners: ``message`` and ``app_mention`` go to ``on_event`` and
+every other event type is acknowledged with an empty 200, so Slack never sees a 404 for an
+event it was told to send.
+
+The bridge checks the signature itself (slack_sdk's ``SignatureVerifier``, the one bolt uses)
+before bolt sees the request, because bolt parses the body first and some unsigned junk
+(a JSON array, a broken ``payload=`` form) makes that parse raise: a forged or stale request is
+a 401, a signed body bolt cannot parse a 400, never a 500. bolt then verifies again.
 
 The app runs with ``process_before_response=True``: bolt answers once the listener has
 returned, and ours only converts and queues the event (no I/O), so the answer never waits on
@@ -19,10 +24,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger("channels.slack")
 
 EVENTS_PATH = "/slack/events"
 
@@ -60,7 +69,33 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
     return app
 
 
-async def dispatch(app: AsyncApp, request: web.Request) -> web.Response:
-    """Run one HTTP request through bolt and translate its answer for aiohttp."""
-    bolt_request = await to_bolt_request(request)
-    return await to_aiohttp_response(await app.async_dispatch(bolt_request))
+class EventsEndpoint:
+    """``POST /slack/events``: verify, hand to bolt, translate bolt's answer for aiohttp."""
+
+    def __init__(self, app: AsyncApp, signing_secret: str) -> None:
+        self.app = app
+        self.verifier = SignatureVerifier(signing_secret)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        if not self._signed(raw, request):
+            log.warning("slack: refused an events request (bad signature or stale timestamp)")
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            bolt_request = AsyncBoltRequest(
+                # Slack's bodies are UTF-8, so this is byte-exact for bolt's own check.
+                body=raw.decode("utf-8", errors="replace"),
+                query=request.query_string,
+                headers={name: request.headers.getall(name) for name in request.headers},
+            )
+        except (ValueError, TypeError, AttributeError):
+            log.warning("slack: refused a signed events request whose body does not parse")
+            return web.json_response({"error": "bad request"}, status=400)
+        return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
+
+    def _signed(self, raw: bytes, request: web.Request) -> bool:
+        try:
+            return self.verifier.is_valid(raw, request.headers.get("X-Slack-Request-Timestamp", ""),
+                                          request.headers.get("X-Slack-Signature", ""))
+        except ValueError:  # a missing or non-numeric timestamp
+            return False

@@ -41,9 +41,17 @@ class SocketMode:
         self._handler = AsyncSocketModeHandler(self._app, self._app_token,
                                                web_client=self._client,
                                                logger=logging.getLogger("channels.slack.socket"))
-        # slack_bolt leaves connect_async/close_async unannotated (both return None).
-        self._connect = group.create_task(
-            self._handler.connect_async())  # type: ignore[no-untyped-call]
+        self._connect = group.create_task(self._run_connect(self._handler))
+
+    @staticmethod
+    async def _run_connect(handler: AsyncSocketModeHandler) -> None:
+        # connect() retries by itself; this guard only keeps a surprise from cancelling the
+        # task group's owner (a failing child cancels the task that entered the group).
+        try:
+            # slack_bolt leaves connect_async/close_async unannotated (both return None).
+            await handler.connect_async()  # type: ignore[no-untyped-call]
+        except Exception:
+            log.exception("slack: Socket Mode connection failed")
 
     @property
     def connected(self) -> bool:

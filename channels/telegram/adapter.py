@@ -79,16 +79,16 @@ class TelegramOptions:
     close_grace: float = 10.0
 
 
-def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
-              poll_timeout: int) -> TelegramBot:
+def build_bot(token: str, base_url: str | None, *, rate_limit: bool) -> TelegramBot:
     """The PTB client; no I/O until ``initialize``."""
     return ExtBot(
         token,
         base_url=base_url or DEFAULT_BASE_URL,
-        request=HTTPXRequest(connection_pool_size=64, read_timeout=15.0, pool_timeout=10.0),
+        # A few connections carry Telegram's ~30 messages/s; bursts wait for one in the pool.
+        request=HTTPXRequest(connection_pool_size=8, read_timeout=15.0, pool_timeout=30.0),
         # Its own pool: a long poll never waits behind replies, nor replies behind it.
-        get_updates_request=HTTPXRequest(connection_pool_size=2,
-                                         read_timeout=float(poll_timeout) + 10.0),
+        # (its read timeout is set per call, see channels.telegram.polling).
+        get_updates_request=HTTPXRequest(connection_pool_size=2),
         rate_limiter=AIORateLimiter(max_retries=RATE_LIMIT_RETRIES) if rate_limit else None,
     )
 
@@ -150,8 +150,7 @@ class TelegramChannel:
             close_grace=settings.shutdown_grace,
         )
         rate_limited = settings.telegram_rate_limit == "on"
-        bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited,
-                        poll_timeout=settings.telegram_poll_timeout)
+        bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
         dedup = FileDeduplicator(settings.data_dir / "state" / "telegram-updates.jsonl",
                                  ttl=DEDUP_TTL)
         return cls(bot, token=token, metrics=metrics, dedup=dedup, options=options,
@@ -254,7 +253,8 @@ class TelegramChannel:
         self._idle.clear()
         target = TelegramTarget(
             self.api, int(inbound.key.chat), thread_id=int(thread) if thread else None,
-            reply_to=reply_to if isinstance(reply_to, int) else None, on_done=self._reply_done)
+            reply_to=reply_to if isinstance(reply_to, int) else None,
+            preview_after=self.edit_interval, on_done=self._reply_done)
         return EditStreamer(target, min_interval=self.edit_interval,
                             typing_interval=self.options.typing_interval)
 

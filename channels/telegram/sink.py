@@ -12,8 +12,10 @@ text rendered once with :func:`channels.telegram.render.render_chunks` and sent 
 ``parse_mode=HTML``: the preview is edited into the first chunk, later chunks are new messages.
 Everything goes into the user's forum topic, and in groups replies to the user's message. A
 chunk Telegram refuses to parse ("can't parse entities") is sent again as its plain text.
-Preview edits never hold up the turn: while one edit is in flight (say, queued by the rate
-limiter) newer previews are skipped, and the final delivery waits for it to land first.
+A reply complete within ``preview_after`` seconds of the turn's start is sent once, without
+a preview (fewer calls against the rate limits, no flicker). Preview edits never hold up the
+turn: while one edit is in flight (say, queued by the rate limiter) newer previews are
+skipped, and the final delivery waits for it to land first.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import datetime as dtm
 import html
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
@@ -129,9 +132,12 @@ class TelegramTarget:
     """The :class:`channels.streaming.EditTarget` of one inbound message."""
 
     def __init__(self, api: BotApi, chat_id: int, *, thread_id: int | None = None,
-                 reply_to: int | None = None, on_done: Callable[[], None] | None = None) -> None:
+                 reply_to: int | None = None, preview_after: float = 0.0,
+                 on_done: Callable[[], None] | None = None) -> None:
         self.api = api
+        self.preview_after = preview_after
         self.on_done = on_done
+        self._started: float | None = None
         self.chat_id = chat_id
         self.thread_id = thread_id
         self.reply_to = reply_to
@@ -148,6 +154,8 @@ class TelegramTarget:
         return ReplyParameters(message_id=self.reply_to, allow_sending_without_reply=True)
 
     async def typing(self) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
         try:
             await self.api.request(lambda: self._bot.send_chat_action(
                 self.chat_id, ChatAction.TYPING, message_thread_id=self.thread_id))
@@ -155,6 +163,11 @@ class TelegramTarget:
             self.api.failed("sendChatAction", exc)
 
     async def send_preview(self, text: str) -> str | None:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        if now - self._started < self.preview_after:
+            return None  # still young: the streamer asks again with the next delta
         message = await self._send(text, None, what="preview")
         if message is None:
             return None

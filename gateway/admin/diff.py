@@ -69,13 +69,13 @@ def line_diff(old: str, new: str, context: int = CONTEXT_LINES) -> tuple[DiffLin
     a, b = old.splitlines(), new.splitlines()
     out: list[DiffLine] = []
     matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    opcodes = matcher.get_opcodes()
+    for n, (op, i1, i2, j1, j2) in enumerate(opcodes):
         if op == "equal":
             same = a[i1:i2]
-            first = i1 == 0
-            last = i2 == len(a)
-            head = 0 if first else context
-            tail = 0 if last else context
+            # context only on the sides where a change is next to this run
+            head = 0 if n == 0 else context
+            tail = 0 if n == len(opcodes) - 1 else context
             if len(same) > head + tail + 1:
                 out.extend(DiffLine("same", t) for t in same[:head])
                 out.append(DiffLine("skip", "", len(same) - head - tail))

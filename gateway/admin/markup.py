@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterable
 from typing import TypeAlias
 
-Child: TypeAlias = "Markup | str | int | float | None | Iterable[Child]"
+Child: TypeAlias = "Markup | str | int | float | Iterable[Child] | None"
 Attr: TypeAlias = str | int | float | bool | None
 
 _VOID = frozenset({"br", "hr", "img", "input", "link", "meta", "source", "wbr"})
@@ -57,9 +57,9 @@ def _attr_name(name: str) -> str:
     return name.rstrip("_").replace("_", "-")
 
 
-def tag(name: str, *children: Child, **attrs: Attr) -> Markup:
-    """``<name attrs>children</name>``; ``None``/``False`` attributes are left out."""
-    parts = [name]
+def tag(element: str, /, *children: Child, **attrs: Attr) -> Markup:
+    """``<element attrs>children</element>``; ``None``/``False`` attributes are left out."""
+    parts = [element]
     for key, value in attrs.items():
         if value is None or value is False:
             continue
@@ -68,6 +68,6 @@ def tag(name: str, *children: Child, **attrs: Attr) -> Markup:
         else:
             parts.append(f'{_attr_name(key)}="{esc(value)}"')
     opening = f"<{' '.join(parts)}>"
-    if name in _VOID:
+    if element in _VOID:
         return Markup(opening)
-    return Markup(f"{opening}{join(children)}</{name}>")
+    return Markup(f"{opening}{join(children)}</{element}>")

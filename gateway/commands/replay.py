@@ -1,7 +1,8 @@
 """``gateway replay``: list sessions and rebuild every provider call of one, offline.
 
-Read-only: it never writes to a session. Errors are one line starting ``gateway replay:``;
-exit 2 for usage errors and unknown sessions, 1 for unreadable files.
+Read-only: it never writes to a session (``--rerun``, in :mod:`gateway.commands.rerun`, sends a
+recorded call again and may save it to a separate log). Errors are one line starting
+``gateway replay:``; exit 2 for usage errors and unknown sessions, 1 for unreadable files.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from gateway.commands import rerun as rerun_cmd
 from gateway.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
 from sessions.names import DEFAULT_TENANT
@@ -35,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", choices=SHAPES, default=None,
                         help="request shape for --request (default: the recorded provider's)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    rerun_cmd.add_arguments(parser)
 
 
 async def load(store: SessionStore, target: str, tenant: str | None) -> Replay:
@@ -66,13 +69,17 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
                            EXIT_UNREADABLE) from exc
 
 
-async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None) -> int:
+async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None,
+              data_dir: Path | None = None) -> int:
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
+    rerun_cmd.check_options(args)
     if args.list:
         return await _list(store, args.tenant, out, as_json=args.json)
     if not args.session:
         raise CommandError("give a session id (or --list)")
     replay = await load(store, args.session, args.tenant)
+    if args.rerun is not None:  # the one mode that sends a request (never writes the session)
+        return await rerun_cmd.run(args, replay, out, data_dir)
     if args.request is not None:
         turn = _turn(replay, args.request)
         _dump(replay.request(turn, args.shape), out)

@@ -13,11 +13,14 @@ import aiohttp
 import orjson
 import pytest
 
+from channels.slack.adapter import SlackChannel
 from channels.slack.render import render_chunks
 from gateway.app import Gateway
 from gateway.cli import main as cli_main
 from gateway.compose import build_gateway
 from gateway.config import Settings
+from gateway.errors import ConfigError
+from gateway.metrics import Metrics
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
 from gateway.providers.scripted import ScriptedProvider
@@ -43,7 +46,7 @@ def slack_settings(fake: FakeSlackServer, data_dir: Path, **extra: Any) -> Setti
         "SLACK_API_BASE_URL": fake.api_base_url, "SLACK_ALLOWED_USERS": "U1,U2",
     }
     values.update(extra)
-    return Settings(_env_file=None, **values)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings init
 
 
 @asynccontextmanager
@@ -79,8 +82,9 @@ def duplicates(gateway: Gateway) -> float:
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    """Poll ``predicate``: metrics and the fake's state have no change notification."""
     async with asyncio.timeout(timeout):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - nothing to wait on but the state itself
             await asyncio.sleep(0.01)
 
 
@@ -103,7 +107,7 @@ async def sessions(gateway: Gateway) -> list[tuple[str | None, str | None]]:
 
 
 async def test_dm_round_trip_in_thread(fake: FakeSlackServer, tmp_path: Path) -> None:
-    """A DM is recorded, answered in its thread (preview, then the mrkdwn final) and health shows it."""
+    """A DM is recorded and answered in its thread (preview, then mrkdwn final); health shows it."""
     provider = ScriptedProvider()
     provider.script("**Hello** there")
     async with running(slack_settings(fake, tmp_path), provider) as gateway:
@@ -150,7 +154,9 @@ async def test_retried_event_answered_once(fake: FakeSlackServer, tmp_path: Path
     assert len(fake.posts()) == 1
 
 
-async def test_redelivery_after_restart_answered_once(fake: FakeSlackServer, tmp_path: Path) -> None:
+async def test_redelivery_after_restart_answered_once(
+    fake: FakeSlackServer, tmp_path: Path
+) -> None:
     """The same event delivered to a new gateway on the same data dir is not answered again."""
     settings = slack_settings(fake, tmp_path)
     envelope = fake.dm_event("U1", "hello")
@@ -165,6 +171,25 @@ async def test_redelivery_after_restart_answered_once(fake: FakeSlackServer, tmp
         infos = await second.store.list_sessions(TEAM)
     assert [info.message_count for info in infos] == [2]
     assert len(fake.posts()) == 1
+    assert (tmp_path / "state" / "slack-events.jsonl").is_file()
+
+
+@pytest.mark.parametrize(("body", "signed", "expected"), [
+    (b"\xff\xfe{not json", False, 401),
+    (b"[1]", True, 400),
+    (b"payload=%7Bbroken", True, 400),
+])
+async def test_junk_request_refused(
+    fake: FakeSlackServer, tmp_path: Path, body: bytes, signed: bool, expected: int
+) -> None:
+    """Junk bodies get 401 (unsigned) or 400 (signed but unparseable), never a server error."""
+    headers = {"Content-Type": "application/json", **(fake.sign(body) if signed else {})}
+    async with running(slack_settings(fake, tmp_path)) as gateway, aiohttp.ClientSession() as http:
+        async with http.post(events_url(gateway), data=body, headers=headers) as response:
+            status = response.status
+        health = dict(gateway.channels[0].health())
+    assert status == expected
+    assert health["events"] == 0
 
 
 @pytest.mark.parametrize("forgery", ["signature", "stale"])
@@ -331,9 +356,9 @@ async def test_replay_matches_provider_requests(fake: FakeSlackServer, tmp_path:
                                      base_url=srv.anthropic_base_url, max_retries=0)
         async with running(slack_settings(fake, tmp_path), provider) as gateway:
             dm = fake.im_channel_for("U1")
-            for text in ("hello", "and again"):
-                await fake.deliver_event(events_url(gateway), fake.dm_event("U1", text))
-                await wait_until(lambda: turns(gateway) == len(srv.requests))
+            await fake.deliver_event(events_url(gateway), fake.dm_event("U1", "hello"))
+            await wait_until(lambda: turns(gateway) == 1)
+            await fake.deliver_event(events_url(gateway), fake.dm_event("U1", "and again"))
             await wait_until(lambda: turns(gateway) == 2)
             [info] = await gateway.store.list_sessions(TEAM)
             replay = replay_bytes(await gateway.store.read_log(TEAM, info.session_id))
@@ -360,3 +385,40 @@ async def test_replay_cli_request_matches(fake: FakeSlackServer, tmp_path: Path,
         "--data-dir", str(tmp_path)])
     assert code == 0
     assert orjson.loads(capsys.readouterr().out) == received.body
+
+
+def test_missing_settings_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bot token, or HTTP mode without a signing secret, is a ConfigError naming the setting."""
+    for name in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    base: dict[str, Any] = {"GATEWAY_DATA_DIR": str(tmp_path), "GATEWAY_CHANNELS": "slack"}
+    without_token = Settings(_env_file=None, **base)  # type: ignore[call-arg]
+    without_secret = Settings(_env_file=None, SLACK_BOT_TOKEN="xoxb-1", **base)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
+        SlackChannel.from_settings(without_token, Metrics())
+    with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
+        SlackChannel.from_settings(without_secret, Metrics())
+
+
+async def test_turn_running_at_shutdown_still_replies(
+    fake: FakeSlackServer, tmp_path: Path
+) -> None:
+    """A turn in flight when the channel closes still posts its reply; new events get 503."""
+    provider = GatedProvider()
+    gateway = build_gateway(slack_settings(fake, tmp_path), provider=provider)
+    await gateway.start()
+    url = events_url(gateway)
+    envelope = fake.dm_event("U1", "answer me while stopping")
+    try:
+        await fake.deliver_event(url, envelope)
+        await asyncio.wait_for(provider.called.wait(), 5)
+        closing = asyncio.create_task(gateway.aclose())
+        await wait_until(lambda: not gateway.channels[0].health()["ok"])
+        late = await fake.deliver_event(url, fake.dm_event("U1", "too late"))
+        provider.gate.set()
+        await closing
+    finally:
+        await gateway.aclose()
+    event = envelope["event"]
+    assert late[0] == 503
+    assert thread_texts(fake, event["channel"], event["ts"]) == ["ok"]

@@ -366,6 +366,19 @@ async def test_malformed_window_reported(store: JsonlSessionStore) -> None:
     assert (replay.turns[0].window, replay.sent(replay.turns[0])) == (None, [])
 
 
+async def test_window_bounds_must_be_integers_not_booleans(store: JsonlSessionStore) -> None:
+    """A window written as JSON booleans or floats is malformed, never read as 0/1."""
+    writer = await new_writer(store)
+    await add(writer, U1)
+    for window in ([[False, True]], [[0, 1.0]], [[0]], [0, 1], "0-1"):
+        body = entries.call(0, call_request(PROMPT_A, (), tools=()), None)
+        await writer.append([{**body, "window": window}])
+    await writer.aclose()
+    replay = replay_file(writer.path)
+    assert [t.window for t in replay.turns] == [None] * 5
+    assert [p.message for p in replay.problems] == ["call entry has a malformed window"] * 5
+
+
 async def test_torn_tail_skipped_without_problem(store: JsonlSessionStore) -> None:
     """An unfinished last line is skipped and flagged, not reported as corruption."""
     path = await basic_session(store)

@@ -1,4 +1,7 @@
-"""The JSONL store: layout, permissions, names, locking, repair, failures and durability."""
+"""The JSONL store: layout, permissions, names, locking, repair, failures and durability.
+
+The backend-neutral store contract runs on every backend in ``test_store_contract.py``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import stat
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,9 +20,7 @@ from sessions import entries
 from sessions.errors import (
     CorruptHeaderError,
     InvalidNameError,
-    SessionExistsError,
     SessionLockedError,
-    SessionNotFoundError,
     SessionReadError,
     SessionWriteError,
 )
@@ -37,8 +37,6 @@ from tests.sessions.helpers import (
     assistant,
     call_request,
     log_entries,
-    tool_result,
-    tool_use,
     user,
 )
 
@@ -133,42 +131,7 @@ async def test_open_tightens_a_loose_file(store: JsonlSessionStore) -> None:
 
 
 # -- names ---------------------------------------------------------------------------------------
-
-BAD_NAMES: list[Any] = ["..", "../x", "a/b", "", "a" * 200, ".hidden", "a\x00b", 5, b"s1"]
-
-
-@pytest.mark.parametrize("bad", BAD_NAMES)
-async def test_invalid_session_id_refused_and_nothing_created(
-    store: JsonlSessionStore, tmp_path: Path, bad: Any
-) -> None:
-    """Unsafe or non-string session ids raise InvalidNameError everywhere; no file appears."""
-    with pytest.raises(InvalidNameError):
-        await store.create(channel="console", conversation="c", session_id=bad)
-    with pytest.raises(InvalidNameError):
-        await store.open("default", bad)
-    with pytest.raises(InvalidNameError):
-        await store.exists("default", bad)
-    with pytest.raises(InvalidNameError):
-        await store.read_log("default", bad)
-    with pytest.raises(InvalidNameError):
-        await store.message_page("default", bad)
-    assert names_under(tmp_path) == []
-
-
-@pytest.mark.parametrize("bad", BAD_NAMES)
-async def test_invalid_tenant_refused_and_nothing_created(
-    store: JsonlSessionStore, tmp_path: Path, bad: Any
-) -> None:
-    """Unsafe or non-string tenants raise InvalidNameError before any directory is made."""
-    with pytest.raises(InvalidNameError):
-        await store.create(tenant=bad, channel="console", conversation="c", session_id="s1")
-    with pytest.raises(InvalidNameError):
-        await store.open(bad, "s1")
-    with pytest.raises(InvalidNameError):
-        await store.list_sessions(bad)
-    with pytest.raises(InvalidNameError):
-        await store.read_log(bad, "s1")
-    assert names_under(tmp_path) == []
+# Name validation on every backend: test_store_contract.py.
 
 
 async def test_traversing_tenant_never_touches_outside_directories(tmp_path: Path) -> None:
@@ -183,29 +146,7 @@ async def test_traversing_tenant_never_touches_outside_directories(tmp_path: Pat
 
 
 # -- create / open / exists ----------------------------------------------------------------------
-
-
-async def test_create_with_taken_id_raises_session_exists(store: JsonlSessionStore) -> None:
-    """create() refuses an id that already has a log and leaves that log as it was."""
-    writer = await store.create(channel="console", conversation="c", session_id="s1")
-    await writer.aclose()
-    before = writer.path.read_bytes()
-    with pytest.raises(SessionExistsError):
-        await store.create(channel="console", conversation="other", session_id="s1")
-    assert writer.path.read_bytes() == before
-
-
-async def test_missing_session_is_not_found(store: JsonlSessionStore) -> None:
-    """open() and read_log() of an unknown id raise SessionNotFoundError; exists() is False."""
-    assert await store.exists("default", "nope") is False
-    with pytest.raises(SessionNotFoundError):
-        await store.open("default", "nope")
-    with pytest.raises(SessionNotFoundError):
-        await store.read_log("default", "nope")
-    writer = await store.create(channel="console", conversation="c", session_id="s1")
-    await writer.aclose()
-    assert await store.exists("default", "s1") is True
-    assert await store.exists("acme", "s1") is False
+# create()/open()/exists() on every backend: test_store_contract.py. JSONL specifics here.
 
 
 async def test_second_open_in_same_process_is_locked(store: JsonlSessionStore) -> None:
@@ -477,32 +418,6 @@ def test_unknown_durability_is_refused(data_dir: Path) -> None:
 
 
 # -- read side -----------------------------------------------------------------------------------
-
-
-async def test_message_page_holds_only_messages(store: JsonlSessionStore) -> None:
-    """message_page skips prompt, section, tools, call and outcome entries, and pages."""
-    writer = await store.create(channel="console", conversation="c", session_id="s1")
-    await add(writer, user("what time is it?"))
-    await persist_call(writer, call_request(PROMPT_A, ((0, 1),)))
-    await add(writer, tool_use("t1", "get_time", {"tz": "UTC"}), tool_result("t1", "12:00"))
-    await record_outcome(writer, Outcome(call=0, stop_reason="tool_use"))
-    await persist_call(writer, call_request(PROMPT_A, ((0, 3),)))
-    await add(writer, assistant("noon"))
-    await writer.aclose()
-
-    page = await store.message_page("default", "s1")
-    assert (page.session_id, page.total, page.offset) == ("s1", 4, 0)
-    assert [m["message"] for m in page.messages] == [
-        user("what time is it?"),
-        tool_use("t1", "get_time", {"tz": "UTC"}),
-        tool_result("t1", "12:00"),
-        assistant("noon"),
-    ]
-    assert [sorted(m) for m in page.messages] == [["message", "seq", "ts"]] * 4
-    second = await store.message_page("default", "s1", offset=1, limit=2)
-    assert (second.total, [m["seq"] for m in second.messages]) == (4, [8, 9])
-    with pytest.raises(ValueError, match=">= 0"):
-        await store.message_page("default", "s1", offset=-1)
 
 
 async def test_list_sessions_newest_first_with_tenants_and_torn(

@@ -1,0 +1,72 @@
+"""``gateway chat`` as a subprocess with piped stdin: replies print and the session replays."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+TIMEOUT = 60
+
+
+def gateway(args: list[str], cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ``python -m gateway ARGS`` offline, in ``cwd`` (so no .env is picked up)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "ANTHROPIC_",
+                                                                     "OPENAI_"))}
+    env["GATEWAY_PROVIDER"] = "offline"
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], input=stdin, capture_output=True, text=True,
+        cwd=cwd, env=env, timeout=TIMEOUT, check=False,
+    )
+
+
+def test_chat_prints_reply_and_records_a_replayable_session(tmp_path: Path) -> None:
+    """A piped chat prints the reply and /session; the session is listed and replays."""
+    data = tmp_path / "data"
+    chat = gateway(["chat", "--data-dir", str(data)], tmp_path, "hello\n/session\n/quit\n")
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    assert 'You said: "hello"' in lines[0]
+    assert lines[1].startswith("session ")
+    session = lines[1].removeprefix("session ")
+    assert lines[2] == f"replay: gateway replay {session} --data-dir {data}"
+    assert len(lines) == 3
+
+    listing = gateway(["replay", "--list", "--json", "--data-dir", str(data)], tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    [info] = orjson.loads(listing.stdout)
+    assert (info["id"], info["channel"], info["conversation"]) == (
+        session, "console", "console:local")
+    assert info["messages"] == 2
+
+    replay = gateway(["replay", session, "--data-dir", str(data)], tmp_path)
+    assert replay.returncode == 0, replay.stderr
+    assert "turns 1" in replay.stdout
+    assert "prompts recorded: yes" in replay.stdout
+
+
+def test_end_of_input_ends_the_chat_and_conversations_resume(tmp_path: Path) -> None:
+    """EOF without /quit ends cleanly; the same --conversation resumes its session."""
+    data = tmp_path / "data"
+    first = gateway(["chat", "--conversation", "notes", "--data-dir", str(data)], tmp_path,
+                    "one")
+    assert first.returncode == 0, first.stderr
+    assert 'You said: "one"' in first.stdout
+    second = gateway(["chat", "--conversation", "notes", "--data-dir", str(data)], tmp_path,
+                     "two\n/session\n")
+    assert second.returncode == 0, second.stderr
+    assert "I can see 3 messages" in second.stdout
+    listing = gateway(["replay", "--list", "--json", "--data-dir", str(data)], tmp_path)
+    [info] = orjson.loads(listing.stdout)
+    assert (info["conversation"], info["messages"]) == ("console:notes", 4)
+
+
+def test_bad_conversation_name_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """An unsafe --conversation is refused with one line on stderr and exit code 2."""
+    chat = gateway(["chat", "--conversation", "../x", "--data-dir", str(tmp_path)], tmp_path)
+    assert chat.returncode == 2
+    assert chat.stderr.startswith("gateway chat: ")
+    assert len(chat.stderr.splitlines()) == 1

@@ -1,0 +1,260 @@
+"""The Telegram channel end to end in polling mode: the real gateway and PTB against the fake
+Bot API, from a user's message to the rendered reply, through the platform's failure modes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from channels.telegram.render import render_chunks
+from gateway.providers.offline import OfflineProvider
+from gateway.providers.scripted import ScriptedProvider
+from sessions.records import MessageDict
+from tests.channels.test_telegram_harness import (
+    ALICE,
+    BOB,
+    channel_of,
+    healthz,
+    ok_calls,
+    replay_of,
+    running,
+    sessions,
+    settled,
+    telegram_settings,
+    user_texts,
+    wait_until,
+)
+from tests.fakes.telegram_api import FakeTelegramServer
+
+GROUP = -100123
+FORUM = -100555
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+def whole(text: str) -> MessageDict:
+    """A scripted reply that is not streamed (no preview): the final goes out as sendMessage."""
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """A DM is recorded, answered (typing, preview, HTML final) and its update acknowledged."""
+    provider = ScriptedProvider()
+    provider.script("Hello **Alice**")
+    async with running(telegram_settings(fake, tmp_path), provider, edit_interval=0) as gateway:
+        update = fake.user_message(ALICE, "hi there")
+        await settled(gateway, 1)
+        await wait_until(lambda: fake.confirmed_offset == update["update_id"] + 1)
+        assert await sessions(gateway) == [(f"telegram:{ALICE}", "hi there")]
+    assert [c.method for c in fake.sent] == ["getMe", "sendChatAction", "sendMessage",
+                                             "editMessageText"]
+    preview, final = fake.sent[2], fake.sent[3]
+    assert (preview.text, preview.params.get("parse_mode")) == ("Hello **Alice**", None)
+    assert (final.text, final.params["parse_mode"]) == ("Hello <b>Alice</b>", "HTML")
+    [message] = fake.messages_to(ALICE)
+    assert message["text"] == "Hello Alice"
+    assert message["entities"] == [{"type": "bold", "offset": 6, "length": 5}]
+    assert "reply_to_message" not in message  # DMs are not threaded
+
+
+async def test_fast_reply_sent_once_without_preview(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A reply complete within the edit interval is one sendMessage: no preview, no edit."""
+    provider = ScriptedProvider()
+    provider.script("Quick **one**")
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.user_message(ALICE, "hi")
+        await settled(gateway, 1)
+    assert [c.method for c in fake.sent] == ["getMe", "sendChatAction", "sendMessage"]
+    assert fake.sent[2].params["parse_mode"] == "HTML"
+    assert fake.texts_to(ALICE) == ["Quick one"]
+
+
+async def test_streaming_edits_are_throttled(fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """A streamed reply shows as a plain preview edited at most every edit interval, then the
+    final text replaces it in the same message."""
+    words = " ".join(f"word{i}" for i in range(40))
+    async with running(telegram_settings(fake, tmp_path), OfflineProvider(delay=0.03),
+                       edit_interval=0.15) as gateway:
+        fake.user_message(ALICE, words)
+        await settled(gateway, 1)
+    [message] = fake.messages_to(ALICE)
+    assert f'(offline mode). You said: "{words}"' in message["text"]
+    assert message["text"].endswith("I can see 1 message.")
+    edits = fake.calls("editMessageText")
+    previews = [fake.calls("sendMessage")[0], *edits[:-1]]
+    assert len(previews) >= 3
+    assert all(c.ok and c.params.get("parse_mode") is None for c in previews)
+    gaps = [b.time - a.time for a, b in zip(previews, previews[1:], strict=False)]
+    assert min(gaps) >= 0.15 - 0.02  # the fake's clock is wall time, rounded
+    assert edits[-1].params["parse_mode"] == "HTML"
+
+
+async def test_long_markdown_reply_split_into_valid_chunks(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A 9,000-character reply with a code block arrives as HTML chunks of <= 4096, the code
+    block closed at each split and reopened (same language) in the next chunk."""
+    code = "\n".join(f"print('line {i:04d}')  # " + "x" * 40 for i in range(145))
+    reply = "Here is the script:\n\n```python\n" + code + "\n```\n\nRun it with **care**."
+    assert 9_000 <= len(reply) <= 9_500
+    provider = ScriptedProvider()
+    provider.script(reply)
+    async with running(telegram_settings(fake, tmp_path), provider, edit_interval=0) as gateway:
+        fake.user_message(ALICE, "write me a script")
+        await settled(gateway, 1)
+    chunks = render_chunks(reply)
+    assert len(chunks) == 3
+    assert all(c.ok for c in fake.sent)
+    # The preview (cut at 3,500 characters) became the first chunk; the rest are new messages.
+    assert [c.method for c in fake.sent[2:]] == ["sendMessage", "editMessageText",
+                                                 "sendMessage", "sendMessage"]
+    assert fake.texts_to(ALICE) == [c.plain for c in chunks]
+    pres = [[e for e in m.get("entities", []) if e["type"] == "pre"]
+            for m in fake.messages_to(ALICE)]
+    assert all(p and p[0].get("language") == "python" for p in pres)
+    assert pres[1][0]["offset"] == 0  # the continued block opens the second chunk
+    assert fake.texts_to(ALICE)[-1].endswith("Run it with care.")
+
+
+async def test_unparseable_html_falls_back_to_plain_text(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """"can't parse entities" on a final send or edit is retried once as plain text."""
+    provider = ScriptedProvider()
+    provider.script(whole("Some **bold** words"), "An *edited* preview")
+    parse_error = "Bad Request: can't parse entities: Unsupported start tag \"x\" at byte offset 5"
+    async with running(telegram_settings(fake, tmp_path), provider, edit_interval=0) as gateway:
+        fake.fail_next("sendMessage", 400, parse_error)
+        fake.user_message(ALICE, "one")
+        await settled(gateway, 1)
+        fake.fail_next("editMessageText", 400, parse_error)
+        fake.user_message(ALICE, "two")
+        await settled(gateway, 2)
+    assert fake.texts_to(ALICE) == ["Some bold words", "An edited preview"]
+    sends = fake.calls("sendMessage")
+    assert [(c.error_code, c.params.get("parse_mode")) for c in sends] == [
+        (400, "HTML"), (None, None), (None, None)]
+    edits = fake.calls("editMessageText")
+    assert [(c.error_code, c.params.get("parse_mode")) for c in edits] == [
+        (400, "HTML"), (None, None)]
+    assert all("entities" not in m for m in fake.messages_to(ALICE))
+
+
+async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """A 429 with retry_after=1 is waited out: the reply is sent again after >= 1 s."""
+    provider = ScriptedProvider()
+    provider.script(whole("after the flood"))
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.fail_next("sendMessage", 429, retry_after=1)
+        fake.user_message(ALICE, "hello")
+        await settled(gateway, 1, timeout=5)
+    first, second = fake.calls("sendMessage")
+    assert (first.error_code, second.error_code) == (429, None)
+    assert second.time - first.time >= 1.0
+    assert fake.texts_to(ALICE) == ["after the flood"]
+
+
+async def test_conflict_shown_in_health_then_recovered(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """409 Conflict on getUpdates makes /healthz 503 with the count; polling then recovers."""
+    async with running(telegram_settings(fake, tmp_path)) as gateway:
+        fake.fail_next("getUpdates", 409, times=2)
+        await wait_until(lambda: channel_of(gateway).health()["conflicts"] >= 1)
+        status, health = await healthz(gateway)
+        assert (status, health["ok"], health["last_error"]) == (503, False, "conflict")
+        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=5)
+        status, health = await healthz(gateway)
+        assert (status, health["ok"], health["conflicts"]) == (200, True, 2)
+        fake.user_message(ALICE, "still there?")
+        await settled(gateway, 1)
+    assert fake.texts_to(ALICE) == ["ok"]
+    assert not fake.calls("deleteWebhook")  # a conflict is reported, never "fixed" silently
+
+
+async def test_stall_watchdog_restarts_a_hung_poll(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A getUpdates that hangs past TELEGRAM_STALL_SECONDS is cancelled, counted and reissued."""
+    settings = telegram_settings(fake, tmp_path, TELEGRAM_STALL_SECONDS=1.5)
+    async with running(settings) as gateway:
+        fake.delay_next("getUpdates", 30)
+        await wait_until(lambda: channel_of(gateway).health()["stalls"] == 1, timeout=5)
+        fake.user_message(ALICE, "are you awake?")
+        await settled(gateway, 1, timeout=5)
+        health = channel_of(gateway).health()
+    assert fake.texts_to(ALICE) == ["ok"]
+    assert (health["ok"], health["stalls"], health["last_error"]) == (True, 1, "stall")
+
+
+async def test_group_answers_only_when_mentioned(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """Unmentioned group messages get no reply and no session; a mention or a reply to the
+    bot is answered, as a reply to the person's message."""
+    provider = ScriptedProvider()
+    provider.script("first", "second")
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.user_message(GROUP, "just chatting", chat_type="supergroup")
+        mention = fake.user_message(GROUP, "@fake_test_bot hello", chat_type="supergroup")
+        await settled(gateway, 1)
+        fake.user_message(GROUP, "unrelated again", chat_type="supergroup")
+        fake.user_message(GROUP, "and you?", chat_type="supergroup", reply_to_bot=True)
+        await settled(gateway, 2)
+        replay = await replay_of(gateway, f"telegram:{GROUP}")
+        assert await sessions(gateway) == [(f"telegram:{GROUP}", "@fake_test_bot hello")]
+    assert user_texts(replay) == ["@fake_test_bot hello", "and you?"]
+    messages = fake.messages_to(GROUP)
+    assert [m["text"] for m in messages] == ["first", "second"]
+    assert messages[0]["reply_to_message"]["message_id"] == mention["message"]["message_id"]
+
+
+async def test_forum_topics_are_separate_sessions(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """Two forum topics of one group are two conversations, each answered in its topic."""
+    provider = ScriptedProvider()
+    provider.script("in eleven", "in twenty-two")
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.user_message(FORUM, "@fake_test_bot one", chat_type="supergroup",
+                          message_thread_id=11)
+        await settled(gateway, 1)
+        fake.user_message(FORUM, "@fake_test_bot two", chat_type="supergroup",
+                          message_thread_id=22)
+        await settled(gateway, 2)
+        assert await sessions(gateway) == [(f"telegram:{FORUM}:11", "@fake_test_bot one"),
+                                           (f"telegram:{FORUM}:22", "@fake_test_bot two")]
+    assert [(m["text"], m["message_thread_id"]) for m in fake.messages_to(FORUM)] == [
+        ("in eleven", 11), ("in twenty-two", 22)]
+    actions = [c.params.get("message_thread_id") for c in ok_calls(fake, "sendChatAction")]
+    assert actions == [11, 22]
+
+
+async def test_redelivered_update_after_restart_not_answered_twice(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """An update seen before a restart and delivered again afterwards is dropped."""
+    provider = ScriptedProvider()
+    provider.script("one", "two")
+    settings = telegram_settings(fake, tmp_path)
+    async with running(settings, provider) as gateway:
+        first = fake.user_message(BOB, "first")
+        await settled(gateway, 1)
+    async with running(settings, provider) as gateway:
+        fake.push_update(first)  # as after a crash before the offset was confirmed
+        fake.user_message(BOB, "second")
+        await settled(gateway, 1)
+        replay = await replay_of(gateway, f"telegram:{BOB}")
+        dropped = channel_of(gateway).metrics.duplicates.labels(channel="telegram")._value.get()
+    assert user_texts(replay) == ["first", "second"]
+    assert fake.texts_to(BOB) == ["one", "two"]
+    assert dropped == 1
+    assert (tmp_path / "state" / "telegram-updates.jsonl").exists()

@@ -1,0 +1,297 @@
+"""Export records: OpenTelemetry GenAI field names and part shapes, ids, times, JSONL records."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from sessions.export import (
+    JSONL_KEYS,
+    UNKNOWN_PROVIDER,
+    finish_reason,
+    genai_messages,
+    jsonl_record,
+    otel_record,
+    records,
+    span_id,
+    trace_id,
+)
+from sessions.jsonl import JsonlSessionStore
+from sessions.persist import persist_call, record_outcome
+from sessions.records import Outcome
+from sessions.replay import Replay, replay_bytes
+from tests.sessions.helpers import (
+    PROMPT_A,
+    PROMPT_B,
+    SEED_DIR,
+    TOOL_TIME,
+    TOOLS_A,
+    add,
+    assistant,
+    call_request,
+    tool_result,
+    tool_use,
+    user,
+)
+
+Q = user("what time is it?")
+USE = tool_use("toolu_1", "get_time", {"tz": "UTC"})
+RESULT = tool_result("toolu_1", "12:00")
+NOON = assistant("It is noon.")
+THANKS = user("thanks")
+PARAMS = {"max_tokens": 256, "temperature": 0.2}
+
+SPAN_KEYS = {
+    "name", "kind", "trace_id", "span_id", "start_time", "end_time", "start_time_unix_nano",
+    "end_time_unix_nano", "status", "attributes",
+}
+FULL_ATTRIBUTES = {
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system", "gen_ai.conversation.id",
+    "gen_ai.request.model", "gen_ai.request.max_tokens", "gen_ai.request.temperature",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.system_instructions",
+    "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.response.finish_reasons",
+    "gen_ai.tool.definitions", "gateway.tenant", "gateway.turn", "gateway.prompt.fingerprint",
+}
+PART_KEYS = {
+    "text": {"type", "content"},
+    "tool_call": {"type", "id", "name", "arguments"},
+    "tool_call_response": {"type", "id", "response"},
+}
+ROLES = {"system", "user", "assistant", "tool"}
+FINISH_REASONS = {"stop", "length", "content_filter", "tool_call", "error"}
+
+
+async def build_export_session(
+    data_dir: Path, session_id: str = "s1", tenant: str = "default"
+) -> Path:
+    """Three calls: a tool call, its answer, and an OpenAI call that timed out."""
+    store = JsonlSessionStore(data_dir, durability="none")
+    writer = await store.create(tenant=tenant, channel="telegram", conversation=session_id,
+                                session_id=session_id)
+    await add(writer, Q)
+    await persist_call(writer, call_request(PROMPT_A, ((0, 1),), params=PARAMS))
+    await add(writer, USE)
+    await record_outcome(writer, Outcome(call=0, stop_reason="tool_use",
+                                         usage={"input_tokens": 10, "output_tokens": 5},
+                                         latency_ms=120.5))
+    await add(writer, RESULT)
+    await persist_call(writer, call_request(PROMPT_A, ((0, 3),), params=PARAMS))
+    await add(writer, NOON)
+    await record_outcome(writer, Outcome(call=1, stop_reason="end_turn",
+                                         usage={"input_tokens": 30, "output_tokens": 7},
+                                         latency_ms=80.0))
+    await add(writer, THANKS)
+    await persist_call(writer, call_request(PROMPT_B, ((0, 5),), reason="rebuilt",
+                                            provider="openai", model="gpt-test", params={}))
+    await record_outcome(writer, Outcome(call=2, latency_ms=30000.0,
+                                         error={"kind": "timeout", "message": "no answer"}))
+    await writer.aclose()
+    return writer.path
+
+
+@pytest.fixture
+async def replay(tmp_path: Path) -> Replay:
+    return replay_bytes((await build_export_session(tmp_path / "data")).read_bytes())
+
+
+def assert_genai_messages(messages: list[dict[str, Any]], *, output: bool) -> None:
+    """Every message and part has exactly the GenAI schema's fields."""
+    for message in messages:
+        assert set(message) == ({"role", "parts", "finish_reason"} if output
+                                else {"role", "parts"})
+        assert message["role"] in ROLES
+        if output:
+            assert message["finish_reason"] in FINISH_REASONS
+        for part in message["parts"]:
+            assert set(part) == PART_KEYS[part["type"]]
+
+
+async def test_span_fields_and_required_attributes(replay: Replay) -> None:
+    """A successful call carries exactly the span keys and the full set of GenAI attributes."""
+    span = otel_record(replay, replay.turn(2))
+    assert set(span) == SPAN_KEYS
+    assert (span["name"], span["kind"], span["status"]) == (
+        "chat claude-test", "CLIENT", {"code": "UNSET"})
+    attrs = span["attributes"]
+    assert set(attrs) == FULL_ATTRIBUTES
+    assert {k: attrs[k] for k in FULL_ATTRIBUTES - {
+        "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions",
+        "gen_ai.system_instructions"}} == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.system": "anthropic",
+        "gen_ai.conversation.id": "s1",
+        "gen_ai.request.model": "claude-test",
+        "gen_ai.request.max_tokens": 256,
+        "gen_ai.request.temperature": 0.2,
+        "gen_ai.usage.input_tokens": 30,
+        "gen_ai.usage.output_tokens": 7,
+        "gen_ai.response.finish_reasons": ["stop"],
+        "gateway.tenant": "default",
+        "gateway.turn": 2,
+        "gateway.prompt.fingerprint": PROMPT_A.fingerprint,
+    }
+    assert attrs["gen_ai.system_instructions"] == [{"type": "text", "content": PROMPT_A.text}]
+    assert attrs["gen_ai.tool.definitions"] == [{
+        "type": "function", "name": "get_time", "description": TOOL_TIME["description"],
+        "parameters": TOOL_TIME["input_schema"],
+    }]
+    assert TOOLS_A == (TOOL_TIME,)
+
+
+async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay) -> None:
+    """Text, tool_call and tool_call_response parts; tool results in a "tool" message."""
+    attrs = otel_record(replay, replay.turn(2))["attributes"]
+    assert attrs["gen_ai.input.messages"] == [
+        {"role": "user", "parts": [{"type": "text", "content": "what time is it?"}]},
+        {"role": "assistant", "parts": [
+            {"type": "tool_call", "id": "toolu_1", "name": "get_time", "arguments": {"tz": "UTC"}},
+        ]},
+        {"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": "toolu_1", "response": "12:00"},
+        ]},
+    ]
+    assert attrs["gen_ai.output.messages"] == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "It is noon."}],
+         "finish_reason": "stop"},
+    ]
+    for turn in replay.turns:
+        a = otel_record(replay, turn)["attributes"]
+        assert_genai_messages(a["gen_ai.input.messages"], output=False)
+        assert_genai_messages(a["gen_ai.output.messages"], output=True)
+
+
+async def test_tool_call_finish_reason(replay: Replay) -> None:
+    """A tool_use stop reason becomes finish_reason "tool_call" on the output message."""
+    attrs = otel_record(replay, replay.turn(1))["attributes"]
+    assert attrs["gen_ai.output.messages"][0]["finish_reason"] == "tool_call"
+    assert attrs["gen_ai.response.finish_reasons"] == ["tool_call"]
+    assert attrs["gen_ai.output.messages"][0]["parts"] == [
+        {"type": "tool_call", "id": "toolu_1", "name": "get_time", "arguments": {"tz": "UTC"}},
+    ]
+
+
+async def test_failed_call_has_error_type(replay: Replay) -> None:
+    """A failed call: error.type, finish reason "error", no output, status ERROR."""
+    span = otel_record(replay, replay.turn(3))
+    attrs = span["attributes"]
+    assert attrs["error.type"] == "timeout"
+    assert attrs["gen_ai.output.messages"] == []
+    assert attrs["gen_ai.response.finish_reasons"] == ["error"]
+    assert span["status"] == {"code": "ERROR", "message": "no answer"}
+    assert (span["name"], attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == (
+        "chat gpt-test", "openai", "gpt-test")
+    assert "gen_ai.request.max_tokens" not in attrs
+    assert "gen_ai.usage.input_tokens" not in attrs
+    assert [m["role"] for m in attrs["gen_ai.input.messages"]] == [
+        "user", "assistant", "tool", "assistant", "user"]
+
+
+async def test_ids_are_deterministic_hex(replay: Replay) -> None:
+    """trace_id is 32 hex per session, span_id 16 hex per call, equal on every export."""
+    spans = list(records(replay, "otel"))
+    again = list(records(replay, "otel"))
+    assert [s["trace_id"] for s in spans] == [trace_id("default", "s1")] * 3
+    assert [s["span_id"] for s in spans] == [span_id("default", "s1", n) for n in (1, 2, 3)]
+    assert len({s["span_id"] for s in spans}) == 3
+    assert all(re.fullmatch(r"[0-9a-f]{32}", s["trace_id"]) for s in spans)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", s["span_id"]) for s in spans)
+    assert spans == again
+    assert trace_id("acme", "s1") != trace_id("default", "s1")
+
+
+async def test_times_from_the_call_entry_and_latency(replay: Replay) -> None:
+    """start_time is the call's ts; end_time adds the recorded latency; nanos agree."""
+    span = otel_record(replay, replay.turn(1))
+    ts = replay.turn(1).ts
+    assert ts is not None
+    start = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    assert span["start_time"] == ts
+    end = datetime.fromisoformat(span["end_time"].replace("Z", "+00:00"))
+    assert end - start == timedelta(milliseconds=120.5)
+    assert span["start_time_unix_nano"] == round(start.timestamp() * 1000) * 1_000_000
+    assert span["end_time_unix_nano"] - span["start_time_unix_nano"] == 120_500_000
+
+
+async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
+    """jsonl: exactly the documented keys, the sent messages, prompt text, tools and outcome."""
+    rec = jsonl_record(replay, replay.turn(2))
+    assert list(rec) == list(JSONL_KEYS)
+    assert {k: rec[k] for k in ("session", "tenant", "turn", "provider", "model", "params")} == {
+        "session": "s1", "tenant": "default", "turn": 2, "provider": "anthropic",
+        "model": "claude-test", "params": PARAMS,
+    }
+    assert rec["system"] == PROMPT_A.text
+    assert rec["messages"] == [Q, USE, RESULT]
+    assert rec["tools"] == [TOOL_TIME]
+    assert rec["response"] == NOON
+    assert rec["outcome"] == {"stopReason": "end_turn", "usage": {"input_tokens": 30,
+                              "output_tokens": 7}, "latencyMs": 80.0, "error": None}
+    failed = jsonl_record(replay, replay.turn(3))
+    assert (failed["response"], failed["outcome"]["error"]) == (
+        None, {"kind": "timeout", "message": "no answer"})
+    assert failed["system"] == PROMPT_B.text
+    orjson.dumps(rec)  # JSON-ready as built
+
+
+def test_seed_v2_provider_unknown_and_finish_reason_inferred() -> None:
+    """v1/v2 logs: provider "_OTHER" (not guessed), finish reason inferred from the answer."""
+    seed = replay_bytes((SEED_DIR / "v2-prompt-timeline.jsonl").read_bytes())
+    spans = list(records(seed, "otel"))
+    assert [s["attributes"]["gen_ai.provider.name"] for s in spans] == [UNKNOWN_PROVIDER] * 3
+    assert [s["attributes"]["gen_ai.request.model"] for s in spans] == ["claude-sonnet-4-5"] * 3
+    assert [s["attributes"]["gen_ai.output.messages"][0]["finish_reason"] for s in spans] == [
+        "tool_call", "stop", "stop"]
+    assert [s["end_time"] for s in spans] == [None] * 3
+    for span in spans:
+        assert_genai_messages(span["attributes"]["gen_ai.input.messages"], output=False)
+        assert_genai_messages(span["attributes"]["gen_ai.output.messages"], output=True)
+
+
+def test_seed_turn_before_first_prompt_has_no_system_instructions() -> None:
+    """A turn with no recorded prompt gets no gen_ai.system_instructions (never back-filled)."""
+    seed = replay_bytes((SEED_DIR / "v2-late-prompt-torn-tail.jsonl").read_bytes())
+    first, second = (otel_record(seed, t)["attributes"] for t in seed.turns)
+    assert "gen_ai.system_instructions" not in first
+    assert second["gen_ai.system_instructions"] == [
+        {"type": "text", "content": "You are Lisa, v2."}]
+
+
+@pytest.mark.parametrize(
+    ("stop", "reason"),
+    [("end_turn", "stop"), ("stop_sequence", "stop"), ("tool_use", "tool_call"),
+     ("tool_calls", "tool_call"), ("max_tokens", "length"), ("refusal", "content_filter"),
+     ("something_new", "something_new"), (None, "stop")],
+)
+def test_finish_reason_mapping(stop: str | None, reason: str) -> None:
+    """Recorded stop reasons map onto the GenAI finish reasons; unknown ones pass through."""
+    assert finish_reason(stop) == reason
+
+
+def test_mixed_message_splits_tool_results_first() -> None:
+    """A stored message with tool results and text becomes a tool message, then the text."""
+    message = {"role": "user", "content": [
+        {"type": "text", "text": "and also"},
+        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "ok"}],
+         "is_error": True},
+        {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+    ]}
+    assert genai_messages(message) == [
+        {"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": "t1", "response": "ok", "is_error": True}]},
+        {"role": "user", "parts": [
+            {"type": "text", "content": "and also"},
+            {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]},
+    ]
+
+
+def test_unknown_format_is_refused() -> None:
+    """records() names the formats it knows."""
+    seed = replay_bytes((SEED_DIR / "v2-no-prompts.jsonl").read_bytes())
+    with pytest.raises(ValueError, match="choose from otel, jsonl"):
+        records(seed, "xml")
