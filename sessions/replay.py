@@ -17,6 +17,7 @@ asked for, and turns carry window bounds, never copies of the transcript.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,7 @@ from typing import Any, overload
 
 import orjson
 
-from sessions.errors import CorruptHeaderError, EmptySessionError
+from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
 from sessions.fingerprint import fingerprint
 from sessions.records import PROMPT_JOINER, Injected, MessageDict, Window, window_messages
 from sessions.shapes import Shape, request_body
@@ -176,21 +177,33 @@ class Replay:
         return None if turn.call is None else self.outcomes.get(turn.call)
 
     def request(self, turn: Turn, shape: Shape | None = None) -> dict[str, Any]:
-        """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one)."""
+        """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one).
+
+        Raises :class:`~sessions.errors.SessionReadError` when the recorded content blocks or
+        tool schemas are too malformed to take that shape (a hand-edited or corrupted log).
+        """
         chosen: Shape
         if shape is not None:
             chosen = shape
         else:
             chosen = "openai" if turn.provider == "openai" else "anthropic"
         system = turn.prompt.text if turn.prompt else None
-        return request_body(
-            chosen,
-            system,
-            self.sent(turn),
-            self.tools_of(turn) or (),
-            turn.model or str(self.header.get("model") or ""),
-            turn.params or {},
-        )
+        try:
+            return request_body(
+                chosen,
+                system,
+                self.sent(turn),
+                self.tools_of(turn) or (),
+                turn.model or str(self.header.get("model") or ""),
+                turn.params or {},
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            # The shapes index blocks and schemas as the providers define them; a log may hold
+            # anything. Say which turn cannot be rebuilt instead of crashing the caller.
+            raise SessionReadError(
+                f"turn {turn.index} cannot be rebuilt as a {chosen} request: a recorded content "
+                f"block or tool schema is malformed ({type(exc).__name__})", line=turn.line
+            ) from exc
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -221,11 +234,7 @@ class _Builder:
 
     def on_message(self, entry: dict[str, Any], line: int, start: int, end: int) -> None:
         msg = entry.get("message")
-        if not (
-            isinstance(msg, dict)
-            and isinstance(msg.get("role"), str)
-            and isinstance(msg.get("content"), (str, list))
-        ):
+        if not _is_message(msg):
             self.problem(line, "message entry without a valid role/content")
             return
         index = len(self.starts)
@@ -307,6 +316,9 @@ class _Builder:
         if not isinstance(fp, str) or not isinstance(tools, list):
             self.problem(line, "tools entry without fingerprint/tools")
             return
+        if not all(isinstance(tool, dict) for tool in tools):
+            self.problem(line, "tools entry holds a tool schema that is not an object")
+            return
         self.tool_sets[fp] = tuple(tools)
 
     def on_call(self, entry: dict[str, Any], line: int) -> None:
@@ -339,11 +351,11 @@ class _Builder:
         if not isinstance(call, int):
             return
         usage, error, latency = entry.get("usage"), entry.get("error"), entry.get("latency_ms")
-        self.outcomes[call] = Outcome(
-            stop_reason=_str_or_none(entry.get("stop_reason")),
-            usage=usage if isinstance(usage, dict) else None,
-            latency_ms=float(latency) if isinstance(latency, (int, float)) else None,
-            error=error if isinstance(error, dict) else None,
+        self.outcomes[call] = Outcome(  # stop_reason, usage, latency_ms, error
+            _str_or_none(entry.get("stop_reason")),
+            usage if isinstance(usage, dict) else None,
+            float(latency) if isinstance(latency, (int, float)) else None,
+            error if isinstance(error, dict) else None,
         )
 
     def check_seq(self, entry: dict[str, Any], line: int) -> None:
@@ -366,10 +378,13 @@ class _Builder:
             if p is not None and self.prompts[p]["first_turn"] is None:
                 self.prompts[p]["first_turn"] = number
         versions = tuple(PromptVersion(**draft) for draft in self.prompts)
-        for number, draft in enumerate(self.turns, start=1):
-            p = draft.pop("prompt")
-            turns.append(Turn(index=number, prompt=versions[p] if p is not None else None,
-                              **draft))
+        for number, d in enumerate(self.turns, start=1):
+            p = d["prompt"]
+            # Positional: a keyword splat per turn is measurably slower on long sessions.
+            turns.append(Turn(number, d["line"], d["ts"], versions[p] if p is not None else None,
+                              d["prompt_notice"], d["window"], d["injected"], d["assistant"],
+                              d["call"], d["provider"], d["model"], d["params"],
+                              d["tools_fingerprint"]))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -420,6 +435,14 @@ def _turn_draft(
     }
 
 
+def _is_message(msg: Any) -> bool:
+    return (
+        isinstance(msg, dict)
+        and isinstance(msg.get("role"), str)
+        and isinstance(msg.get("content"), (str, list))
+    )
+
+
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -446,10 +469,13 @@ def _injected(raw: Any) -> tuple[Injected, ...] | None:
         return None
     out: list[Injected] = []
     for item in raw:
+        # type() rather than isinstance(): a JSON true/false must not pass as 1/0. The bound
+        # keeps list.insert() from overflowing on a corrupt position.
         if not (
             isinstance(item, dict)
-            and isinstance(item.get("position"), int)
-            and isinstance(item.get("message"), dict)
+            and type(item.get("position")) is int
+            and 0 <= item["position"] <= sys.maxsize
+            and _is_message(item.get("message"))
         ):
             return None
         out.append(Injected(item["position"], item["message"]))

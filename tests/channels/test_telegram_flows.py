@@ -112,25 +112,35 @@ def replay_cli(data_dir: Path, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-async def test_telegram_conversation_replays_every_call(
+async def test_conversation_across_restart_replays_every_call(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """Every request body the (fake) Anthropic API got from a Telegram chat equals both
-    Replay.request(turn) and `gateway replay ID --request N --json`."""
+    """A chat spanning a restart (with a redelivered update, not answered twice): every request
+    body the fake Anthropic API got equals Replay.request(turn) and
+    `gateway replay ID --request N --json`."""
     async with FakeProviderServer() as srv:
         srv.script("anthropic", Reply.text("Hello **Alice**."),
                    Reply.tool_use("memory_write", {"text": "Alice likes tea"},
                                   text_before="Noting that."),
                    Reply.text("Tea it is."))
-        provider = AnthropicProvider(api_key="test-key", model="claude-test",
+
+        def provider() -> AnthropicProvider:
+            return AnthropicProvider(api_key="test-key", model="claude-test",
                                      base_url=srv.anthropic_base_url, max_retries=0)
-        async with running(telegram_settings(fake, tmp_path), provider) as gateway:
-            fake.user_message(ALICE, "hi, I'm Alice")
+
+        settings = telegram_settings(fake, tmp_path)
+        async with running(settings, provider()) as gateway:
+            first = fake.user_message(ALICE, "hi, I'm Alice")
             await settled(gateway, 1)
+        async with running(settings, provider()) as gateway:
+            fake.push_update(first)  # Telegram redelivering an unconfirmed update
             fake.user_message(ALICE, "remember that I like tea")
-            await settled(gateway, 2)
+            await settled(gateway, 1)
             replay = await replay_of(gateway, f"telegram:{ALICE}")
         bodies = [r.body for r in srv.requests_for("anthropic")]
+    said = [m["content"] for m in replay.messages
+            if m["role"] == "user" and isinstance(m["content"], str)]
+    assert said == ["hi, I'm Alice", "remember that I like tea"]
     assert len(bodies) == len(replay.turns) == 3
     assert [replay.request(turn) for turn in replay.turns] == bodies
     for n, body in enumerate(bodies, start=1):

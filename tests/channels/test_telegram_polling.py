@@ -3,6 +3,7 @@ Bot API, from a user's message to the rendered reply, through the platform's fai
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -92,7 +93,7 @@ async def test_streaming_edits_are_throttled(fake: FakeTelegramServer, tmp_path:
     previews = [fake.calls("sendMessage")[0], *edits[:-1]]
     assert len(previews) >= 3
     assert all(c.ok and c.params.get("parse_mode") is None for c in previews)
-    gaps = [b.time - a.time for a, b in zip(previews, previews[1:], strict=False)]
+    gaps = [b.time - a.time for a, b in itertools.pairwise(previews)]
     assert min(gaps) >= 0.15 - 0.02  # the fake's clock is wall time, rounded
     assert edits[-1].params["parse_mode"] == "HTML"
 
@@ -148,11 +149,15 @@ async def test_unparseable_html_falls_back_to_plain_text(
     assert all("entities" not in m for m in fake.messages_to(ALICE))
 
 
-async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path) -> None:
-    """A 429 with retry_after=1 is waited out: the reply is sent again after >= 1 s."""
+@pytest.mark.parametrize("rate_limit", ["off", "on"])
+async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path,
+                                   rate_limit: str) -> None:
+    """A 429 with retry_after=1 is waited out, by us (limiter off) or by AIORateLimiter (on):
+    the reply is sent again after >= 1 s."""
     provider = ScriptedProvider()
     provider.script(whole("after the flood"))
-    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+    settings = telegram_settings(fake, tmp_path, TELEGRAM_RATE_LIMIT=rate_limit)
+    async with running(settings, provider) as gateway:
         fake.fail_next("sendMessage", 429, retry_after=1)
         fake.user_message(ALICE, "hello")
         await settled(gateway, 1, timeout=5)
@@ -160,6 +165,35 @@ async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path) -> 
     assert (first.error_code, second.error_code) == (429, None)
     assert second.time - first.time >= 1.0
     assert fake.texts_to(ALICE) == ["after the flood"]
+
+
+async def test_network_errors_retried_with_backoff(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A 502 on getUpdates is a network error: shown in health, retried, then recovered."""
+    async with running(telegram_settings(fake, tmp_path)) as gateway:
+        fake.fail_next("getUpdates", 502)
+        await wait_until(lambda: channel_of(gateway).health()["last_error"] == "network")
+        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=5)
+        fake.user_message(ALICE, "hello")
+        await settled(gateway, 1)
+    assert fake.texts_to(ALICE) == ["ok"]
+
+
+async def test_too_long_message_refused_with_notice(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A DM over GATEWAY_MAX_MESSAGE_CHARS gets a short notice and leaves no session."""
+    settings = telegram_settings(fake, tmp_path, GATEWAY_MAX_MESSAGE_CHARS=20)
+    async with running(settings) as gateway:
+        fake.user_message(ALICE, "x" * 21)
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 1)
+        fake.user_message(ALICE, "short")
+        await settled(gateway, 1)
+        assert await sessions(gateway) == [(f"telegram:{ALICE}", "short")]
+    assert fake.texts_to(ALICE) == [
+        "Sorry, that message is too long (21 characters; the limit is 20). "
+        "Please send a shorter one.", "ok"]
 
 
 async def test_conflict_shown_in_health_then_recovered(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -408,3 +411,17 @@ async def test_healthz_and_metrics(server: Server) -> None:
     assert resp.status == 200
     assert "gateway_turns_total" in text
     assert "persist_failures_total" in text
+
+
+def test_gateway_run_refuses_non_loopback_without_token(tmp_path: Path) -> None:
+    """``gateway run --host 0.0.0.0`` without a token exits 2 with one line naming the token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "run", "--host", "0.0.0.0", "--port", "0",
+         "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, "GATEWAY_PROVIDER": "offline"},
+        timeout=60, check=False,
+    )
+    assert run.returncode == 2
+    assert run.stderr.startswith("gateway run: GATEWAY_HOST=0.0.0.0 is not a loopback address")
+    assert "GATEWAY_WEB_TOKEN" in run.stderr

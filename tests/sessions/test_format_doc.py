@@ -70,10 +70,11 @@ DAMAGED = b"""\
 {"type":"prompt","seq":12,"fingerprint":"ffff","sections":[{"name":"a","hash":"0000000000000000"}]}
 {"type":"prompt","seq":13,"fingerprint":"f"}
 {"type":"tools","seq":14,"fingerprint":"t"}
-{"type":"call","seq":15,"call":0,"prompt":"ffff","tools":null,"window":[[0,9]]}
-{"type":"call","seq":16,"call":1,"prompt":"ffff","tools":null,"window":[],"injected":5}
-{"type":"call","seq":17,"call":2,"prompt":"ffff","tools":"zzz","window":[]}
-{"type":"message","seq":18,"message":{"role":"assistant","content":"end"}}
+{"type":"tools","seq":15,"fingerprint":"t","tools":[1]}
+{"type":"call","seq":16,"call":0,"prompt":"ffff","tools":null,"window":[[0,9]]}
+{"type":"call","seq":17,"call":1,"prompt":"ffff","tools":null,"window":[],"injected":5}
+{"type":"call","seq":18,"call":2,"prompt":"ffff","tools":"zzz","window":[]}
+{"type":"message","seq":19,"message":{"role":"assistant","content":"end"}}
 """
 
 

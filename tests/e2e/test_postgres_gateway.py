@@ -1,0 +1,56 @@
+"""Model-visible ⟺ recorded with the PostgreSQL store: the agent loop, router and registry
+over a memory channel; every body the provider received equals its replay from the database,
+and a conversation resumes its session after the gateway restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.providers.scripted import ScriptedProvider
+from sessions.postgres import PostgresSessionStore
+from sessions.replay import Replay
+from tests.gateway.harness import running_core
+from tests.sessions.pg import PG_URL, fresh_schema
+
+pytestmark = pytest.mark.services
+
+
+def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [
+        {"type": "text", "text": "one moment"},
+        {"type": "tool_use", "id": id_, "name": name, "input": args},
+    ]}
+
+
+def requests(replay: Replay) -> list[dict[str, Any]]:
+    return [replay.request(turn, "anthropic") for turn in replay.turns]
+
+
+async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
+    """A tool round, a rebuilt prompt and a restart: each call replays to the body sent."""
+    provider = ScriptedProvider()
+    provider.script("hello!", tool_use("memory_write", {"text": "likes tea"}, "t1"), "noted",
+                    "still here")
+    async with fresh_schema() as schema:
+        store = await PostgresSessionStore.connect(PG_URL, schema=schema)
+        try:
+            async with running_core(store, provider, tmp_path / "p") as core:
+                first = await core.channel.say("c1", "hi")
+                await core.channel.wait_replies(1)
+                await core.channel.say("c1", "remember that I like tea")
+                await core.channel.wait_replies(2)
+            # A new gateway over the same database resumes the conversation's session.
+            async with running_core(store, provider, tmp_path / "p") as core:
+                again = await core.channel.say("c1", "are you there?")
+                await core.channel.wait_replies(1)
+                replay = await core.replay(first.session_id if first else "")
+        finally:
+            await store.aclose()
+    assert first is not None and again is not None
+    assert again.session_id == first.session_id
+    assert (replay.problems, len(replay.turns)) == ((), 4)
+    assert requests(replay) == provider.bodies
+    assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:memory_write"]

@@ -1,0 +1,1 @@
+"""Reliability, security and performance proofs: fuzzing, bad input, faults, load."""
