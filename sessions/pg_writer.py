@@ -179,43 +179,46 @@ class PostgresSessionWriter:
 
     async def _flush(self) -> None:
         async with self._lock:
-            if not self._pending:
-                return  # an earlier caller's flush already sent our batch
-            count = len(self._pending)
-            merged = Batch(self._pending[0].first_seq)
-            for batch in self._pending[:count]:
-                merged.extend(batch)
-            try:
-                status, current, next_seq = await self._send(merged)
-                if status == "seq" and await self._landed(merged):
-                    status = "ok"  # an earlier try committed; only its reply was lost
-            except asyncpg.UniqueViolationError as exc:
-                # A row was inserted behind the function's back between its check and insert.
-                self._give_up("SEQ_CONFLICT")
-                raise SessionWriteError(self._session_id, "SEQ_CONFLICT",
-                                        "a line with that seq already exists") from exc
-            except DB_ERRORS as exc:
-                if self.pending_bytes > MAX_BACKLOG_BYTES:
-                    self._give_up("BACKLOG_FULL")
-                    raise SessionWriteError(self._session_id, "BACKLOG_FULL",
-                                            "unwritten entries dropped") from exc
-                raise SessionWriteError(self._session_id, error_kind(exc),
-                                        type(exc).__name__) from exc
-            if status == "ok":
-                del self._pending[:count]
-                return
-            if status == "stale":
-                self._stale = current
-                self._pending.clear()
-                raise StaleWriterError(self._session_id, self._fence, self._stale)
-            if status == "missing":
-                self._give_up("NOT_FOUND")
-                raise SessionWriteError(self._session_id, "NOT_FOUND", "session was deleted")
-            self._give_up("SEQ_CONFLICT")
-            raise SessionWriteError(
-                self._session_id, "SEQ_CONFLICT",
-                f"writer at seq {merged.first_seq}, stored log continues at {next_seq}",
-            )
+            while self._pending:  # empty already if an earlier caller's flush sent our batch
+                count = len(self._pending)
+                merged = Batch(self._pending[0].first_seq)
+                for batch in self._pending[:count]:
+                    merged.extend(batch)
+                try:
+                    status, current, next_seq = await self._send(merged)
+                    if status == "seq":
+                        landed = await self._landed(count)
+                        if landed:
+                            # An earlier try committed these batches; only its reply was lost.
+                            del self._pending[:landed]
+                            continue
+                except asyncpg.UniqueViolationError as exc:
+                    # A row was inserted behind the function's back after its check.
+                    self._give_up("SEQ_CONFLICT")
+                    raise SessionWriteError(self._session_id, "SEQ_CONFLICT",
+                                            "a line with that seq already exists") from exc
+                except DB_ERRORS as exc:
+                    if self.pending_bytes > MAX_BACKLOG_BYTES:
+                        self._give_up("BACKLOG_FULL")
+                        raise SessionWriteError(self._session_id, "BACKLOG_FULL",
+                                                "unwritten entries dropped") from exc
+                    raise SessionWriteError(self._session_id, error_kind(exc),
+                                            type(exc).__name__) from exc
+                if status == "ok":
+                    del self._pending[:count]
+                elif status == "stale":
+                    self._stale = current
+                    self._pending.clear()
+                    raise StaleWriterError(self._session_id, self._fence, self._stale)
+                elif status == "missing":
+                    self._give_up("NOT_FOUND")
+                    raise SessionWriteError(self._session_id, "NOT_FOUND", "session was deleted")
+                else:
+                    self._give_up("SEQ_CONFLICT")
+                    raise SessionWriteError(
+                        self._session_id, "SEQ_CONFLICT",
+                        f"writer at seq {merged.first_seq}, stored log continues at {next_seq}",
+                    )
 
     async def _send(self, batch: Batch) -> tuple[str, int, int]:
         """``(status, session's fence, session's next seq)``; see ``append_entries()``."""
@@ -227,12 +230,20 @@ class PostgresSessionWriter:
         assert row is not None  # the function always returns one row
         return str(row["status"]), int(row["cur_fence"] or 0), int(row["cur_next"] or 0)
 
-    async def _landed(self, batch: Batch) -> bool:
-        """True if exactly these lines are already stored at these seqs."""
+    async def _landed(self, count: int) -> int:
+        """How many of the first ``count`` pending batches are stored already, exactly."""
+        first = self._pending[0].first_seq
+        end = self._pending[count - 1].first_seq + len(self._pending[count - 1].lines)
         pool = await self._pool()
-        rows = await pool.fetch(self._sql_landed, self._tenant, self._session_id,
-                                batch.first_seq, batch.first_seq + len(batch.lines))
-        return [bytes(r["line"]) for r in rows] == batch.lines
+        rows = await pool.fetch(self._sql_landed, self._tenant, self._session_id, first, end)
+        stored = [bytes(r["line"]) for r in rows]
+        landed = position = 0
+        for batch in self._pending[:count]:
+            if stored[position : position + len(batch.lines)] != batch.lines:
+                break
+            position += len(batch.lines)
+            landed += 1
+        return landed
 
     def _give_up(self, kind: str) -> None:
         self._broken = kind

@@ -111,7 +111,6 @@ def redact_url(url: str) -> str:
         return "<unparsable database URL>"
 
 
-
 class PostgresSessionStore:
     """Sessions in PostgreSQL. See :class:`sessions.store.SessionStore` and the module doc.
 
@@ -167,7 +166,7 @@ class PostgresSessionStore:
                     async with pool.acquire() as conn:
                         await pg_schema.check(conn, self.schema)
                 except BaseException:
-                    await pool.close()
+                    pool.terminate()  # nothing runs on it yet: no grace needed
                     raise
                 self._pool = pool
         return self._pool

@@ -39,17 +39,18 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
         try:
             async with running_core(store, provider, tmp_path / "p") as core:
                 first = await core.channel.say("c1", "hi")
+                assert first is not None and first.session_id is not None
                 await core.channel.wait_replies(1)
                 await core.channel.say("c1", "remember that I like tea")
                 await core.channel.wait_replies(2)
             # A new gateway over the same database resumes the conversation's session.
             async with running_core(store, provider, tmp_path / "p") as core:
                 again = await core.channel.say("c1", "are you there?")
+                assert again is not None
                 await core.channel.wait_replies(1)
-                replay = await core.replay(first.session_id if first else "")
+                replay = await core.replay(first.session_id)
         finally:
             await store.aclose()
-    assert first is not None and again is not None
     assert again.session_id == first.session_id
     assert (replay.problems, len(replay.turns)) == ((), 4)
     assert requests(replay) == provider.bodies
