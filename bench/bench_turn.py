@@ -19,19 +19,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from channels.memory import MemoryChannel  # noqa: E402
-from gateway.hooks import prompt_persist_hook  # noqa: E402
-from gateway.messages import ChannelContext  # noqa: E402
-from gateway.metrics import Metrics  # noqa: E402
-from gateway.prompt import BuiltPrompt  # noqa: E402
-from gateway.providers.scripted import ScriptedProvider  # noqa: E402
-from gateway.registry import ConversationRegistry  # noqa: E402
-from gateway.router import Router  # noqa: E402
-from gateway.tools import ToolRegistry  # noqa: E402
-from gateway.turn import AgentLoop  # noqa: E402
-from sessions.jsonl import JsonlSessionStore  # noqa: E402
-from sessions.records import Prompt, Section  # noqa: E402
-from sessions.store import Durability  # noqa: E402
+from channels.memory import MemoryChannel
+from gateway.hooks import prompt_persist_hook
+from gateway.messages import ChannelContext
+from gateway.metrics import Metrics
+from gateway.prompt import BuiltPrompt
+from gateway.providers.scripted import ScriptedProvider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from gateway.tools import ToolRegistry
+from gateway.turn import AgentLoop
+from sessions.jsonl import JsonlSessionStore
+from sessions.records import Prompt, Section
+from sessions.store import Durability
 
 
 class FixedPrompt:

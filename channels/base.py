@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from gateway.messages import Inbound
 
 
-
 class ReplySink(Protocol):
     """Where one turn's reply goes.
 

@@ -3,7 +3,7 @@
 ::
 
     GatewayError
-    ├── ConfigError             a setting is missing or invalid; the message names it, never its value
+    ├── ConfigError             a setting is missing or invalid (named, never its value)
     ├── ProviderError           a provider call failed after the SDK's own retries
     │   ├── ProviderTimeout     no answer (or the stream stalled) within the bound
     │   ├── ProviderRateLimited 429 from the provider

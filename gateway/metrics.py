@@ -31,7 +31,8 @@ class Metrics:
         self.duplicates = Counter("gateway_duplicates_dropped_total",
                                   "Inbound deliveries dropped as duplicates", ["channel"],
                                   registry=r)
-        self.refused = Counter("gateway_refused_total", "Inbound messages refused by access control",
+        self.refused = Counter("gateway_refused_total",
+                               "Inbound messages refused by access control",
                                ["channel", "reason"], registry=r)
         self.channel_errors = Counter("gateway_channel_errors_total",
                                       "Errors talking to a platform", ["channel", "kind"],

@@ -5,6 +5,9 @@ is told to ask the operator, who runs ``gateway pairing approve CODE``. Codes ar
 alphabet without look-alike characters, stored 0600 under ``<data>/access/`` and never logged.
 Approving a wrong code counts as a bad attempt; after 5 bad attempts within the hour, approval
 is locked for an hour (codes are short, so guessing must stay expensive).
+
+Where the state lives is a seam (:class:`PairingState`): the file above for one gateway, a
+Redis key for workers that share one (``GATEWAY_REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+import orjson
 
 from gateway.state_file import read_json, write_json
 
@@ -23,6 +28,8 @@ CODE_LENGTH = 8
 CODE_TTL = 3600.0
 MAX_BAD_ATTEMPTS = 5
 LOCKOUT = 3600.0
+
+T = TypeVar("T")
 
 
 class PairingError(Exception):
@@ -38,19 +45,57 @@ class PendingRequest:
     created: float
 
 
-class PairingStore:
-    """Pending codes and approved users, in ``<data_dir>/access/pairing.json``.
+class PairingState(Protocol):
+    """Where the pairing document lives (pending codes, approvals, bad attempts).
 
-    The file is re-read on every operation so that the CLI (another process) and the running
-    gateway see each other's changes; writes are atomic.
+    Contract: :meth:`read` returns a snapshot (``{}`` when there is none). :meth:`update`
+    calls ``change`` on the current document and stores the document as ``change`` left it,
+    only if it changed, and returns what ``change`` returned; a ``change`` that raises stores
+    nothing. The Redis state applies an update atomically across workers (it retries
+    ``change`` on a conflict, so ``change`` must be pure apart from the document); the file
+    state is for one gateway and its CLI.
     """
 
-    def __init__(self, data_dir: Path, clock: Callable[[], float] = time.time) -> None:
+    def read(self) -> dict[str, Any]: ...
+
+    def update(self, change: Callable[[dict[str, Any]], T]) -> T: ...
+
+
+class FilePairingState:
+    """The document in a private JSON file, re-read on every call (the CLI is another process)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        data = read_json(self.path, {})
+        return data if isinstance(data, dict) else {}
+
+    def update(self, change: Callable[[dict[str, Any]], T]) -> T:
+        data = self.read()
+        before = orjson.dumps(data)
+        result = change(data)
+        if orjson.dumps(data) != before:
+            write_json(self.path, data)
+        return result
+
+
+class PairingStore:
+    """Pending codes and approved users, in a :class:`PairingState`.
+
+    By default the state is ``<data_dir>/access/pairing.json``; workers sharing Redis pass the
+    Redis state (see :mod:`gateway.coordination`), so a code given by one worker can be
+    approved while another one serves the person.
+    """
+
+    def __init__(self, data_dir: Path, clock: Callable[[], float] = time.time,
+                 state: PairingState | None = None) -> None:
         self.path = data_dir / "access" / "pairing.json"
         self.clock = clock
+        self.state: PairingState = state or FilePairingState(self.path)
 
-    def _load(self) -> dict[str, Any]:
-        data = read_json(self.path, {})
+    def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Fill in missing parts and drop expired codes and attempts (in place)."""
         data.setdefault("pending", {})
         data.setdefault("approved", {})
         data.setdefault("bad_attempts", [])
@@ -61,46 +106,61 @@ class PairingStore:
         data["bad_attempts"] = [t for t in data["bad_attempts"] if now - t < CODE_TTL]
         return data
 
+    def _load(self) -> dict[str, Any]:
+        return self._clean(self.state.read())
+
     def is_approved(self, channel: str, user: str) -> bool:
         return f"{channel}:{user}" in self._load()["approved"]
 
     def request(self, channel: str, user: str, name: str | None) -> str:
         """The pending code for this user (the same one while it is valid), creating one."""
-        data = self._load()
-        for code, pending in data["pending"].items():
-            if pending["channel"] == channel and pending["user"] == user:
-                return str(code)
-        code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
-        data["pending"][code] = {"channel": channel, "user": user, "name": name,
-                                 "created": self.clock()}
-        write_json(self.path, data)
-        return code
+        fresh = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+
+        def change(data: dict[str, Any]) -> str:
+            self._clean(data)
+            for code, pending in data["pending"].items():
+                if pending["channel"] == channel and pending["user"] == user:
+                    return str(code)
+            data["pending"][fresh] = {"channel": channel, "user": user, "name": name,
+                                      "created": self.clock()}
+            return fresh
+
+        return self.state.update(change)
 
     def approve(self, code: str) -> PendingRequest:
-        data = self._load()
-        now = self.clock()
-        if data["locked_until"] > now:
-            raise PairingError("too many bad codes; approval is locked for up to an hour")
-        pending = data["pending"].pop(code.strip().upper(), None)
-        if pending is None:
-            data["bad_attempts"].append(now)
-            if len(data["bad_attempts"]) >= MAX_BAD_ATTEMPTS:
-                data["locked_until"] = now + LOCKOUT
-                data["bad_attempts"] = []
-            write_json(self.path, data)
-            raise PairingError("no such pending code (codes expire after an hour)")
-        data["approved"][f"{pending['channel']}:{pending['user']}"] = {
-            "name": pending.get("name"), "approved": now,
-        }
-        write_json(self.path, data)
-        return PendingRequest(code, pending["channel"], pending["user"], pending.get("name"),
-                              pending["created"])
+        wanted = code.strip().upper()
+
+        def change(data: dict[str, Any]) -> PendingRequest | str:
+            """The approved request, or why not (the bad attempt is stored all the same)."""
+            self._clean(data)
+            now = self.clock()
+            if data["locked_until"] > now:
+                return "too many bad codes; approval is locked for up to an hour"
+            pending = data["pending"].pop(wanted, None)
+            if pending is None:
+                data["bad_attempts"].append(now)
+                if len(data["bad_attempts"]) >= MAX_BAD_ATTEMPTS:
+                    data["locked_until"] = now + LOCKOUT
+                    data["bad_attempts"] = []
+                return "no such pending code (codes expire after an hour)"
+            data["approved"][f"{pending['channel']}:{pending['user']}"] = {
+                "name": pending.get("name"), "approved": now,
+            }
+            return PendingRequest(wanted, pending["channel"], pending["user"],
+                                  pending.get("name"), pending["created"])
+
+        result = self.state.update(change)
+        if isinstance(result, str):
+            raise PairingError(result)
+        return result
 
     def revoke(self, channel: str, user: str) -> None:
-        data = self._load()
-        if data["approved"].pop(f"{channel}:{user}", None) is None:
+        def change(data: dict[str, Any]) -> bool:
+            self._clean(data)
+            return data["approved"].pop(f"{channel}:{user}", None) is not None
+
+        if not self.state.update(change):
             raise PairingError(f"{channel}:{user} is not approved")
-        write_json(self.path, data)
 
     def listing(self) -> dict[str, Any]:
         """Pending requests (codes hidden except to the operator's CLI) and approved users."""

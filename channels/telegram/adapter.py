@@ -115,7 +115,7 @@ class TelegramChannel:
         self.dedup = dedup
         self.api = BotApi(bot, metrics, token, retry_429=not rate_limited)
         self.edit_interval = options.edit_interval
-        """Minimum seconds between preview edits (public so tests can shorten it)."""
+        """Seconds before the first preview and between preview edits (public: tests set it)."""
         self.identity: BotIdentity | None = None
         self._deliver: Deliver | None = None
         self._closed = False

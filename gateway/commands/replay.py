@@ -8,6 +8,7 @@ recorded call again and may save it to a separate log). Errors are one line star
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -53,7 +54,7 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
     if target.endswith(".jsonl") or "/" in target:
         path = Path(target)
         try:
-            return path.read_bytes()
+            return await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError as exc:
             raise CommandError(f"no such file: {target}", EXIT_USAGE) from exc
         except OSError as exc:

@@ -51,7 +51,8 @@ class ScriptedProvider:
         if isinstance(reply, str):
             if on_text is not None:
                 await on_text(reply)
-            message: MessageDict = {"role": "assistant", "content": [{"type": "text", "text": reply}]}
+            message: MessageDict = {"role": "assistant",
+                                    "content": [{"type": "text", "text": reply}]}
         else:
             message = reply
         uses = any(b.get("type") == "tool_use" for b in message["content"])

@@ -102,7 +102,7 @@ async def test_tool_rewrites_persona_mid_turn_and_every_call_replays(
     assert "Ada likes green tea" in systems[2]  # the very next call, same turn
     await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", first["session"], api,
                             bodies)
-    code, summary = await asyncio.to_thread(replay_cli, tmp_path / "data", first["session"])
+    _code, summary = await asyncio.to_thread(replay_cli, tmp_path / "data", first["session"])
     assert "rebuilt:memory_write" in summary
 
 
@@ -131,7 +131,7 @@ async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> N
     assert reply["error"].startswith("Sorry")
     await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"],
                             "anthropic", bodies)
-    code, turn = await asyncio.to_thread(replay_cli, tmp_path / "data", reply["session"],
+    _code, turn = await asyncio.to_thread(replay_cli, tmp_path / "data", reply["session"],
                                          "--turn", "1", "--json")
     assert orjson.loads(turn)["outcome"]["error"]["kind"] == "unavailable"
     assert orjson.loads(turn)["assistant"] is None

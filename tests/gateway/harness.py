@@ -31,7 +31,7 @@ class Core:
     store: SessionStore
     workspace: PersonaWorkspace
 
-    async def idle(self, timeout: float = 5.0) -> None:
+    async def idle(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Wait until no conversation has a worker task (all turns done)."""
         async with asyncio.timeout(timeout):
             while self.router._workers:

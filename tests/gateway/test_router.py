@@ -56,12 +56,12 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
 
 async def test_global_turn_cap(tmp_path: Path) -> None:
     """No more than max_concurrent_turns turns run at once."""
+    from channels.memory import MemoryChannel
+    from gateway.persona import PersonaWorkspace
     from gateway.registry import ConversationRegistry
     from gateway.router import Router
     from gateway.tools import ToolRegistry
     from gateway.turn import AgentLoop
-    from channels.memory import MemoryChannel
-    from gateway.persona import PersonaWorkspace
 
     metrics = Metrics()
     provider = CountingProvider(delay=0.03)
@@ -87,9 +87,11 @@ async def test_duplicate_platform_id_dropped_before_session(tmp_path: Path) -> N
         second = await core.channel.say("a", "hello", platform_id="u1")
         await core.channel.wait_replies(1)
         await asyncio.sleep(0.05)
-        assert first is not None and first.session_id
+        assert first is not None
+        assert first.session_id
         replay = await core.replay(first.session_id)
-    assert second is not None and second.duplicate
+    assert second is not None
+    assert second.duplicate
     assert len(core.channel.replies) == 1
     assert [m["content"] for m in replay.messages if m["role"] == "user"] == ["hello"]
 
@@ -103,7 +105,8 @@ async def test_new_command_starts_fresh_session(tmp_path: Path) -> None:
         rotated = await core.channel.say("a", "/new")
         await core.channel.say("a", "two")
         replies = await core.channel.wait_replies(3)
-    assert first is not None and rotated is not None
+    assert first is not None
+    assert rotated is not None
     assert rotated.session_id != first.session_id
     assert replies[1][2] == f"Started a new conversation (session {rotated.session_id})."
     sessions = sorted(p.stem for p in (tmp_path / "d" / "sessions").glob("*.jsonl"))
@@ -131,7 +134,9 @@ async def test_idle_rotation_starts_new_session_after_silence(tmp_path: Path) ->
         now[0] += 61
         rotated = await core.channel.say("a", "three")
         await core.channel.wait_replies(3)
-    assert first is not None and same is not None and rotated is not None
+    assert first is not None
+    assert same is not None
+    assert rotated is not None
     assert same.session_id == first.session_id
     assert rotated.session_id != first.session_id
 
@@ -157,7 +162,8 @@ async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
 
         refused: Any = await gate.deliver(msg("stranger", "hi"))
         group: Any = await gate.deliver(msg("stranger", "hi all", chat_type="group"))
-        assert refused is None and group is None
+        assert refused is None
+        assert group is None
         assert not (tmp_path / "d" / "sessions").exists() or not list(
             (tmp_path / "d" / "sessions").glob("*.jsonl"))
         code = notices[0][1].split("approve ")[1].split()[0]
@@ -165,5 +171,6 @@ async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
         await gate.deliver(msg("stranger", "hi again"))
         await gate.deliver(msg("boss", "hello"))
         replies = await core.channel.wait_replies(2)
-    assert len(notices) == 1 and len(code) == 8
+    assert len(notices) == 1
+    assert len(code) == 8
     assert sorted(r[0] for r in replies) == ["boss", "stranger"]

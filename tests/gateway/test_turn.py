@@ -40,7 +40,8 @@ async def test_every_call_replays_to_the_body_the_provider_received(tmp_path: Pa
         await core.channel.wait_replies(1)
         await core.channel.say("c1", "remember that I like tea")
         replies = await core.channel.wait_replies(2)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert [r[1:] for r in replies] == [("finish", "hello!"), ("finish", "one moment\n\nnoted")]
     assert_replay_equals(replay, provider.bodies)
@@ -54,7 +55,8 @@ async def test_tool_edit_rebuilds_prompt_for_next_call_in_same_turn(tmp_path: Pa
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
         accepted = await core.channel.say("c1", "remember I like short answers")
         await core.channel.wait_replies(1)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert "Ada prefers short answers" not in provider.bodies[0]["system"]
     assert "Ada prefers short answers" in provider.bodies[1]["system"]
@@ -74,7 +76,8 @@ async def test_operator_file_edit_is_picked_up(tmp_path: Path) -> None:
         memory.write_text("- the operator added this\n")
         await core.channel.say("c1", "two")
         await core.channel.wait_replies(2)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:file_changed"]
     assert "the operator added this" in provider.bodies[1]["system"]
@@ -89,10 +92,12 @@ async def test_small_budget_window_drops_old_messages_and_replays(tmp_path: Path
         for i in range(6):
             accepted = await core.channel.say("c1", f"message {i} " + "x" * 60)
             await core.channel.wait_replies(i + 1)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     last = replay.turns[-1]
-    assert last.window is not None and last.window[0][0] > 0
+    assert last.window is not None
+    assert last.window[0][0] > 0
     assert provider.bodies[-1]["messages"][0]["content"].startswith("message ")
     assert_replay_equals(replay, provider.bodies)
 
@@ -107,7 +112,8 @@ async def test_message_during_tool_round_waits_and_windows_stay_exact(tmp_path: 
         await asyncio.sleep(0.02)  # the first call is in flight
         await core.channel.say("c1", "and another thing")
         replies = await core.channel.wait_replies(2)
-        assert first is not None and first.session_id
+        assert first is not None
+        assert first.session_id
         replay = await core.replay(first.session_id)
     assert [r[2] for r in replies] == ["one moment\n\nfirst answer", "second answer"]
     roles = [[m["role"] for m in b["messages"]] for b in provider.bodies]
@@ -124,13 +130,15 @@ async def test_provider_error_ends_with_apology_and_outcome(tmp_path: Path) -> N
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
         accepted = await core.channel.say("c1", "hi")
         replies = await core.channel.wait_replies(1)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert replies[0][1] == "fail"
     turn = replay.turns[0]
     assert turn.assistant is None
     outcome = replay.outcome_of(turn)
-    assert outcome is not None and outcome.error is not None
+    assert outcome is not None
+    assert outcome.error is not None
     assert outcome.error["kind"] == "rate_limited"
 
 
@@ -156,11 +164,13 @@ async def test_persist_failure_still_answers_and_warns_once(
             accepted = await core.channel.say("c1", "hi")
             replies = await core.channel.wait_replies(1)
         failures = core.metrics.persist_failures.labels(kind=kind)._value.get()
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     warnings = [r for r in caplog.records if r.name == "gateway.persist"]
     assert [r.levelno for r in warnings] == [logging.WARNING]
-    assert kind in warnings[0].getMessage() and accepted.session_id in warnings[0].getMessage()
+    assert kind in warnings[0].getMessage()
+    assert accepted.session_id in warnings[0].getMessage()
     assert "You are" not in warnings[0].getMessage()
     assert replies == [("c1", "finish", "answer one")]
     assert failures == 1
@@ -203,7 +213,8 @@ async def test_iteration_cap_stops_a_tool_loop(tmp_path: Path) -> None:
                             max_iterations=3) as core:
         accepted = await core.channel.say("c1", "loop forever")
         replies = await core.channel.wait_replies(1)
-        assert accepted is not None and accepted.session_id
+        assert accepted is not None
+        assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert replies[0][1] == "finish"
     assert len(provider.bodies) == 3

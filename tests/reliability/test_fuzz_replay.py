@@ -83,9 +83,34 @@ async def _write_persist_log(data_dir: Path) -> bytes:
     return store.path_of("default", SESSION_ID).read_bytes()
 
 
+class _Reply:
+    """A reply sink that resolves once the turn has answered (or apologised)."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def typing(self) -> None:
+        return None
+
+    async def delta(self, text: str) -> None:
+        return None
+
+    async def finish(self, text: str) -> None:
+        self.done.set_result(text)
+
+    async def fail(self, text: str) -> None:
+        self.done.set_result(text)
+
+
 async def _write_gateway_log(root: Path) -> bytes:
+    """A log written by the real agent loop (persona prompt and tools, a tool round)."""
+    from gateway.compose import build_loop
+    from gateway.config import Settings
+    from gateway.messages import ConversationKey, Inbound, Sender
+    from gateway.metrics import Metrics
     from gateway.providers.scripted import ScriptedProvider
-    from tests.gateway.harness import running_core
+    from gateway.registry import ConversationRegistry
+    from gateway.router import Router
 
     provider = ScriptedProvider()
     provider.script(
@@ -96,14 +121,24 @@ async def _write_gateway_log(root: Path) -> bytes:
         "noted",
         "bye",
     )
-    store = JsonlSessionStore(root / "d", durability="none")
-    async with running_core(store, provider, root / "persona") as core:
-        accepted = await core.channel.say("c1", "remember I like tea")
-        await core.channel.wait_replies(1)
-        await core.channel.say("c1", "goodbye")
-        await core.channel.wait_replies(2)
-        assert accepted is not None and accepted.session_id is not None
-        session = accepted.session_id
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=root)  # type: ignore[call-arg]
+    metrics = Metrics()
+    store = JsonlSessionStore(root, durability="none")
+    registry = ConversationRegistry(store, metrics)
+    router = Router(registry=registry, loop=build_loop(settings, provider, metrics),
+                    sink_for=lambda inbound: _Reply(), metrics=metrics)
+    key = ConversationKey("web", "c1")
+    session = None
+    async with router:
+        for n, text in enumerate(["remember I like tea", "goodbye"]):
+            sink = _Reply()
+            inbound = Inbound(key=key, sender=Sender("u1", "Ada"), text=text,
+                              platform_id=f"m{n}")
+            accepted = await router.deliver(inbound, sink)
+            session = accepted.session_id
+            await sink.done
+    await registry.aclose()
+    assert session is not None
     return store.path_of("default", session).read_bytes()
 
 
@@ -366,40 +401,56 @@ def test_fuzzed_logs_resume_or_raise_a_session_error(
         runner.run(check_resume(Path(tmp), data))
 
 
-def test_every_truncation_of_the_real_logs_replays_without_problems() -> None:
-    """A log cut at any byte offset replays with no problem; only the cut line is dropped."""
+def cut_points(base: bytes) -> list[int]:
+    """Every byte offset when fuzzing hard; otherwise each class of offset on every line: at
+    its start, one byte in, the middle, before its closing brace, before and after its newline,
+    and inside its first multi-byte UTF-8 character."""
+    if EXAMPLES >= 1000:
+        return list(range(len(base) + 1))
+    cuts = {0, len(base)}
+    start = 0
+    while start < len(base):
+        end = base.find(b"\n", start)
+        end = len(base) if end == -1 else end
+        cuts.update({start, start + 1, (start + end) // 2, end - 1, end, end + 1})
+        lead = next((i for i in range(start, end) if base[i] >= 0xC0), None)
+        if lead is not None:
+            cuts.add(lead + 1)
+        start = end + 1
+    return sorted(c for c in cuts if 0 <= c <= len(base))
+
+
+def test_truncations_of_the_real_logs_replay_without_problems() -> None:
+    """A log cut at any byte offset replays with no new problem; only the cut line is lost."""
     for base in base_logs():
         header_end = base.index(b"\n") + 1
+        whole = check_replay(base, strict=True)
+        assert whole is not None
         turns_before = 0
-        for offset in range(len(base) + 1):
+        for offset in cut_points(base):
             cut = base[:offset]
             replay = check_replay(cut, strict=True)
             if offset < header_end:
                 assert replay is None, offset
                 continue
             assert replay is not None, offset
-            whole = base[offset - 1 : offset] == b"\n"
-            assert replay.torn_tail is not whole, offset
-            assert replay.problems == tuple(
-                p for p in check_replay(base).problems  # type: ignore[union-attr]
-                if p.line <= cut.count(b"\n")
-            ), offset
+            assert replay.torn_tail is not cut.endswith(b"\n"), offset
+            complete = cut.count(b"\n")
+            assert replay.problems == tuple(p for p in whole.problems if p.line <= complete), offset
             assert len(replay.turns) >= turns_before, offset
             turns_before = len(replay.turns)
 
 
-def test_every_truncation_of_the_v3_log_resumes_cleanly(
-    runner: asyncio.Runner, scratch: Path
-) -> None:
-    """A v3 log cut at any offset after its header resumes; the appended log has no problems."""
-    base = base_logs()[0]
-    header_end = base.index(b"\n") + 1
-    for offset in range(header_end, len(base) + 1):
-        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            data_dir = Path(tmp)
-            runner.run(check_resume(data_dir, base[:offset]))
-            after = replay_bytes(JsonlSessionStore(data_dir).path_of(
-                "default", SESSION_ID).read_bytes())
+def test_truncations_of_the_v3_logs_resume_cleanly(runner: asyncio.Runner, scratch: Path) -> None:
+    """A v3 log cut at any offset after its header resumes; what is appended replays cleanly."""
+    for base in base_logs()[:2]:
+        header_end = base.index(b"\n") + 1
+        for offset in (c for c in cut_points(base) if c >= header_end):
+            with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+                data_dir = Path(tmp)
+                runner.run(check_resume(data_dir, base[:offset]))
+                path = JsonlSessionStore(data_dir).path_of("default", SESSION_ID)
+                after = replay_bytes(path.read_bytes())
             assert after.problems == () and not after.torn_tail, offset
 
 

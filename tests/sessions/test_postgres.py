@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
@@ -157,6 +158,27 @@ async def test_failed_append_is_kept_and_written_ahead_of_the_next(
     assert list(replay_bytes(data).messages) == [user("one"), user("two"), user("three")]
     two, three = (orjson.loads(line) for line in data.splitlines()[2:])
     assert two["ts"] <= three["ts"]
+
+
+async def test_lost_reply_is_recognised_on_retry(pg_store: PostgresSessionStore) -> None:
+    """An append committed but cancelled before its reply was read is not written twice."""
+    writer = await pg_store.create(channel="console", conversation="c", session_id="s1")
+    await add(writer, user("one"))
+    task = asyncio.create_task(add(writer, user("two")))
+    for _ in range(20):  # let the task send its query
+        await asyncio.sleep(0)
+    # Block the loop on purpose: the server commits meanwhile and its reply waits unread.
+    time.sleep(0.3)  # noqa: ASYNC251
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    committed = await pg_store.read_log("default", "s1")
+    assert (seqs(committed), writer.pending_bytes > 0) == ([0, 1, 2], True)
+    await add(writer, user("three"))
+    await writer.aclose()
+    data = await pg_store.read_log("default", "s1")
+    assert seqs(data) == [0, 1, 2, 3]
+    assert list(replay_bytes(data).messages) == [user("one"), user("two"), user("three")]
 
 
 async def test_close_sends_what_a_failure_left_pending(

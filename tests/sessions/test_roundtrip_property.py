@@ -25,12 +25,12 @@ from sessions.jsonl import JsonlSessionStore, JsonlSessionWriter
 from sessions.persist import persist_call, record_outcome
 from sessions.records import CallRequest, Injected, MessageDict, Outcome, Prompt, Section, Window
 from sessions.replay import replay_bytes
-from sessions.shapes import SHAPES, request_body
+from sessions.shapes import SHAPES, Shape, request_body
 
 SECTION_NAMES = ("soul", "user", "memory", "mood")
 SECTION_POOL = ("You are Lisa.", "## Memory\n- tea", "## Memory\n- tea\n- short answers", "")
 
-text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+text = st.text(st.characters(codec="utf-8"), max_size=30)  # no lone surrogates: not UTF-8
 section_text = st.one_of(st.sampled_from(SECTION_POOL), text)
 json_value = st.recursive(
     st.none()
@@ -71,7 +71,7 @@ class Live:
     sections: dict[str, str] = field(default_factory=dict)
     tools: tuple[dict[str, Any], ...] = ()
     calls: int = 0
-    expected: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    expected: dict[int, dict[Shape, dict[str, Any]]] = field(default_factory=dict)
 
     def prompt(self) -> Prompt:
         return Prompt.from_sections([Section(n, self.sections[n]) for n in SECTION_NAMES])
