@@ -1,9 +1,11 @@
 """The running gateway: owns the lifecycle of the server, channels, router and store.
 
-Start order: router, HTTP server (``/healthz``, ``/metrics`` and channel routes), channels.
-Stop order (SIGINT/SIGTERM or :meth:`Gateway.aclose`): channels stop taking input, in-flight
-turns get ``shutdown_grace`` seconds, then are cancelled; sessions are flushed and closed, then
-the provider and the server. ``aclose`` is idempotent and closes everything even if a step fails.
+Start order: coordinator (Redis, when workers share one), router, HTTP server (``/healthz``,
+``/metrics`` and channel routes), channels. Stop order (SIGINT/SIGTERM or
+:meth:`Gateway.aclose`): channels stop taking input, in-flight turns get ``shutdown_grace``
+seconds, then are cancelled (a worker hands its queued conversations to the others); sessions
+are flushed and closed, then the coordinator, store, provider and server. ``aclose`` is
+idempotent and closes everything even if a step fails.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 from aiohttp import web
 
 from channels.base import Channel, Deliver, ReplySink
+from gateway.coordination.base import Coordinator
+from gateway.coordination.local import InProcessCoordinator
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.providers.base import Provider
@@ -53,6 +57,7 @@ class Gateway:
         extra_routes: Iterable[web.AbstractRouteDef] = (),
         health_extra: dict[str, Any] | None = None,
         deliver: Deliver | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -68,6 +73,7 @@ class Gateway:
         self.web_app = web.Application(client_max_size=2 * 1024 * 1024)
         self.deliver: Deliver = deliver or router.deliver
         """What channels hand inbound messages to: the access gate in front of the router."""
+        self.coordinator: Coordinator = coordinator or InProcessCoordinator()
         self._runner: web.AppRunner | None = None
         self._closed = False
         self._stop = asyncio.Event()
@@ -89,6 +95,7 @@ class Gateway:
         return self.port
 
     async def start(self) -> None:
+        await self.coordinator.__aenter__()
         await self.router.__aenter__()
         app = self.web_app
         app.router.add_get("/healthz", self._healthz)
@@ -116,6 +123,7 @@ class Gateway:
             "provider": self.provider.name,
             "open_conversations": len(self.registry),
             "queued": self.router.queued,
+            "coordination": dict(self.coordinator.health()),
             **self.health_extra,
         }
         return web.json_response(body, status=200 if ok else 503)
@@ -145,11 +153,15 @@ class Gateway:
         if self._closed:
             return
         self._closed = True
+        # The router stops taking input first (channels get RouterClosedError and leave the
+        # platform to redeliver), in-flight turns finish and reply through still-open channels,
+        # then the channels close.
+        await self.router.drain(self.shutdown_grace)
         for channel in self.channels:
             await _quietly(channel.aclose(), f"channel {channel.name}")
-        await self.router.drain(self.shutdown_grace)
         await _quietly(self.router.__aexit__(None, None, None), "router")
         await _quietly(self.registry.aclose(), "sessions")
+        await _quietly(self.coordinator.aclose(), "coordinator")
         await _quietly(self.store.aclose(), "store")
         await _quietly(self.provider.aclose(), "provider")
         if self._runner is not None:

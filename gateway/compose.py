@@ -1,11 +1,13 @@
 """The composition root: the only module that picks concrete stores, providers and channels.
 
 ``gateway run``, ``gateway chat`` and the tests build a :class:`~gateway.app.Gateway` here from
-:class:`~gateway.config.Settings`.
+:class:`~gateway.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
+gateway is one stateless worker among several: see :mod:`gateway.coordination`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -14,6 +16,8 @@ from channels.base import Channel, ReplySink
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.app import Gateway
 from gateway.config import Settings
+from gateway.coordination.base import Coordinator, supports_fencing
+from gateway.coordination.local import InProcessCoordinator
 from gateway.errors import ConfigError
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.messages import Inbound
@@ -38,8 +42,22 @@ def build_store(settings: Settings) -> SessionStore:
     if settings.store_url is not None:
         from sessions.postgres import PostgresSessionStore
 
-        return PostgresSessionStore(settings.store_url.get_secret_value())
+        return PostgresSessionStore(settings.store_url.get_secret_value(),
+                                    schema=settings.store_schema)
     return JsonlSessionStore(settings.data_dir, durability=settings.durability)
+
+
+def build_coordinator(settings: Settings) -> Coordinator:
+    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers), else this process alone."""
+    if settings.redis_url is None:
+        return InProcessCoordinator()
+    if settings.store_url is None:
+        raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
+                          "sessions through PostgreSQL")
+    from gateway.coordination.redis_coordinator import RedisCoordinator
+
+    return RedisCoordinator(settings.redis_url.get_secret_value(),
+                            prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl)
 
 
 def build_provider(settings: Settings) -> Provider:
@@ -93,7 +111,7 @@ def build_loop(
     )
 
 
-def build_access(settings: Settings) -> AccessPolicy:
+def build_access(settings: Settings, coordinator: Coordinator | None = None) -> AccessPolicy:
     """Allowlists per channel and DM pairing (see :mod:`gateway.access`)."""
     rules = {
         "telegram": ChannelRules(
@@ -107,11 +125,15 @@ def build_access(settings: Settings) -> AccessPolicy:
             pairing=settings.pairing,
         ),
     }
-    return AccessPolicy(rules=rules, pairing=PairingStore(settings.data_dir))
+    state = coordinator.pairing_state() if coordinator is not None else None
+    return AccessPolicy(rules=rules, pairing=PairingStore(settings.data_dir, state=state))
 
 
 def build_channels(settings: Settings, store: SessionStore, registry: ConversationRegistry,
-                   metrics: Metrics) -> list[Channel]:
+                   metrics: Metrics, coordinator: Coordinator | None = None) -> list[Channel]:
+    """The configured channels. Shared by workers: Telegram's and Slack's redelivery checks
+    use the coordinator's dedup, and long polling / Socket Mode run on the elected leader."""
+    coordinator = coordinator or InProcessCoordinator()
     channels: list[Channel] = []
     for name in settings.channel_names:
         if name == "web":
@@ -119,13 +141,18 @@ def build_channels(settings: Settings, store: SessionStore, registry: Conversati
 
             channels.append(WebChannel.from_settings(settings, store, registry))
         elif name == "telegram":
+            # PTB 22 warns on every RetryAfter unless told to use timedelta values (its
+            # documented opt-in); we want the new behaviour, not a warning per 429.
+            os.environ.setdefault("PTB_TIMEDELTA", "1")
             from channels.telegram.adapter import TelegramChannel
 
-            channels.append(TelegramChannel.from_settings(settings, metrics))
+            channels.append(TelegramChannel.from_settings(settings, metrics,
+                                                          coordinator=coordinator))
         elif name == "slack":
             from channels.slack.adapter import SlackChannel
 
-            channels.append(SlackChannel.from_settings(settings, metrics))
+            channels.append(SlackChannel.from_settings(settings, metrics,
+                                                       coordinator=coordinator))
     return channels
 
 
@@ -148,10 +175,15 @@ def build_gateway(
     tools: ToolRegistry | None = None,
     hooks: Sequence[BeforeCallHook] | None = None,
     access: AccessPolicy | None = None,
+    coordinator: Coordinator | None = None,
 ) -> Gateway:
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
+    coordinator = coordinator or build_coordinator(settings)
     store = store or build_store(settings)
+    if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
+        raise ConfigError("several workers need a session store with fencing tokens "
+                          "(PostgreSQL: GATEWAY_STORE_URL)")
     provider = provider or build_provider(settings)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
@@ -159,18 +191,20 @@ def build_gateway(
                                     idle_rotate=settings.idle_rotate)
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
-                    metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns)
+                    metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
+                    dedup=coordinator.dedup, conversations=coordinator.conversations)
     chosen = (list(channels) if channels is not None
-              else build_channels(settings, store, registry, metrics))
+              else build_channels(settings, store, registry, metrics, coordinator))
 
     async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
         await (sink or gateway.sink_for(inbound)).finish(text)
 
-    gate = AccessGate(access or build_access(settings), router.deliver, notify, metrics)
+    gate = AccessGate(access or build_access(settings, coordinator), router.deliver, notify,
+                      metrics)
     gateway = Gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
-        extra_routes=build_admin_routes(settings, store),
+        extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
     )
     return gateway

@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sessions import pg_schema
 from sessions.store import Durability
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
@@ -42,6 +43,9 @@ class Settings(BaseSettings):
     # PostgreSQL session store (postgresql://user:password@host:port/db); unset: JSONL files.
     # Secret: the URL may carry a password.
     store_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_STORE_URL"))
+    # PostgreSQL schema of the session tables (several deployments can share a database).
+    store_schema: str = Field(pg_schema.DEFAULT_SCHEMA,
+                              validation_alias=_env("GATEWAY_STORE_SCHEMA"))
     persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
     shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
     max_concurrent_turns: int = Field(32, ge=1,
@@ -56,6 +60,14 @@ class Settings(BaseSettings):
 
     idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
     pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
+
+    # -- several workers (see gateway.coordination) -----------------------------------------
+    # Redis shared by the workers (redis://[:password@]host:port/db); unset: one process.
+    # Secret: the URL may carry a password.
+    redis_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_REDIS_URL"))
+    redis_prefix: str = Field("gw:", min_length=1, max_length=64,
+                              validation_alias=_env("GATEWAY_REDIS_PREFIX"))
+    lease_ttl: float = Field(15.0, ge=1.0, le=30.0, validation_alias=_env("GATEWAY_LEASE_TTL"))
 
     # -- telegram -----------------------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, validation_alias=_env("TELEGRAM_BOT_TOKEN"))
@@ -118,6 +130,20 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL")  # never echo it: it may hold a password
         return value
 
+    @field_validator("store_schema")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        return pg_schema.validate_schema(value)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if not value.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")  # never echo it
+        return value
+
     @property
     def channel_names(self) -> list[str]:
         return [c for c in self.channels.split(",") if c]
@@ -149,8 +175,10 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr) and value.get_secret_value():
                 values.append(value.get_secret_value())
             del field
-        if self.store_url is not None:
-            password = urlsplit(self.store_url.get_secret_value()).password
+        for url in (self.store_url, self.redis_url):
+            if url is None:
+                continue
+            password = urlsplit(url.get_secret_value()).password
             if password:
                 values.extend({password, unquote(password)})
         return values

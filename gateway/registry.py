@@ -4,6 +4,11 @@ A conversation's session is created on its first message or resumed (the newest 
 header names the conversation). Only a bounded number stay open: least-recently-used idle
 conversations are closed (writer flushed, file descriptor released) and resumed from the log
 when they speak again, so an idle conversation costs neither a task nor a descriptor.
+
+Workers sharing a PostgreSQL store pass the conversation's lease token as ``fence``: the
+session is then (re)opened under that token, and read *after* the open, since from that moment
+no writer with an older token can append (see :mod:`sessions.postgres`). A conversation cached
+under another token is read again: another worker may have served it meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
@@ -24,6 +30,9 @@ from gateway.recorder import SessionRecorder
 from sessions.records import MessageDict
 from sessions.scan import split_lines
 from sessions.store import SessionStore, SessionWriter
+
+if TYPE_CHECKING:
+    from gateway.coordination.base import FencedStore
 
 log = logging.getLogger("gateway.registry")
 
@@ -51,6 +60,7 @@ class ConversationRegistry:
         self.clock = clock
         self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._locks: dict[ConversationKey, asyncio.Lock] = {}
+        self._fences: dict[ConversationKey, int] = {}  # the token each fenced session holds
 
     def __len__(self) -> int:
         return len(self._open)
@@ -58,38 +68,72 @@ class ConversationRegistry:
     def peek(self, key: ConversationKey) -> Conversation | None:
         return self._open.get(key)
 
-    async def get(self, key: ConversationKey, context: ChannelContext) -> Conversation:
-        """The conversation's open state, creating or resuming its session as needed."""
+    async def get(self, key: ConversationKey, context: ChannelContext,
+                  fence: int | None = None) -> Conversation:
+        """The conversation's open state, creating or resuming its session as needed.
+
+        ``fence``: the caller's lease token (shared store); see the module docstring.
+        """
+        if fence is not None and key in self._open and self._fences.get(key) != fence:
+            await self.forget(key)
         conv = self._open.get(key)
         if conv is not None:
-            if self._stale(conv.last_active) and not self.is_busy(key):
-                return await self.rotate(key, context)
+            if self._stale(conv.last_active) and (fence is not None or not self.is_busy(key)):
+                return await self.rotate(key, context, fence=fence)
             self._open.move_to_end(key)
             return conv
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             conv = self._open.get(key)
             if conv is None:
-                conv = await self._load(key, context)
+                conv = await self._load(key, context, fence)
                 self._open[key] = conv
         self._locks.pop(key, None)
         await self._evict()
         return conv
 
-    async def rotate(self, key: ConversationKey, context: ChannelContext) -> Conversation:
+    async def rotate(self, key: ConversationKey, context: ChannelContext,
+                     fence: int | None = None) -> Conversation:
         """Start a fresh session for the conversation (``/new``, idle rotation)."""
         old = self._open.pop(key, None)
+        self._fences.pop(key, None)
         if old is not None:
             await _close(old.recorder.writer)
-        writer = await self._create(key)
+        writer = await self._create(key, fence)
         conv = self._wrap(key, writer, context, [])
         self._open[key] = conv
+        if fence is not None:
+            self._fences[key] = fence
         return conv
 
-    async def _load(self, key: ConversationKey, context: ChannelContext) -> Conversation:
+    async def forget(self, key: ConversationKey, fence: int | None = None) -> None:
+        """Close the conversation's session and drop it from memory (a lease ended).
+
+        With ``fence``, only if it is still the one opened under that token (a newer lease on
+        this worker may have reopened it already).
+        """
+        if fence is not None and self._fences.get(key) != fence:
+            return
+        conv = self._open.pop(key, None)
+        self._fences.pop(key, None)
+        if conv is not None:
+            await _close(conv.recorder.writer)
+
+    async def _load(self, key: ConversationKey, context: ChannelContext,
+                    fence: int | None = None) -> Conversation:
         label = key.label()
         existing = await self.store.latest_session(key.tenant, label)
-        if existing is not None:
+        if existing is not None and fence is not None:
+            # Open (fence) first, then read: no stale writer can append after the open.
+            writer = await self._fenced().open(key.tenant, existing, fence=fence)
+            messages, last_ts = _messages(await self.store.read_log(key.tenant, existing))
+            if not self._stale(_epoch(last_ts)):
+                self._fences[key] = fence
+                conv = self._wrap(key, writer, context, messages)
+                conv.last_active = _epoch(last_ts) or self.clock()
+                return conv
+            await _close(writer)
+        elif existing is not None:
             data = await self.store.read_log(key.tenant, existing)
             messages, last_ts = _messages(data)
             if not self._stale(_epoch(last_ts)):
@@ -97,7 +141,10 @@ class ConversationRegistry:
                 conv = self._wrap(key, writer, context, messages)
                 conv.last_active = _epoch(last_ts) or self.clock()
                 return conv
-        return self._wrap(key, await self._create(key), context, [])
+        conv = self._wrap(key, await self._create(key, fence), context, [])
+        if fence is not None:
+            self._fences[key] = fence
+        return conv
 
     def _stale(self, last_active: float | None) -> bool:
         """True when idle rotation is on and the conversation has been silent too long."""
@@ -105,10 +152,18 @@ class ConversationRegistry:
             self.clock() - last_active > self.idle_rotate
         )
 
-    async def _create(self, key: ConversationKey) -> SessionWriter:
+    async def _create(self, key: ConversationKey, fence: int | None = None) -> SessionWriter:
+        if fence is not None:
+            return await self._fenced().create(
+                tenant=key.tenant, channel=key.channel, conversation=key.label(), fence=fence
+            )
         return await self.store.create(
             tenant=key.tenant, channel=key.channel, conversation=key.label()
         )
+
+    def _fenced(self) -> FencedStore:
+        # Checked at composition: a fence is only ever passed with a store that takes it.
+        return cast("FencedStore", self.store)
 
     def _wrap(self, key: ConversationKey, writer: SessionWriter, context: ChannelContext,
               messages: list[MessageDict]) -> Conversation:
@@ -127,10 +182,12 @@ class ConversationRegistry:
             if self.is_busy(key):
                 continue
             conv = self._open.pop(key)
+            self._fences.pop(key, None)
             await _close(conv.recorder.writer)
 
     async def aclose(self) -> None:
         """Flush and close every open session (idempotent)."""
+        self._fences.clear()
         while self._open:
             _, conv = self._open.popitem(last=False)
             await _close(conv.recorder.writer)

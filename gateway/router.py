@@ -6,29 +6,46 @@ one by one in arrival order (each gets its own turn; they are not merged) and ex
 queue is empty, so an idle conversation holds no task. Conversations run concurrently up to
 ``max_concurrent_turns``. Duplicate deliveries (same platform id) are dropped before they reach
 a session.
+
+Where the queue lives and who serves a conversation is the coordinator's
+(:class:`~gateway.coordination.base.ConversationQueue`): in one process (the default) it is an
+in-memory deque and messages are recorded on receipt, as above. Shared by several workers
+(Redis), a message is queued in Redis and recorded by whichever worker holds the
+conversation's lease, as its turn starts, under the lease's fencing token; an item whose
+worker died mid-turn is taken over and finished without being recorded twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from channels.base import ReplySink
+from gateway.conversation import Conversation
+from gateway.coordination.base import Claim, ConversationQueue, LeaseLostError, QueueItem
+from gateway.coordination.local import LocalConversations
+from gateway.coordination.resume import locate, prepare_rerun
 from gateway.dedup import Deduplicator, MemoryDeduplicator
 from gateway.messages import ChannelContext, ConversationKey, Inbound
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
 from gateway.turn import AgentLoop
+from sessions.errors import StaleWriterError
 
 log = logging.getLogger("gateway.router")
 
 SinkFactory = Callable[[Inbound], ReplySink]
+
+ACK_WAIT = 10.0
+"""Shared mode: seconds ``deliver`` waits for a message with its own sink to be recorded (so
+the channel can name the session); past that it returns once the message is queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +54,6 @@ class Accepted:
 
     session_id: str | None
     duplicate: bool = False
-
-
-@dataclass(slots=True)
-class _Item:
-    inbound: Inbound
-    index: int
-    sink: ReplySink
 
 
 class RouterClosedError(RuntimeError):
@@ -62,22 +72,31 @@ class Router:
         metrics: Metrics,
         max_concurrent_turns: int = 32,
         dedup: Deduplicator | None = None,
+        conversations: ConversationQueue | None = None,
     ) -> None:
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
         self.metrics = metrics
         self.dedup = dedup or MemoryDeduplicator()
+        self.conversations: ConversationQueue = conversations or LocalConversations()
         self._slots = asyncio.Semaphore(max_concurrent_turns)
-        self._queues: dict[ConversationKey, deque[_Item]] = {}
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
+        self._adopter: asyncio.Task[None] | None = None
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
         registry.is_busy = self.is_busy
 
+    @property
+    def shared(self) -> bool:
+        """True when several workers serve conversations (messages recorded by the holder)."""
+        return not self.conversations.records_on_receipt
+
     async def __aenter__(self) -> Router:
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
+        if self.shared:
+            self._adopter = self._group.create_task(self._adopt())
         return self
 
     async def __aexit__(
@@ -97,35 +116,65 @@ class Router:
 
     @property
     def queued(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        # (The queue_depth gauge is set from this when /metrics is scraped.)
+        return self.conversations.queued
 
     async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
-        """Record ``inbound`` in its session and queue its turn. Returns once recorded."""
+        """Record ``inbound`` in its session and queue its turn. Returns once recorded.
+
+        Shared mode: returns once the message is queued in Redis (then nothing acknowledged is
+        lost even if this worker dies); a message with its own ``sink`` is waited for until
+        its turn records it, up to :data:`ACK_WAIT` seconds, so the session can be named.
+        """
         if self._closing:
             raise RouterClosedError("the gateway is shutting down")
         channel = inbound.key.channel
-        if inbound.platform_id is not None and not await self.dedup.first_time(
-            f"{channel}:{inbound.key.tenant}:{inbound.platform_id}"
-        ):
+        dedup_key = (None if inbound.platform_id is None
+                     else f"{channel}:{inbound.key.tenant}:{inbound.platform_id}")
+        if self.shared:
+            return await self._deliver_shared(inbound, sink, dedup_key)
+        if dedup_key is not None and not await self.dedup.first_time(dedup_key):
             self.metrics.duplicates.labels(channel=channel).inc()
             return Accepted(session_id=None, duplicate=True)
         self.metrics.inbound.labels(channel=channel).inc()
         if is_new_command(inbound.text):
             return await self._new_session(inbound, sink)
         conv = await self.registry.get(inbound.key, context_of(inbound))
-        meta: dict[str, object] = {"sender": inbound.sender.id}
-        if inbound.sender.name:
-            meta["name"] = inbound.sender.name
-        if inbound.platform_id is not None:
-            meta["platform_id"] = inbound.platform_id
-        index = await conv.receive({"role": "user", "content": inbound.text}, meta)
-        item = _Item(inbound, index, sink or self.sink_for(inbound))
-        self._queues.setdefault(inbound.key, deque()).append(item)
-        self.metrics.queue_depth.inc()
-        if inbound.key not in self._workers:
-            assert self._group is not None, "use the router as an async context manager"
-            self._workers[inbound.key] = self._group.create_task(self._work(inbound.key))
+        index = await conv.receive({"role": "user", "content": inbound.text}, meta_of(inbound))
+        item = QueueItem(inbound, sink or self.sink_for(inbound), index)
+        self._start((await self.conversations.submit(item)).claim)
         return Accepted(session_id=conv.session_id)
+
+    async def _deliver_shared(self, inbound: Inbound, sink: ReplySink | None,
+                              dedup_key: str | None) -> Accepted:
+        # The dedup check and the push are one atomic step: an id is marked seen exactly when
+        # its message is queued, so a client retrying after a lost reply is never told
+        # "duplicate" for a message that was not kept.
+        item = QueueItem(inbound, sink, kind="new" if is_new_command(inbound.text) else "message")
+        ticket = await self.conversations.submit(item, dedup_key)
+        if ticket.duplicate:
+            self.metrics.duplicates.labels(channel=inbound.key.channel).inc()
+            return Accepted(session_id=None, duplicate=True)
+        self.metrics.inbound.labels(channel=inbound.key.channel).inc()
+        self._start(ticket.claim)
+        if sink is None:
+            return Accepted(session_id=None)
+        return Accepted(session_id=await self.conversations.wait_recorded(item, ACK_WAIT))
+
+    def _start(self, claim: Claim | None) -> None:
+        """Start serving the claimed conversation (no-op without a claim)."""
+        if claim is None:
+            return
+        assert self._group is not None, "use the router as an async context manager"
+        self._workers[claim.key] = self._group.create_task(self._work(claim))
+
+    async def _adopt(self) -> None:
+        """Serve conversations whose worker went away (shared mode)."""
+        async for claim in self.conversations.adoptions():
+            if self._closing:
+                await self.conversations.release(claim)
+            else:
+                self._start(claim)
 
     async def _new_session(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
         """``/new``: the conversation continues in a fresh session (after queued turns)."""
@@ -137,21 +186,98 @@ class Router:
         )
         return Accepted(session_id=conv.session_id)
 
-    async def _work(self, key: ConversationKey) -> None:
-        queue = self._queues[key]
+    async def _work(self, claim: Claim) -> None:
+        key = claim.key
+        me = asyncio.current_task()
+        finished = False
         try:
-            while queue:
-                item = queue.popleft()
-                self.metrics.queue_depth.dec()
-                async with self._slots:
-                    await self._turn(key, item)
+            async with self.conversations.holding(claim):
+                while (item := await self.conversations.next(claim)) is not None:
+                    async with self._slots:
+                        await self._serve(claim, item)
+                    await self.conversations.done(claim, item)
+                    if self._closing and self.shared:
+                        break  # hand the rest to the other workers
+                else:
+                    finished = True  # the claim ended with the queue
+        except LeaseLostError as exc:
+            log.warning("%s; another worker serves the conversation now", exc)
         finally:
-            self._workers.pop(key, None)
-            if not queue:
-                self._queues.pop(key, None)
+            if self._workers.get(key) is me:
+                del self._workers[key]
+            if self.shared:
+                await self.registry.forget(key, fence=claim.token)
+            if not finished:
+                await self.conversations.release(claim)
 
-    async def _turn(self, key: ConversationKey, item: _Item) -> None:
-        conv = await self.registry.get(key, context_of(item.inbound))
+    async def _serve(self, claim: Claim, item: QueueItem) -> None:
+        """One queued item: record it if it is not yet, then its turn (or the ``/new``)."""
+        try:
+            if item.index is not None:  # recorded on receipt
+                await self._turn(item.inbound.key, item)
+            else:
+                await self._serve_shared(claim, item)
+        except LeaseLostError:
+            raise
+        except StaleWriterError as exc:  # a worker with a newer token serves it now
+            raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
+        except Exception:  # e.g. the store is unreachable: this item fails, the queue goes on
+            log.exception("%s: could not serve a message", item.inbound.key.label())
+            with contextlib.suppress(Exception):
+                await (item.sink or self.sink_for(item.inbound)).fail(self.loop.settings.apology)
+
+    async def _serve_shared(self, claim: Claim, item: QueueItem) -> None:
+        key, context = item.inbound.key, context_of(item.inbound)
+        sink = item.sink or self.sink_for(item.inbound)
+        if item.kind == "new":
+            conv = await self._fenced(claim, context, rotate=not item.resumed)
+            if item.resumed and conv.messages:  # the dead worker's rotation had not happened
+                conv = await self._fenced(claim, context, rotate=True)
+            await self.conversations.recorded(item, conv.session_id)
+            await sink.finish(f"Started a new conversation (session {conv.session_id}).")
+            return
+        conv = await self._fenced(claim, context)
+        found = None
+        if item.resumed:
+            data = await self.registry.store.read_log(key.tenant, conv.session_id)
+            found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
+        if found is None:
+            meta = {**meta_of(item.inbound), "item": item.id}
+            index = await conv.receive({"role": "user", "content": item.inbound.text}, meta)
+        elif found.status == "interrupted":
+            log.info("%s: finishing a turn a stopped worker had started", key.label())
+            index = found.index
+            await prepare_rerun(conv, found)
+        else:  # answered before its worker stopped: send the answer again, record nothing
+            await self.conversations.recorded(item, conv.session_id)
+            if found.status == "apologised":
+                await sink.fail(self.loop.settings.apology)
+            else:
+                await sink.finish(found.text)
+            return
+        await self.conversations.recorded(item, conv.session_id)
+        await self._turn(key, dataclasses.replace(item, index=index, sink=sink), claim.token)
+
+    async def _fenced(self, claim: Claim, context: ChannelContext, *,
+                      rotate: bool = False) -> Conversation:
+        """The conversation under the claim's token, raising the token once if the session
+        holds a higher one (it was written before this deployment shared its store)."""
+        for attempt in (1, 2):
+            try:
+                if rotate:
+                    return await self.registry.rotate(claim.key, context, fence=claim.token)
+                return await self.registry.get(claim.key, context, fence=claim.token)
+            except StaleWriterError as exc:
+                if attempt == 2 or claim.token is None or exc.token != claim.token:
+                    raise
+                await self.conversations.refence(claim, exc.current + 1)
+        raise AssertionError("unreachable")
+
+    async def _turn(self, key: ConversationKey, item: QueueItem,
+                    fence: int | None = None) -> None:
+        assert item.index is not None, "recorded before its turn"
+        assert item.sink is not None, "the router gives every item a sink"
+        conv = await self.registry.get(key, context_of(item.inbound), fence=fence)
         conv.context = context_of(item.inbound)
         self.metrics.active_turns.inc()
         started = time.perf_counter()
@@ -171,6 +297,8 @@ class Router:
     async def drain(self, grace: float) -> None:
         """Stop taking input; let running turns finish for ``grace`` seconds, then cancel."""
         self._closing = True
+        if self._adopter is not None:
+            self._adopter.cancel()
         workers = list(self._workers.values())
         if workers and grace > 0:
             await asyncio.wait(workers, timeout=grace)
@@ -182,6 +310,16 @@ def is_new_command(text: str) -> bool:
     """``/new`` or ``/new@botname`` (Telegram groups address commands to a bot)."""
     word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
     return word == "/new" or word.startswith("/new@")
+
+
+def meta_of(inbound: Inbound) -> dict[str, Any]:
+    """The ``meta`` recorded with an inbound message (who sent it, its platform id)."""
+    meta: dict[str, Any] = {"sender": inbound.sender.id}
+    if inbound.sender.name:
+        meta["name"] = inbound.sender.name
+    if inbound.platform_id is not None:
+        meta["platform_id"] = inbound.platform_id
+    return meta
 
 
 def context_of(inbound: Inbound) -> ChannelContext:

@@ -144,11 +144,24 @@ class PostgresSessionStore:
     async def connect(cls, url: str, **options: Any) -> PostgresSessionStore:
         """A store whose pool is open and whose schema version was checked."""
         store = cls(url, **options)
+        await store.connect_pool()
+        return store
+
+    async def connect_pool(self) -> None:
+        """Open the pool and check the schema now rather than on first use."""
         try:
-            await store.pool()
+            await self.pool()
+        except SessionError:
+            raise
         except DB_ERRORS as exc:
             raise StoreUnavailableError(error_kind(exc), type(exc).__name__) from exc
-        return store
+
+    async def __aenter__(self) -> PostgresSessionStore:
+        await self.connect_pool()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"PostgresSessionStore({redact_url(self._url)!r}, schema={self.schema!r})"

@@ -13,6 +13,11 @@ for one mention. All share the ``platform_id`` ``team:channel:ts``, which is che
 file under ``<data_dir>/state/slack-events.jsonl`` kept for :data:`DEDUP_TTL`, so a restarted
 gateway does not answer again (the router's own check is in memory only).
 
+Several workers (``GATEWAY_REDIS_URL``): the redelivery check is the coordinator's shared
+dedup (so the mention twin and Slack's retries are dropped whichever worker they reach), and
+in Socket Mode only the elected leader holds the socket; the others take over when its lease
+lapses. The Events API over HTTP is served by every worker.
+
 Shutdown: :meth:`SlackChannel.aclose` stops input (the socket is closed; the HTTP route
 answers 503, so Slack retries later rather than losing the event), lets the worker hand over
 what was already acknowledged, then closes the client's HTTP session. Turns still finishing
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -47,6 +53,8 @@ from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import EditStreamer
 from gateway.config import Settings
+from gateway.coordination.base import Coordinator, LeaderElector
+from gateway.dedup import Deduplicator
 from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ConfigError
 from gateway.messages import Inbound, Sender
@@ -86,6 +94,8 @@ class SlackChannel:
         api_base_url: str | None = None,
         max_message_chars: int = 16_000,
         edit_interval: float = 1.0,
+        dedup: Deduplicator | None = None,
+        elector: LeaderElector | None = None,
     ) -> None:
         self.mode: Mode = "socket" if app_token else "http"
         if self.mode == "http" and not signing_secret:
@@ -106,7 +116,11 @@ class SlackChannel:
                              on_event=self._on_event, verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
         self._endpoint = EventsEndpoint(self.app, signing_secret) if signing_secret else None
-        self._dedup = FileDeduplicator(data_dir / "state" / "slack-events.jsonl", ttl=DEDUP_TTL)
+        self._dedup: Deduplicator = dedup or FileDeduplicator(
+            data_dir / "state" / "slack-events.jsonl", ttl=DEDUP_TTL)
+        # Several workers: only the elected one holds the socket (see the module docstring).
+        self._elector = elector if app_token else None
+        self._leading: asyncio.Task[None] | None = None
         self._inbox: asyncio.Queue[Inbound | None] = asyncio.Queue()
         # user id -> ((display name, username), monotonic expiry)
         self._names: OrderedDict[str, tuple[_Names, float]] = OrderedDict()
@@ -119,22 +133,31 @@ class SlackChannel:
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics, *,
-                      edit_interval: float = 1.0) -> SlackChannel:
+                      edit_interval: float = 1.0,
+                      coordinator: Coordinator | None = None) -> SlackChannel:
         if settings.slack_bot_token is None:
             raise ConfigError("GATEWAY_CHANNELS includes slack but SLACK_BOT_TOKEN is not set")
 
         def secret(value: Any) -> str | None:
             return value.get_secret_value() if value is not None else None
 
+        app_token = secret(settings.slack_app_token)
+        elector = None
+        if coordinator is not None and app_token:
+            # One election per app (a hash of its token names it, never the token itself).
+            app_hash = hashlib.sha256(app_token.encode()).hexdigest()[:16]
+            elector = coordinator.elector(f"slack-socket:{app_hash}")
         return cls(
             bot_token=settings.slack_bot_token.get_secret_value(),
             signing_secret=secret(settings.slack_signing_secret),
-            app_token=secret(settings.slack_app_token),
+            app_token=app_token,
             api_base_url=settings.slack_api_base_url,
             data_dir=settings.data_dir,
             metrics=metrics,
             max_message_chars=settings.max_message_chars,
             edit_interval=edit_interval,
+            dedup=coordinator.deduplicator("slack", DEDUP_TTL) if coordinator else None,
+            elector=elector,
         )
 
     # -- Channel -----------------------------------------------------------------------------
@@ -152,26 +175,43 @@ class SlackChannel:
         self.client.session = aiohttp.ClientSession()
         # Load the seen keys (a file read, a compacting rewrite and an fsync) off the loop now,
         # rather than inline on the first event; the worker that uses them starts after this.
-        await asyncio.to_thread(self._dedup._open)
+        if isinstance(self._dedup, FileDeduplicator):
+            await asyncio.to_thread(self._dedup._open)
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         self._worker = self._group.create_task(self._work())
         await self._check_auth()
-        if self._socket is not None:
+        if self._elector is not None:
+            self._leading = self._group.create_task(self._elector.lead(self._socket_term))
+        elif self._socket is not None:
             await self._socket.start(self._group)
         log.info("slack channel started (%s mode)", self.mode)
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
         return EditStreamer(SlackTarget(self.calls, inbound), min_interval=self.edit_interval)
 
+    async def _socket_term(self) -> None:
+        """Hold the socket while elected; it is closed when the term ends."""
+        assert self._socket is not None, "only elected in Socket Mode"
+        assert self._group is not None, "started in start()"
+        await self._socket.start(self._group)
+        try:
+            await asyncio.get_running_loop().create_future()  # until the term ends
+        finally:
+            await self._socket.aclose()
+
     def health(self) -> Mapping[str, Any]:
         running = self._group is not None and not self._closed
-        connected = self._socket.connected if self._socket is not None else True
+        standby = self._elector is not None and not self._elector.is_leader
+        connected = (self._socket.connected if self._socket is not None and not standby
+                     else True)
+        extra = {} if self._elector is None else {"leader": not standby}
         return {
             "ok": running and connected and self._auth_error is None,
             "mode": self.mode,
             "events": self._events,
             "last_error": self._auth_error or self.calls.last_error,
+            **extra,
         }
 
     async def aclose(self) -> None:
@@ -179,13 +219,17 @@ class SlackChannel:
             return
         self._closed = True
         try:
+            if self._leading is not None:  # its term closes the socket as it ends
+                self._leading.cancel()
+                await asyncio.wait([self._leading])
             if self._socket is not None:
                 await self._socket.aclose()
         finally:
             try:
                 await self._stop_worker()
             finally:
-                self._dedup.close()
+                if isinstance(self._dedup, FileDeduplicator):
+                    self._dedup.close()
                 session, self.client.session = self.client.session, None
                 if session is not None:
                     await session.close()

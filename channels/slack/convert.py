@@ -36,8 +36,9 @@ META_REPLY_THREAD: Final = "thread_ts"
 # joins, bot_message, ...) is ignored.
 _PERSON_SUBTYPES: Final = frozenset({None, "file_share", "thread_broadcast"})
 _MULTI_PARTY: Final = frozenset({"channel", "group", "mpim"})
-# Cc characters except \t and \n: they garble logs and mean nothing in a chat.
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Cc characters except \t and \n: they garble logs and mean nothing in a chat. Lone surrogates
+# (a JSON "\udc00" escape) too: no UTF-8 session log can hold them.
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _ENTITY: Final = re.compile(r"<([^<>]*)>")
 TRUNCATED: Final = " … [truncated]"
 

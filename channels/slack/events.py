@@ -88,8 +88,11 @@ class EventsEndpoint:
                 query=request.query_string,
                 headers={name: request.headers.getall(name) for name in request.headers},
             )
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
             log.warning("slack: refused a signed events request whose body does not parse")
+            return web.json_response({"error": "bad request"}, status=400)
+        if not _bolt_can_route(bolt_request.body):
+            log.warning("slack: refused a signed events request with a malformed envelope")
             return web.json_response({"error": "bad request"}, status=400)
         return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
 
@@ -99,3 +102,12 @@ class EventsEndpoint:
                                           request.headers.get("X-Slack-Signature", ""))
         except ValueError:  # a missing or non-numeric timestamp
             return False
+
+
+def _bolt_can_route(body: Mapping[str, Any]) -> bool:
+    """False for envelope fields of a type bolt's middleware indexes without checking (it then
+    answers 500). Slack never sends these; a signed body with them is a 400 like any junk."""
+    event = body.get("event", {})
+    if not isinstance(event, Mapping) or not isinstance(body.get("authorizations", []), list):
+        return False
+    return all(isinstance(event.get(key), str | None) for key in ("type", "channel_type"))

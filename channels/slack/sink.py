@@ -59,7 +59,9 @@ class SlackCalls:
         try:
             return await call
         except SlackApiError as exc:
-            code = exc.response.get("error") if exc.response is not None else None
+            # A non-JSON error page (a proxy's HTML, a plain-text 400) leaves ``data`` a str.
+            data = exc.response.data if exc.response is not None else None
+            code = data.get("error") if isinstance(data, dict) else None
             kind = code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else "api_error"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             kind = "network"

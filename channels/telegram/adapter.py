@@ -18,6 +18,12 @@ the router), which returns once the message is recorded. An update that cannot b
 after it passed the dedup is logged, counted and dropped (at most once: one bad update never
 wedges the poll).
 
+Several workers (``GATEWAY_REDIS_URL``): the update-id dedup is the coordinator's shared one,
+and in polling mode only the elected leader polls (two pollers of one bot would fight with
+409 Conflicts); the others stand by and take over when the leader's lease lapses. Each term
+polls from Telegram's oldest unconfirmed update: those the old leader already handed in are
+dropped by the shared dedup. Webhook mode runs on every worker.
+
 Replies: one :class:`channels.streaming.EditStreamer` per inbound message over a
 :class:`channels.telegram.sink.TelegramTarget`. :meth:`TelegramChannel.aclose` stops input,
 gives replies still being written up to ``GATEWAY_SHUTDOWN_GRACE`` seconds (the gateway drains
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 import time
@@ -47,6 +54,8 @@ from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
 from gateway.config import Settings
+from gateway.coordination.base import Coordinator, LeaderElector
+from gateway.dedup import Deduplicator
 from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ChannelError, ConfigError
 from gateway.messages import Inbound
@@ -100,8 +109,8 @@ class TelegramChannel:
     name = "telegram"
 
     def __init__(self, bot: TelegramBot, *, token: str, metrics: Metrics,
-                 dedup: FileDeduplicator, options: TelegramOptions,
-                 rate_limited: bool = True) -> None:
+                 dedup: Deduplicator, options: TelegramOptions,
+                 rate_limited: bool = True, elector: LeaderElector | None = None) -> None:
         if options.mode == "webhook" and not options.webhook_secret:
             raise ConfigError("TELEGRAM_MODE=webhook needs TELEGRAM_WEBHOOK_SECRET")
         if options.webhook_secret and not _SECRET_CHARS.fullmatch(options.webhook_secret):
@@ -124,17 +133,24 @@ class TelegramChannel:
         self._idle.set()
         self._poller: Poller | None = None
         self._webhook: WebhookEndpoint | None = None
+        # Several workers: only the elected one polls (see the module docstring).
+        self._elector = elector if options.mode == "polling" else None
+        self._leading: asyncio.Task[None] | None = None
         if options.mode == "polling":
-            self._poller = Poller(self.api, self.handle, poll_timeout=options.poll_timeout,
-                                  stall_seconds=options.stall_seconds)
+            self._poller = self._new_poller()
         else:
             assert options.webhook_secret is not None  # checked above
             self._webhook = WebhookEndpoint(
                 options.webhook_secret, parse=self._parse, handle=self.handle,
                 ready=lambda: self._deliver is not None and not self._closed, metrics=metrics)
 
+    def _new_poller(self) -> Poller:
+        return Poller(self.api, self.handle, poll_timeout=self.options.poll_timeout,
+                      stall_seconds=self.options.stall_seconds)
+
     @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics) -> TelegramChannel:
+    def from_settings(cls, settings: Settings, metrics: Metrics,
+                      coordinator: Coordinator | None = None) -> TelegramChannel:
         if settings.telegram_bot_token is None:
             raise ConfigError("GATEWAY_CHANNELS=telegram needs TELEGRAM_BOT_TOKEN")
         token = settings.telegram_bot_token.get_secret_value()
@@ -151,10 +167,14 @@ class TelegramChannel:
         )
         rate_limited = settings.telegram_rate_limit == "on"
         bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
-        dedup = FileDeduplicator(settings.data_dir / "state" / "telegram-updates.jsonl",
-                                 ttl=DEDUP_TTL)
+        shared = coordinator.deduplicator("telegram", DEDUP_TTL) if coordinator else None
+        dedup = shared or FileDeduplicator(
+            settings.data_dir / "state" / "telegram-updates.jsonl", ttl=DEDUP_TTL)
+        # One election per bot (a hash of the token names it, never the token itself).
+        bot_hash = hashlib.sha256(token.encode()).hexdigest()[:16]
+        elector = coordinator.elector(f"telegram-poll:{bot_hash}") if coordinator else None
         return cls(bot, token=token, metrics=metrics, dedup=dedup, options=options,
-                   rate_limited=rate_limited)
+                   rate_limited=rate_limited, elector=elector)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -182,7 +202,10 @@ class TelegramChannel:
                     f"telegram: setWebhook failed ({error_kind(exc)}: {self.api.describe(exc)})"
                 ) from self._safe_cause(exc)
         self._deliver = deliver
-        if self._poller is not None:
+        if self._elector is not None:
+            self._leading = asyncio.get_running_loop().create_task(
+                self._elector.lead(self._poll_term), name="telegram-leader")
+        elif self._poller is not None:
             self._poller.start()
         log.info("telegram: @%s is up (%s)", self.identity.username, self.options.mode)
 
@@ -191,7 +214,10 @@ class TelegramChannel:
             return
         self._closed = True
         try:
-            if self._poller is not None:
+            if self._leading is not None:
+                self._leading.cancel()
+                await asyncio.wait([self._leading])  # never swallows our own cancellation
+            elif self._poller is not None:
                 await self._poller.stop()
             # Turns still answering need the bot; the router drains them after us.
             with contextlib.suppress(TimeoutError):
@@ -201,9 +227,26 @@ class TelegramChannel:
             try:
                 await self.bot.shutdown()
             finally:
-                self.dedup.close()
+                if isinstance(self.dedup, FileDeduplicator):
+                    self.dedup.close()
+
+    async def _poll_term(self) -> None:
+        """Poll while elected: a fresh poller each term, stopped when the term ends."""
+        poller = self._poller = self._new_poller()
+        poller.start()
+        try:
+            await asyncio.get_running_loop().create_future()  # until the term ends
+        finally:
+            await poller.stop()
 
     def health(self) -> Mapping[str, Any]:
+        if self._elector is not None and not self._elector.is_leader:
+            # Standing by is healthy: another worker polls.
+            return {"ok": self._deliver is not None and not self._closed, "mode": "polling",
+                    "leader": False, "last_poll_ok": None, "conflicts": 0, "stalls": 0,
+                    "last_error": None}
+        if self._elector is not None and self._poller is not None:
+            return {"mode": "polling", "leader": True, **self._poller.health()}
         if self._poller is not None:
             return {"mode": "polling", **self._poller.health()}
         return {"ok": self._deliver is not None and not self._closed, "mode": "webhook",

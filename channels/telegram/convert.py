@@ -16,11 +16,13 @@ What becomes an inbound message, and what does not (the :class:`Skip` reason say
   a bot must not answer in groups nobody allowed;
 * a message in a forum topic is its own conversation:
   ``ConversationKey("telegram", chat_id, thread=message_thread_id)``. The text is kept verbatim,
-  mention included: the session records what the person wrote.
+  mention included: the session records what the person wrote, less control characters and
+  lone surrogates (as on the other channels: no UTF-8 session log can hold the latter).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -37,6 +39,8 @@ TOO_LONG_NOTICE: Final = (
     "Please send a shorter one."
 )
 GROUP_TYPES: Final = frozenset({"group", "supergroup"})
+# Cc characters except \t and \n, and lone surrogates.
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _ADDRESSING: Final[list[str | None]] = [
     MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND,
 ]
@@ -92,6 +96,7 @@ def to_inbound(
         if message.effective_attachment is None:
             return Skip("not-a-message")  # a service message: member joined, pinned, ...
         return Skip("unsupported", UNSUPPORTED_NOTICE if private else None)
+    text = _UNPRINTABLE.sub("", text)
     if not text.strip():
         return Skip("empty")
     if len(text) > max_chars:

@@ -135,12 +135,12 @@ class TelegramTarget:
                  reply_to: int | None = None, preview_after: float = 0.0,
                  on_done: Callable[[], None] | None = None) -> None:
         self.api = api
-        self.preview_after = preview_after
-        self.on_done = on_done
-        self._started: float | None = None
         self.chat_id = chat_id
         self.thread_id = thread_id
         self.reply_to = reply_to
+        self.preview_after = preview_after
+        self.on_done = on_done
+        self._started: float | None = None  # the turn's start: its first typing action
         self._edit: asyncio.Task[None] | None = None
         self._preview_text: str | None = None
 

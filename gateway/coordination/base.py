@@ -119,8 +119,8 @@ class ConversationQueue(Protocol):
         """Tell the item's receiver that it is recorded (it may be waiting to answer)."""
         ...
 
-    async def wait_recorded(self, item: QueueItem, timeout: float) -> str | None:
-        """The session ``item`` was recorded in, or ``None`` if that took over ``timeout``."""
+    async def wait_recorded(self, item: QueueItem, within: float) -> str | None:
+        """The session ``item`` was recorded in; ``None`` after ``within`` seconds without."""
         ...
 
     def adoptions(self) -> AsyncIterator[Claim]:
@@ -171,9 +171,13 @@ def supports_fencing(store: object) -> bool:
 class Coordinator(Protocol):
     """Everything workers share. An async context manager; :meth:`aclose` is idempotent."""
 
-    conversations: ConversationQueue
-    dedup: Deduplicator
-    """The router's duplicate check (platform ids), shared by all workers."""
+    @property
+    def conversations(self) -> ConversationQueue: ...
+
+    @property
+    def dedup(self) -> Deduplicator:
+        """The router's duplicate check (platform ids), shared by all workers."""
+        ...
 
     async def __aenter__(self) -> Self: ...
 

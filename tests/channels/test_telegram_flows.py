@@ -85,8 +85,7 @@ async def test_allowlist_by_username_and_silent_refusals(
 async def test_many_chats_every_reply_once_in_order(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """50 chats x 20 messages: every message answered exactly once, in order, per chat, in
-    the replies and in the session logs."""
+    """50 chats x 20 messages: each answered once, per-chat order kept in replies and logs."""
     chats = list(range(5001, 5051))
     users = ",".join(str(c) for c in chats)
     # Durability is not what this test is about; skipping 1,000 fsyncs keeps it quick.
@@ -117,9 +116,7 @@ def replay_cli(data_dir: Path, *args: str) -> tuple[int, str]:
 async def test_conversation_across_restart_replays_every_call(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """A chat spanning a restart (with a redelivered update, not answered twice): every request
-    body the fake Anthropic API got equals Replay.request(turn) and
-    `gateway replay ID --request N --json`."""
+    """Across a restart and a redelivery, every provider request equals its replay (API, CLI)."""
     async with FakeProviderServer() as srv:
         srv.script("anthropic", Reply.text("Hello **Alice**."),
                    Reply.tool_use("memory_write", {"text": "Alice likes tea"},

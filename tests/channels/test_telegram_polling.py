@@ -79,8 +79,7 @@ async def test_fast_reply_sent_once_without_preview(
 
 
 async def test_streaming_edits_are_throttled(fake: FakeTelegramServer, tmp_path: Path) -> None:
-    """A streamed reply shows as a plain preview edited at most every edit interval, then the
-    final text replaces it in the same message."""
+    """A streamed reply is a plain preview edited at most every interval, then made final."""
     words = " ".join(f"word{i}" for i in range(40))
     async with running(telegram_settings(fake, tmp_path), OfflineProvider(delay=0.03),
                        edit_interval=0.15) as gateway:
@@ -101,8 +100,7 @@ async def test_streaming_edits_are_throttled(fake: FakeTelegramServer, tmp_path:
 async def test_long_markdown_reply_split_into_valid_chunks(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """A 9,000-character reply with a code block arrives as HTML chunks of <= 4096, the code
-    block closed at each split and reopened (same language) in the next chunk."""
+    """A 9,000-character reply becomes valid HTML chunks <= 4096, the code block reopened."""
     code = "\n".join(f"print('line {i:04d}')  # " + "x" * 40 for i in range(145))
     reply = "Here is the script:\n\n```python\n" + code + "\n```\n\nRun it with **care**."
     assert 9_000 <= len(reply) <= 9_500
@@ -152,8 +150,7 @@ async def test_unparseable_html_falls_back_to_plain_text(
 @pytest.mark.parametrize("rate_limit", ["off", "on"])
 async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path,
                                    rate_limit: str) -> None:
-    """A 429 with retry_after=1 is waited out, by us (limiter off) or by AIORateLimiter (on):
-    the reply is sent again after >= 1 s."""
+    """A 429 retry_after=1 is waited out (by us or AIORateLimiter): the resend is >= 1 s later."""
     provider = ScriptedProvider()
     provider.script(whole("after the flood"))
     settings = telegram_settings(fake, tmp_path, TELEGRAM_RATE_LIMIT=rate_limit)
@@ -232,8 +229,7 @@ async def test_stall_watchdog_restarts_a_hung_poll(
 async def test_group_answers_only_when_mentioned(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """Unmentioned group messages get no reply and no session; a mention or a reply to the
-    bot is answered, as a reply to the person's message."""
+    """Unmentioned group messages get no reply or session; mentions and replies to the bot do."""
     provider = ScriptedProvider()
     provider.script("first", "second")
     async with running(telegram_settings(fake, tmp_path), provider) as gateway:

@@ -230,8 +230,8 @@ async def test_store_refuses_an_old_schema() -> None:
             assert await pg_schema.upgrade(conn, name) == (0, pg_schema.LATEST)
         finally:
             await conn.close()
-        store = await PostgresSessionStore.connect(PG_URL, schema=name)
-        await store.aclose()
+        async with PostgresSessionStore(PG_URL, schema=name) as store:
+            assert await store.list_sessions() == []
 
 
 async def test_concurrent_upgrades_do_not_race() -> None:

@@ -1,0 +1,29 @@
+"""Platform-id deduplication shared by workers: one ``SET NX EX`` per id."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from gateway.coordination.keys import Keys
+
+MIN_TTL = 3600.0
+"""Slack retries for about an hour, so no shared dedup forgets sooner."""
+
+
+class RedisDeduplicator:
+    """See :class:`gateway.dedup.Deduplicator`: atomic across every worker on the Redis.
+
+    Keys are ``{p}dedup:<namespace>:<id>`` and expire after ``ttl`` seconds (at least an hour).
+    A Redis error propagates: the caller cannot tell a duplicate, and must not guess.
+    """
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, namespace: str,
+                 ttl: float = MIN_TTL) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.namespace = namespace
+        self.ttl = max(int(ttl), int(MIN_TTL))
+
+    async def first_time(self, key: str) -> bool:
+        return bool(await self._redis.set(self._keys.dedup(self.namespace, key), "1",
+                                          nx=True, ex=self.ttl))

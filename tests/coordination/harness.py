@@ -1,0 +1,88 @@
+"""In-process workers for the coordination tests: router, registry and Redis coordinator over
+a memory channel, each worker with its own coordinator (own owner id), all sharing one Redis
+prefix and one PostgreSQL schema, as separate processes would."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from channels.memory import MemoryChannel
+from gateway.coordination.base import QueueItem
+from gateway.coordination.redis_coordinator import RedisCoordinator
+from gateway.hooks import prompt_persist_hook
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.metrics import Metrics
+from gateway.persona import PersonaWorkspace
+from gateway.persona_tools import persona_tools
+from gateway.providers.base import Provider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from gateway.tools import ToolRegistry
+from gateway.turn import AgentLoop
+from sessions.replay import Replay, replay_bytes
+from sessions.store import SessionStore
+from tests.coordination.services import REDIS_URL
+
+
+def item(chat: str, text: str, *, channel: str = "memory") -> QueueItem:
+    return QueueItem(Inbound(ConversationKey(channel, chat), Sender("u"), text))
+
+
+@asynccontextmanager
+async def coordinator(prefix: str, ttl: float = 1.0) -> AsyncIterator[RedisCoordinator]:
+    async with RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=ttl) as running:
+        yield running
+
+
+@dataclass
+class Worker:
+    coordinator: RedisCoordinator
+    router: Router
+    registry: ConversationRegistry
+    channel: MemoryChannel
+
+
+@asynccontextmanager
+async def worker(prefix: str, store: SessionStore, provider: Provider, persona: Path, *,
+                 ttl: float = 1.0) -> AsyncIterator[Worker]:
+    """One gateway worker without HTTP: deliveries through ``worker.channel.say``."""
+    metrics = Metrics()
+    workspace = PersonaWorkspace(persona)
+    loop = AgentLoop(provider=provider, prompts=workspace,
+                     tools=ToolRegistry(persona_tools(workspace)), hooks=[prompt_persist_hook],
+                     metrics=metrics)
+    registry = ConversationRegistry(store, metrics)
+    channel = MemoryChannel()
+    async with RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=ttl) as coord:
+        router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
+                        metrics=metrics, dedup=coord.dedup, conversations=coord.conversations)
+        async with router:
+            await channel.start(router.deliver)
+            try:
+                yield Worker(coord, router, registry, channel)
+            finally:
+                await router.drain(5)
+        await registry.aclose()
+
+
+async def log_of(store: SessionStore, chat: str, channel: str = "memory") -> Replay:
+    """The replay of the conversation's latest session."""
+    session = await store.latest_session("default", f"{channel}:{chat}")
+    assert session is not None, f"no session for {chat}"
+    return replay_bytes(await store.read_log("default", session))
+
+
+def transcript(replay: Replay) -> list[tuple[str, str]]:
+    """(role, text) of every message in log order (tool blocks as their type)."""
+    out = []
+    for message in replay.messages:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append((message["role"], content))
+        else:
+            out.append((message["role"], " ".join(
+                str(b.get("text", b.get("type"))) for b in content)))
+    return out
