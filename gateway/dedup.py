@@ -13,9 +13,16 @@ from typing import Protocol
 
 class Deduplicator(Protocol):
     """Contract: :meth:`first_time` returns True exactly once per key within ``ttl`` seconds
-    (atomically, even under concurrent calls) and remembers it."""
+    (atomically, even under concurrent calls) and claims the key. The caller then settles the
+    claim: :meth:`keep` once the message is recorded (a backend that survives restarts writes
+    the key down only then, so a crash before the record leaves the redelivery to be taken),
+    or :meth:`forget` when it was not kept (the delivery failed), so a redelivery is taken."""
 
     async def first_time(self, key: str) -> bool: ...
+
+    async def keep(self, key: str) -> None: ...
+
+    async def forget(self, key: str) -> None: ...
 
 
 class MemoryDeduplicator:
@@ -37,3 +44,9 @@ class MemoryDeduplicator:
             return False
         self._seen[key] = now
         return True
+
+    async def keep(self, key: str) -> None:
+        return None  # remembered since first_time
+
+    async def forget(self, key: str) -> None:
+        self._seen.pop(key, None)

@@ -4,6 +4,10 @@ Slack redelivers events after reconnects and retries; Telegram redelivers update
 was not confirmed before a crash. Keys are kept ``ttl`` seconds (at least an hour). The file is
 append-only (one ``[key, unix_time]`` line per key, a torn last line ignored) and is rewritten
 with only live keys when it has grown to several times their number.
+
+A key is claimed in memory by ``first_time`` and written to the file by ``keep``, which the
+channel calls once the message is recorded: a gateway killed in between has not written the
+key, so the platform's redelivery is taken after the restart instead of being dropped unseen.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class FileDeduplicator:
         self.ttl = ttl
         self.clock = clock
         self._seen: dict[str, float] = {}
+        self._claimed: dict[str, float] = {}  # claimed by first_time, not kept (written) yet
         self._fd: int | None = None
         self._lines = 0
 
@@ -66,19 +71,29 @@ class FileDeduplicator:
         self._lines = len(self._seen)
 
     async def first_time(self, key: str) -> bool:
-        fd = self._open()
+        self._open()
         now = self.clock()
-        at = self._seen.get(key)
+        at = self._seen.get(key, self._claimed.get(key))
         if at is not None and now - at < self.ttl:
             return False
-        self._seen[key] = now
-        # A small append to the page cache; done inline so check-and-set stays atomic.
-        os.write(fd, orjson.dumps([key, now]) + b"\n")
+        self._claimed[key] = now
+        return True
+
+    async def keep(self, key: str) -> None:
+        fd = self._open()
+        now = self.clock()
+        at = self._claimed.pop(key, now)
+        self._seen[key] = at
+        # A small append to the page cache (it survives a killed process); done inline.
+        os.write(fd, orjson.dumps([key, at]) + b"\n")
         self._lines += 1
         if self._lines > 4 * max(len(self._seen), 1000):
             self._seen = {k: t for k, t in self._seen.items() if now - t < self.ttl}
+            self._claimed = {k: t for k, t in self._claimed.items() if now - t < self.ttl}
             self._rewrite()
-        return True
+
+    async def forget(self, key: str) -> None:
+        self._claimed.pop(key, None)
 
     def close(self) -> None:
         if self._fd is not None:

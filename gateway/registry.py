@@ -87,9 +87,12 @@ class ConversationRegistry:
             conv = self._open.get(key)
             if conv is None:
                 conv = await self._load(key, context, fence)
+                # Room is made before the insert: from the insert until the caller holds the
+                # conversation (and can mark it busy) nothing awaits, so a concurrent eviction
+                # can never close a session that is being handed out.
+                await self._evict(reserve=1)
                 self._open[key] = conv
         self._locks.pop(key, None)
-        await self._evict()
         return conv
 
     async def rotate(self, key: ConversationKey, context: ChannelContext,
@@ -173,13 +176,14 @@ class ConversationRegistry:
         conv.last_active = self.clock()
         return conv
 
-    async def _evict(self) -> None:
-        if len(self._open) <= self.max_open:
+    async def _evict(self, reserve: int = 0) -> None:
+        limit = self.max_open - reserve
+        if len(self._open) <= limit:
             return
         for key in list(self._open):
-            if len(self._open) <= self.max_open:
+            if len(self._open) <= limit:
                 break
-            if self.is_busy(key):
+            if self.is_busy(key) or key not in self._open:  # (a concurrent eviction took it)
                 continue
             conv = self._open.pop(key)
             self._fences.pop(key, None)

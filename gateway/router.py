@@ -82,6 +82,10 @@ class Router:
         self.conversations: ConversationQueue = conversations or LocalConversations()
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
+        # Deliveries between registry.get() and their worker's start, per conversation: the
+        # registry must not close the session in that window (the message would be lost and
+        # its turn would fail), so they count as busy.
+        self._receiving: dict[ConversationKey, int] = {}
         self._adopter: asyncio.Task[None] | None = None
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
@@ -112,7 +116,7 @@ class Router:
         await group.__aexit__(exc_type, exc, tb)
 
     def is_busy(self, key: ConversationKey) -> bool:
-        return key in self._workers
+        return key in self._workers or key in self._receiving
 
     @property
     def queued(self) -> int:
@@ -136,13 +140,34 @@ class Router:
         if dedup_key is not None and not await self.dedup.first_time(dedup_key):
             self.metrics.duplicates.labels(channel=channel).inc()
             return Accepted(session_id=None, duplicate=True)
-        self.metrics.inbound.labels(channel=channel).inc()
+        try:
+            accepted = await self._deliver_local(inbound, sink)
+        except BaseException:
+            if dedup_key is not None:  # not kept: the platform's redelivery must be taken
+                await self.dedup.forget(dedup_key)
+            raise
+        if dedup_key is not None:
+            await self.dedup.keep(dedup_key)
+        return accepted
+
+    async def _deliver_local(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
+        self.metrics.inbound.labels(channel=inbound.key.channel).inc()
         if is_new_command(inbound.text):
             return await self._new_session(inbound, sink)
-        conv = await self.registry.get(inbound.key, context_of(inbound))
-        index = await conv.receive({"role": "user", "content": inbound.text}, meta_of(inbound))
-        item = QueueItem(inbound, sink or self.sink_for(inbound), index)
-        self._start((await self.conversations.submit(item)).claim)
+        key = inbound.key
+        conv = await self.registry.get(key, context_of(inbound))
+        # Counted from the moment get() returns (no await in between) until the worker runs.
+        self._receiving[key] = self._receiving.get(key, 0) + 1
+        try:
+            index = await conv.receive({"role": "user", "content": inbound.text},
+                                       meta_of(inbound))
+            item = QueueItem(inbound, sink or self.sink_for(inbound), index)
+            self._start((await self.conversations.submit(item)).claim)
+        finally:
+            if self._receiving[key] == 1:
+                del self._receiving[key]
+            else:
+                self._receiving[key] -= 1
         return Accepted(session_id=conv.session_id)
 
     async def _deliver_shared(self, inbound: Inbound, sink: ReplySink | None,

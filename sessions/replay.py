@@ -17,12 +17,12 @@ asked for, and turns carry window bounds, never copies of the transcript.
 
 from __future__ import annotations
 
-import sys
 import gc
+import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, overload
+from typing import Any, TypeGuard, overload
 
 import orjson
 
@@ -235,7 +235,11 @@ class _Builder:
 
     def on_message(self, entry: dict[str, Any], line: int, start: int, end: int) -> None:
         msg = entry.get("message")
-        if not _is_message(msg):
+        if not (
+            isinstance(msg, dict)
+            and isinstance(msg.get("role"), str)
+            and isinstance(msg.get("content"), (str, list))
+        ):
             self.problem(line, "message entry without a valid role/content")
             return
         index = len(self.starts)
@@ -436,7 +440,8 @@ def _turn_draft(
     }
 
 
-def _is_message(msg: Any) -> bool:
+def _is_message(msg: Any) -> TypeGuard[dict[str, Any]]:
+    """What :meth:`_Builder.on_message` accepts (inlined there: it is the hot path)."""
     return (
         isinstance(msg, dict)
         and isinstance(msg.get("role"), str)

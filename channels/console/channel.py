@@ -21,8 +21,8 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TextIO, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
 from channels.base import Deliver, ReplySink
 from gateway.messages import ConversationKey, Inbound, Sender
@@ -38,9 +38,6 @@ HELP = "commands: /session (show the session and how to replay it), /quit"
 # Cc characters except \t: a pasted escape sequence must not reach the session log.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
-# The gateway hands every channel ``Router.deliver``; this channel passes its sink explicitly
-# and reads the session id from the Accepted result.
-SinkDeliver = Callable[[Inbound, ReplySink], Awaitable[Accepted]]
 
 
 class ConsoleSink:
@@ -109,7 +106,7 @@ class ConsoleChannel:
         self.on_exit = on_exit
         self.interactive = os.isatty(stdin_fd)
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
-        self._deliver: SinkDeliver | None = None
+        self._deliver: Deliver | None = None
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
         self._sink: ConsoleSink | None = None
@@ -119,8 +116,7 @@ class ConsoleChannel:
 
     async def start(self, deliver: Deliver) -> None:
         """Start reading stdin and the REPL task; returns at once."""
-        # See SinkDeliver: the gateway passes Router.deliver, which takes the sink.
-        self._deliver = cast(SinkDeliver, deliver)
+        self._deliver = deliver
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         self._task = self._group.create_task(self._repl())
@@ -212,6 +208,9 @@ class ConsoleChannel:
             self._write("[error] the gateway is shutting down\n")
             return False
         self._messages += 1
+        if not isinstance(accepted, Accepted):  # access control refused it (and said why)
+            self._sink = None
+            return True
         self._session = accepted.session_id or self._session
         try:
             await sink.done

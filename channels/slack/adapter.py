@@ -1,28 +1,34 @@
 """The Slack channel: Events API over HTTP (``POST /slack/events``) or Socket Mode, replies by
 chat.postMessage / chat.update in the person's thread.
 
-Data path: bolt verifies and acknowledges the event (:mod:`channels.slack.events`, or the
-socket in :mod:`channels.slack.socket`), :mod:`channels.slack.convert` turns it into an
-:class:`~gateway.messages.Inbound` and it is queued; the answer to Slack goes out at once. A
-worker task then drops redeliveries, adds the sender's names and awaits ``deliver`` (the
-access gate in front of the router), one event at a time, so messages keep their order.
+Data path: bolt verifies the event (:mod:`channels.slack.events`, or the socket in
+:mod:`channels.slack.socket`) and runs our listener before it answers Slack:
+:mod:`channels.slack.convert` turns the event into an :class:`~gateway.messages.Inbound`, a
+redelivery is dropped, and ``deliver`` (the access gate in front of the router) is awaited,
+which returns once the message is recorded and its turn queued. Only then does Slack get its
+200 (or its Socket Mode ack), so an acknowledged message survives a crash; when it could not
+be recorded (the gateway is shutting down, the store failed) Slack gets a 503 and retries.
+The sender's display name and @username come from a cache that is warmed in the background
+(users.info), never waited for: a sender's first message after a start goes without them.
 
 Redeliveries: Slack retries an event it thinks we missed (``X-Slack-Retry-Num``), resends
 events after a Socket Mode reconnect, and sends two events (``app_mention`` and ``message``)
 for one mention. All share the ``platform_id`` ``team:channel:ts``, which is checked against a
 file under ``<data_dir>/state/slack-events.jsonl`` kept for :data:`DEDUP_TTL`, so a restarted
-gateway does not answer again (the router's own check is in memory only).
+gateway does not answer again (the router's own check is in memory only). The id is written
+to the file once the message is recorded, and released when it was not (so Slack's retry of
+a 503 is taken).
 
 Several workers (``GATEWAY_REDIS_URL``): the redelivery check is the coordinator's shared
 dedup (so the mention twin and Slack's retries are dropped whichever worker they reach), and
 in Socket Mode only the elected leader holds the socket; the others take over when its lease
 lapses. The Events API over HTTP is served by every worker.
 
-Shutdown: :meth:`SlackChannel.aclose` stops input (the socket is closed; the HTTP route
-answers 503, so Slack retries later rather than losing the event), lets the worker hand over
-what was already acknowledged, then closes the client's HTTP session. Turns still finishing
-afterwards (the gateway drains the router after closing channels) can still reply: slack_sdk
-opens a one-off session per call when it has none.
+Shutdown: the gateway stops the router first (events then get a 503: Slack retries them
+later, against the next gateway to start), lets in-flight turns reply through this channel,
+and then calls :meth:`SlackChannel.aclose`, which closes the socket (the HTTP route answers
+503), cancels name lookups and closes the client's HTTP session. A reply still being written
+after that gets a one-off session per call from slack_sdk.
 """
 
 from __future__ import annotations
@@ -66,8 +72,6 @@ log = logging.getLogger("channels.slack")
 DEDUP_TTL: Final = 6 * 3600.0
 """Seconds an event key is remembered: Slack's retries end within the hour; reconnects can
 resend a little later, and the file stays small either way."""
-DRAIN_GRACE: Final = 5.0
-"""Seconds :meth:`SlackChannel.aclose` gives the worker to hand over acknowledged events."""
 NAME_LOOKUP_TIMEOUT: Final = 2.0
 NAME_CACHE_SIZE: Final = 1024
 NAME_TTL: Final = 3600.0
@@ -121,12 +125,11 @@ class SlackChannel:
         # Several workers: only the elected one holds the socket (see the module docstring).
         self._elector = elector if app_token else None
         self._leading: asyncio.Task[None] | None = None
-        self._inbox: asyncio.Queue[Inbound | None] = asyncio.Queue()
         # user id -> ((display name, username), monotonic expiry)
         self._names: OrderedDict[str, tuple[_Names, float]] = OrderedDict()
         self._deliver: Deliver | None = None
         self._group: asyncio.TaskGroup | None = None
-        self._worker: asyncio.Task[None] | None = None
+        self._warming: dict[str, asyncio.Task[None]] = {}  # user id -> its users.info lookup
         self._events = 0
         self._auth_error: str | None = None
         self._closed = False
@@ -174,12 +177,11 @@ class SlackChannel:
         self._deliver = deliver
         self.client.session = aiohttp.ClientSession()
         # Load the seen keys (a file read, a compacting rewrite and an fsync) off the loop now,
-        # rather than inline on the first event; the worker that uses them starts after this.
+        # rather than inline on the first event (events are taken once start() returns).
         if isinstance(self._dedup, FileDeduplicator):
             await asyncio.to_thread(self._dedup._open)
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
-        self._worker = self._group.create_task(self._work())
         await self._check_auth()
         if self._elector is not None:
             self._leading = self._group.create_task(self._elector.lead(self._socket_term))
@@ -226,7 +228,7 @@ class SlackChannel:
                 await self._socket.aclose()
         finally:
             try:
-                await self._stop_worker()
+                await self._stop_tasks()
             finally:
                 if isinstance(self._dedup, FileDeduplicator):
                     self._dedup.close()
@@ -243,52 +245,51 @@ class SlackChannel:
         assert self._endpoint is not None, "HTTP mode always has a signing secret"
         return await self._endpoint.handle(request)
 
-    def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> None:
-        """bolt's listener: convert and queue. Runs before Slack gets its answer: no I/O."""
+    async def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> bool:
+        """bolt's listener, run before Slack gets its answer: convert, drop a redelivery and
+        deliver (record and queue). False: not taken, Slack gets a 503 and retries."""
         self._events += 1
         if bot_user_id is not None:
             self._auth_error = None  # bolt's auth.test succeeded since start
-        if self._closed:
-            log.info("slack event dropped: the channel is closing")
-            return
+        if self._closed or self._deliver is None:
+            log.info("slack event not taken: the channel is not running")
+            return False
         result = to_inbound(body, bot_user_id=bot_user_id, max_chars=self.max_message_chars,
                             received_at=time.time())
         if isinstance(result, Ignored):
             log.debug("slack event ignored: %s", result.reason)
-            return
-        self._inbox.put_nowait(result)
+            return True
+        try:
+            await self._accept(result, self._deliver)
+        except RouterClosedError:
+            log.info("slack event not taken: the gateway is shutting down")
+            return False
+        except Exception:
+            log.exception("slack: handing a message to the router failed; Slack will retry")
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
+            return False
+        return True
 
-    async def _work(self) -> None:
-        while (inbound := await self._inbox.get()) is not None:
-            try:
-                await self._accept(inbound)
-            except RouterClosedError:
-                log.info("slack message dropped: the gateway is shutting down")
-            except Exception:
-                log.exception("slack: handing a message to the router failed")
-                self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
-
-    async def _accept(self, inbound: Inbound) -> None:
-        assert inbound.platform_id is not None, "convert always sets it"
-        assert self._deliver is not None, "the worker starts in start()"
-        if not await self._dedup.first_time(inbound.platform_id):
+    async def _accept(self, inbound: Inbound, deliver: Deliver) -> None:
+        key = inbound.platform_id
+        assert key is not None, "convert always sets it"
+        if not await self._dedup.first_time(key):
             self.metrics.duplicates.labels(channel=CHANNEL).inc()
-            log.debug("slack event %s dropped as a redelivery", inbound.platform_id)
+            log.debug("slack event %s dropped as a redelivery", key)
             return
-        await self._deliver(await self._with_names(inbound))
+        try:
+            await deliver(self._with_names(inbound))
+        except BaseException:
+            await self._dedup.forget(key)  # not recorded: Slack's retry must be taken
+            raise
+        await self._dedup.keep(key)
 
-    async def _stop_worker(self) -> None:
+    async def _stop_tasks(self) -> None:
         group, self._group = self._group, None
         if group is None:
             return
-        worker = self._worker
-        self._inbox.put_nowait(None)
-        if worker is not None:
-            await asyncio.wait([worker], timeout=DRAIN_GRACE)
-            if not worker.done():
-                log.warning("slack: %d acknowledged message(s) dropped at shutdown",
-                            self._inbox.qsize())
-            worker.cancel()
+        for task in self._warming.values():
+            task.cancel()
         await group.__aexit__(None, None, None)
 
     # -- Web API -----------------------------------------------------------------------------
@@ -302,32 +303,46 @@ class SlackChannel:
         log.info("slack: connected to team %s as %s", response.get("team_id"),
                  response.get("user_id"))
 
-    async def _with_names(self, inbound: Inbound) -> Inbound:
-        """Add the sender's display name and @username (cached users.info; best effort)."""
+    def _with_names(self, inbound: Inbound) -> Inbound:
+        """Add the sender's display name and @username if they are cached; a missing or
+        expired entry is looked up in the background, for the sender's next message."""
         user = inbound.sender.id
-        now = time.monotonic()
         cached = self._names.get(user)
-        if cached is not None and cached[1] > now:
-            names = cached[0]
-        else:
-            names, ttl = (None, None), NAME_RETRY_AFTER
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(NAME_LOOKUP_TIMEOUT):
-                    response = await self.calls.attempt("users.info",
-                                                        self.client.users_info(user=user))
-                    if response is not None:
-                        names, ttl = _names_of(response.get("user")), NAME_TTL
-            self._names[user] = (names, now + ttl)
-            self._names.move_to_end(user)
-            if len(self._names) > NAME_CACHE_SIZE:
-                self._names.popitem(last=False)
-        display, username = names
+        if cached is None or cached[1] <= time.monotonic():
+            self._warm(user)
+        if cached is None:
+            return inbound
+        display, username = cached[0]  # an expired entry still serves until it is renewed
         if display is None and username is None:
             return inbound
         meta = dict(inbound.meta)
         if username is not None:
             meta["username"] = username
         return dataclasses.replace(inbound, sender=Sender(user, display or username), meta=meta)
+
+    def _warm(self, user: str) -> None:
+        if user not in self._warming and self._group is not None and not self._closed:
+            self._warming[user] = self._group.create_task(self._look_up(user))
+
+    async def _look_up(self, user: str) -> None:
+        """users.info for ``user`` into the name cache (best effort; never raises)."""
+        try:
+            names: _Names = (None, None)
+            ttl = NAME_RETRY_AFTER
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(NAME_LOOKUP_TIMEOUT):
+                    response = await self.calls.attempt("users.info",
+                                                        self.client.users_info(user=user))
+                    if response is not None:
+                        names, ttl = _names_of(response.get("user")), NAME_TTL
+            self._names[user] = (names, time.monotonic() + ttl)
+            self._names.move_to_end(user)
+            if len(self._names) > NAME_CACHE_SIZE:
+                self._names.popitem(last=False)
+        except Exception:  # a failing lookup must not take the channel's task group down
+            log.exception("slack: looking up a user's names failed")
+        finally:
+            self._warming.pop(user, None)
 
 
 def _names_of(user: object) -> _Names:

@@ -12,15 +12,17 @@ before bolt sees the request, because bolt parses the body first and some unsign
 a 401, a signed body bolt cannot parse a 400, never a 500. bolt then verifies again.
 
 The app runs with ``process_before_response=True``: bolt answers once the listener has
-returned, and ours only converts and queues the event (no I/O), so the answer never waits on
-a session write or a turn, and no task is left to bolt's own scheduling.
+returned, and ours awaits ``on_event``, which records the message (the answer waits on that
+session write, never on a turn), so Slack's 200 (or the Socket Mode ack) means "recorded".
+When ``on_event`` could not take the event (the gateway is shutting down, the store failed)
+the answer is a 503, which Slack retries (over Socket Mode: no ack, so Slack resends).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +30,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -35,8 +38,10 @@ log = logging.getLogger("channels.slack")
 
 EVENTS_PATH = "/slack/events"
 
-OnEvent = Callable[[Mapping[str, Any], str | None], None]
-"""Called with the envelope and our bot user id (from bolt's ``auth.test``); must not block."""
+OnEvent = Callable[[Mapping[str, Any], str | None], Awaitable[bool]]
+"""Called with the envelope and our bot user id (from bolt's ``auth.test``) before Slack gets
+its answer; True when the event was taken (recorded, or ignored on purpose), False for a 503.
+Must be quick: Slack retries an event not answered within 3 seconds."""
 
 
 def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: OnEvent,
@@ -56,8 +61,11 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
         name="gateway",
     )
 
-    async def person_event(body: dict[str, Any], context: AsyncBoltContext) -> None:
-        on_event(body, context.bot_user_id)
+    async def person_event(body: dict[str, Any],
+                           context: AsyncBoltContext) -> BoltResponse | None:
+        if await on_event(body, context.bot_user_id):
+            return None  # bolt acknowledges: an empty 200
+        return BoltResponse(status=503, body={"error": "not taken; retry later"})
 
     async def other_event() -> None:
         return None

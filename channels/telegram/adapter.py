@@ -14,7 +14,8 @@ otherwise it is the operator's job). Every update goes through :meth:`TelegramCh
 pure conversion (:mod:`channels.telegram.convert`), then the restart-proof dedup (update ids
 kept a day in ``<data_dir>/state/telegram-updates.jsonl``, since Telegram redelivers an update
 whose confirmation a crash or restart cut off), then ``deliver`` (the access gate in front of
-the router), which returns once the message is recorded. An update that cannot be delivered
+the router), which returns once the message is recorded; only then is the update id written to
+that file (a gateway killed in between takes the redelivery). An update that cannot be delivered
 after it passed the dedup is logged, counted and dropped (at most once: one bad update never
 wedges the poll).
 
@@ -266,19 +267,26 @@ class TelegramChannel:
         if isinstance(result, Skip) and result.notice is None:
             log.debug("telegram: update %d skipped (%s)", update.update_id, result.reason)
             return
-        if not await self.dedup.first_time(f"{self.identity.id}:{update.update_id}"):
+        key = f"{self.identity.id}:{update.update_id}"
+        if not await self.dedup.first_time(key):
             self.metrics.duplicates.labels(channel=self.name).inc()
             log.info("telegram: update %d seen before; dropped", update.update_id)
             return
-        if isinstance(result, Skip):
-            await self._notify(update, result)
-            return
         try:
-            await self._deliver(result)
-        except Exception as exc:  # already marked seen: dropped, see the module docstring
-            self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
-            log.error("telegram: update %d could not be delivered (%s)", update.update_id,
-                      self.api.describe(exc))
+            if isinstance(result, Skip):
+                await self._notify(update, result)
+            else:
+                try:
+                    await self._deliver(result)
+                except Exception as exc:  # dropped (at most once), see the module docstring
+                    self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
+                    log.error("telegram: update %d could not be delivered (%s)",
+                              update.update_id, self.api.describe(exc))
+        except BaseException:
+            await self.dedup.forget(key)  # e.g. cancelled at shutdown: taken again after it
+            raise
+        # Written down only now: a gateway killed before the record takes the update again.
+        await self.dedup.keep(key)
 
     async def _notify(self, update: Update, skip: Skip) -> None:
         chat = update.effective_chat

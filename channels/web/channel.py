@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -83,9 +83,6 @@ _PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-# The gateway hands every channel ``Router.deliver``; this channel uses its full signature (an
-# explicit sink per HTTP request, and the Accepted result that names the session).
-SinkDeliver = Callable[[Inbound, ReplySink], Awaitable[Accepted]]
 
 
 class WebSink:
@@ -150,7 +147,7 @@ class WebChannel:
         self.tenant = tenant
         self._token = token.encode() if token else None
         self._assets = _load_assets()  # three small files, read once at composition time
-        self._deliver: SinkDeliver | None = None
+        self._deliver: Deliver | None = None
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._requests = 0
@@ -179,8 +176,7 @@ class WebChannel:
                 f"GATEWAY_HOST={self.host} is not a loopback address and GATEWAY_WEB_TOKEN is "
                 "not set; set a token to serve the web chat beyond this machine"
             )
-        # See SinkDeliver: the gateway passes Router.deliver, which takes the sink.
-        self._deliver = cast(SinkDeliver, deliver)
+        self._deliver = deliver
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
         """The sink registered for the request that produced ``inbound``."""
@@ -287,6 +283,8 @@ class WebChannel:
                 accepted = await self._deliver(inbound, pending.sink)
             except RouterClosedError:
                 return _error(503, "the gateway is shutting down")
+            if not isinstance(accepted, Accepted):  # access control refused it
+                return _error(403, "this message was not accepted")
             if accepted.duplicate:
                 return _error(409, "a message with this id was already received")
             session = accepted.session_id

@@ -27,3 +27,9 @@ class RedisDeduplicator:
     async def first_time(self, key: str) -> bool:
         return bool(await self._redis.set(self._keys.dedup(self.namespace, key), "1",
                                           nx=True, ex=self.ttl))
+
+    async def keep(self, key: str) -> None:
+        return None  # written by first_time already (shared by workers, it cannot wait)
+
+    async def forget(self, key: str) -> None:
+        await self._redis.delete(self._keys.dedup(self.namespace, key))

@@ -52,7 +52,7 @@ NO_TELEGRAM = "the Telegram channel has no webhook mode in this tree yet"
 UNSAFE_NAMES = [
     "..", "../x", "../../outside", "a/../../b", "/etc/passwd", "a/b", "a\\b", ".hidden",
     "-rf", "", " ", "x" * (MAX_NAME_LENGTH + 1), "y" * 10_000, "a\x00b", "a\nb", "ok..",
-    "..ok", "%2e%2e", "..%2f..%2fx", "ｘｙ", "C:", "nul\x7f", "a b", "a;b", "😀",
+    "..ok", "%2e%2e", "..%2f..%2fx", "\uff58\uff59", "C:", "nul\x7f", "a b", "a;b", "😀",
 ]
 # 5xx is never acceptable; these are the refusals a client may see.
 REFUSALS = {400, 401, 403, 404, 405, 413, 422}
@@ -229,7 +229,8 @@ def test_replay_cli_refuses_unsafe_names(
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert all(code in (1, 2) for code in codes), codes
-    assert len(lines) == 3 and all(line.startswith("gateway replay: ") for line in lines), err
+    assert len(lines) == 3, err
+    assert all(line.startswith("gateway replay: ") for line in lines), err
     assert "Traceback" not in err
     assert tree(tmp_path) == before
 
@@ -314,7 +315,8 @@ async def test_every_route_answers_junk_without_a_server_error(stack: Stack) -> 
     before = tree(stack.root)
     routes = sorted({(r.method, r.resource.canonical) for r in stack.gateway.web_app.router.routes()
                      if r.resource is not None})
-    assert ("POST", "/api/chat") in routes and ("POST", "/slack/events") in routes
+    assert ("POST", "/api/chat") in routes
+    assert ("POST", "/slack/events") in routes
     results: list[tuple[str, str, str, int]] = []
     for method, canonical in routes:
         path = concrete(canonical)
@@ -423,7 +425,8 @@ async def test_megabyte_web_message_is_refused_with_413(stack: Stack) -> None:
     assert status == 413
     assert answer["error"] == f"message is {len(text)} characters long; the limit is {MAX_CHARS}"
     status, answer = await stack.chat({"conversation": "big", "text": "z" * (3 * 1024 * 1024)})
-    assert status == 413 and "too large" in answer["error"]
+    assert status == 413
+    assert "too large" in answer["error"]
     assert tree(stack.root) == before
 
 
@@ -436,7 +439,8 @@ async def test_megabyte_slack_message_is_cut_with_a_notice(stack: Stack) -> None
     await wait_until(lambda: stack.slack_turns() == 1)
     [path] = session_files(stack.data_dir)
     text = replay_bytes(path.read_bytes()).messages[0]["content"]
-    assert len(text) == MAX_CHARS and text.endswith(" … [truncated]")
+    assert len(text) == MAX_CHARS
+    assert text.endswith(" … [truncated]")
     assert metric(stack.gateway, "gateway_turns_total", channel="slack", outcome="answered") == 1
     await wait_until(lambda: any(p.thread_ts == envelope["event"]["ts"]
                                  for p in stack.slack.posts()))

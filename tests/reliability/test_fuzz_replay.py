@@ -165,7 +165,8 @@ def exercise(replay: Replay, *, strict: bool = False) -> None:
         assert isinstance(message, dict)
         replay.messages.entry(i)
     for version in replay.prompts:
-        assert version.number >= 1 and isinstance(version.fingerprint, str)
+        assert version.number >= 1
+        assert isinstance(version.fingerprint, str)
         for ref in version.sections:
             assert isinstance(ref.hash, str)
     for turn in replay.turns:
@@ -181,7 +182,8 @@ def exercise(replay: Replay, *, strict: bool = False) -> None:
                 continue
             orjson.dumps(body)
     for problem in replay.problems:
-        assert problem.line >= 1 and problem.message
+        assert problem.line >= 1
+        assert problem.message
     orjson.dumps(replay_json(replay))
     assert isinstance(replay.session_id, str)
 
@@ -234,7 +236,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- strategies ----------------------------------------------------------------------------------
 
 # Text without lone surrogates (orjson cannot write them; invalid UTF-8 is spliced as bytes).
-text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+text = st.text(st.characters(codec="utf-8"), max_size=20)
 edge_ints = st.sampled_from([
     0, -1, 1, 2, 3, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, -(2**63),
 ])
@@ -350,10 +352,7 @@ def fuzzed_log(draw: st.DrawFn) -> bytes:
     if lines[-1] == b"":
         lines.pop()
     for _ in range(draw(st.integers(1, 5))):
-        if draw(st.booleans()):
-            lines = draw(mutate_field(lines))
-        else:
-            lines = draw(mutate_lines(lines))
+        lines = draw(mutate_field(lines)) if draw(st.booleans()) else draw(mutate_lines(lines))
         if not lines:
             lines = [b""]
     data = b"\n".join(lines) + (b"\n" if draw(st.booleans()) or len(lines) < 2 else b"")
@@ -451,7 +450,8 @@ def test_truncations_of_the_v3_logs_resume_cleanly(runner: asyncio.Runner, scrat
                 runner.run(check_resume(data_dir, base[:offset]))
                 path = JsonlSessionStore(data_dir).path_of("default", SESSION_ID)
                 after = replay_bytes(path.read_bytes())
-            assert after.problems == () and not after.torn_tail, offset
+            assert after.problems == (), offset
+            assert not after.torn_tail, offset
 
 
 HUGE = 4 * 1024 * 1024

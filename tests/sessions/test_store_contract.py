@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +58,9 @@ async def conversation(store: SessionStore, session_id: str = "s1") -> None:
     await writer.aclose()
 
 
-def without_times(data: bytes) -> list[dict[str, Any]]:
-    lines = [orjson.loads(line) for line in data.splitlines()]
-    return [{k: v for k, v in e.items() if k not in ("ts", "startedAt")} for e in lines]
+def without_times(data: bytes) -> bytes:
+    """The log's bytes with every timestamp blanked (key order and encoding kept)."""
+    return re.sub(rb'"(ts|startedAt)":"[^"]*"', rb'"\1":""', data)
 
 
 # -- names ---------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ async def test_read_log_replays_every_call(store: SessionStore) -> None:
 async def test_backends_write_the_same_lines(
     jsonl_store: JsonlSessionStore, pg_store: PostgresSessionStore
 ) -> None:
-    """The same session written to both stores gives the same lines, timestamps aside."""
+    """The same session written to both stores gives the same bytes, timestamps aside."""
     await conversation(jsonl_store)
     await conversation(pg_store)
     file_log = await jsonl_store.read_log("default", "s1")

@@ -1,0 +1,282 @@
+"""Benchmark: the Telegram path end to end, against a bare python-telegram-bot echo bot.
+
+The subject is the gateway, built by ``gateway.compose.build_gateway`` as ``gateway run``
+builds it. It runs in long-polling mode with ``TELEGRAM_RATE_LIMIT=off``, the instant
+``ScriptedProvider(keep_bodies=False)``, the JSONL store (default durability ``turn``) in a
+temporary directory, and INFO logging set up as ``gateway run`` does. The floor is a raw PTB
+``Bot`` polling loop that sends each message's text back with ``send_message``, one task per
+update. Both use the same ``getUpdates`` parameters (``timeout``, ``allowed_updates``) and the
+gateway's ``HTTPXRequest`` pool sizes.
+
+Each subject runs in its own subprocess, so its CPU time and peak RSS are its own. The fake
+Bot API (``tests/fakes/telegram_api.py``) and the driver run in this process, a fresh fake per
+run. A message's latency runs from pushing its update into the fake to the fake recording the
+bot's ``sendMessage`` to that chat. Scenarios:
+
+(a) 20 chats x 10 messages, closed loop: each chat sends its next message once the previous
+    one is answered;
+(b) 1 chat x 30 messages, the same loop in one chat.
+
+Before each measured run, 3 messages in another chat warm the subject up.
+
+Targets: (a) throughput >= 30 % of the echo bot's; (b) p50 latency <= 5x the echo bot's;
+<= 5 ms subject CPU per message; peak RSS <= 2x the echo bot's.
+
+Run: .venv/bin/python bench/bench_telegram.py [--rounds 7] [--poll-timeout 10] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._harness import (
+    Child,
+    Run,
+    Scenario,
+    Targets,
+    alternate,
+    closed_loop,
+    cpu_check_line,
+    machine_line,
+    report_tables,
+    serve_forever,
+    top_functions,
+    variant_table,
+    write_report,
+)
+
+SCENARIOS = (
+    Scenario("a", "closed loop, 20 chats x 10 messages", chats=20, per_chat=10),
+    Scenario("b", "one chat x 30 messages", chats=1, per_chat=30),
+)
+WARM_CHAT = 5000
+WARM_MESSAGES = 3
+SUBJECTS = ("echo", "gateway")
+VARIANTS = (("gateway/no-typing", "gateway without the typing action (sendChatAction a no-op)"),)
+"""Diagnostics (``--diagnose``): the gateway with one part of its reply path switched off."""
+
+
+def chats_of(scenario: Scenario) -> list[int]:
+    base = 1001 if scenario.name == "a" else 2001
+    return [base + i for i in range(scenario.chats)]
+
+
+# -- subjects (children) ----------------------------------------------------------------------
+
+def apply_variant(variant: str) -> None:
+    """Diagnostics only, in the child: switch off one part of the gateway's reply path."""
+    if variant == "no-typing":
+        from channels.telegram.sink import TelegramTarget
+
+        async def no_typing(self: TelegramTarget) -> None:
+            return None
+
+        TelegramTarget.typing = no_typing  # type: ignore[method-assign]
+    elif variant:
+        raise ValueError(f"unknown variant {variant!r}")
+
+
+async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> None:
+    os.environ.setdefault("PTB_TIMEDELTA", "1")  # as gateway.compose does for the channel
+    apply_variant(cfg.get("variant", ""))
+    from gateway import logs
+    from gateway.compose import build_gateway
+    from gateway.config import Settings
+    from gateway.providers.scripted import ScriptedProvider
+
+    settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
+        _env_file=None,
+        GATEWAY_DATA_DIR=cfg["data_dir"], GATEWAY_PORT=0, GATEWAY_CHANNELS="telegram",
+        GATEWAY_SHUTDOWN_GRACE=2, TELEGRAM_BOT_TOKEN=cfg["token"],
+        TELEGRAM_API_BASE_URL=cfg["base_url"], TELEGRAM_RATE_LIMIT="off",
+        TELEGRAM_POLL_TIMEOUT=cfg["poll_timeout"], TELEGRAM_ALLOWED_USERS=cfg["allowed"],
+    )
+    logs.configure(settings.log_format, settings.log_level, settings.secrets())
+    gateway = build_gateway(settings, provider=ScriptedProvider(keep_bodies=False))
+    try:
+        await gateway.start()
+        ready({"port": gateway.bound_port})
+        await stop.wait()
+    finally:
+        await gateway.aclose()
+
+
+async def serve_echo(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> None:
+    os.environ.setdefault("PTB_TIMEDELTA", "1")
+    from telegram import Bot
+    from telegram.request import HTTPXRequest
+
+    timeout = cfg["poll_timeout"]
+    bot = Bot(cfg["token"], base_url=cfg["base_url"],
+              request=HTTPXRequest(connection_pool_size=8, read_timeout=15.0, pool_timeout=30.0),
+              get_updates_request=HTTPXRequest(connection_pool_size=2))
+    replies: set[asyncio.Task[Any]] = set()
+
+    async def poll() -> None:
+        offset = None
+        while True:
+            updates = await bot.get_updates(offset=offset, timeout=timeout,
+                                            allowed_updates=["message"],
+                                            read_timeout=timeout + 5)
+            for update in updates:
+                offset = update.update_id + 1
+                message = update.message
+                if message is not None and message.text:
+                    task = asyncio.create_task(bot.send_message(message.chat_id, message.text))
+                    replies.add(task)
+                    task.add_done_callback(replies.discard)
+
+    async with bot:
+        poller = asyncio.create_task(poll())
+        ready({})
+        await stop.wait()
+        poller.cancel()
+        await asyncio.wait([poller, *replies])
+
+
+# -- driver -----------------------------------------------------------------------------------
+
+def timed_fake() -> Any:
+    from tests.fakes.telegram_api import FakeTelegramServer, JSONDict
+
+    class TimedTelegram(FakeTelegramServer):
+        """The fake, noting when each chat's sendMessage is recorded."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.waiting: dict[int, asyncio.Future[float]] = {}
+
+        async def _send_message(self, params: JSONDict) -> JSONDict:
+            result = await super()._send_message(params)
+            future = self.waiting.pop(params.get("chat_id"), None)  # type: ignore[arg-type]
+            if future is not None and not future.done():
+                future.set_result(time.perf_counter())
+            return result
+
+    return TimedTelegram()
+
+
+async def run_one(subject: str, scenario: Scenario, round_no: int, *, poll_timeout: int,
+                  profile: str | None = None) -> Run:
+    chats = chats_of(scenario)
+    allowed = ",".join(str(c) for c in [WARM_CHAT, *chats])
+    with tempfile.TemporaryDirectory(prefix="bench-telegram-") as tmp:
+        async with timed_fake() as fake:
+            loop = asyncio.get_running_loop()
+
+            async def send(chat: int, i: int) -> float:
+                future: asyncio.Future[float] = loop.create_future()
+                fake.waiting[chat] = future
+                started = time.perf_counter()
+                fake.user_message(chat, f"message {i} in chat {chat}")
+                return await future - started
+
+            config = {"token": fake.token, "base_url": fake.base_url, "allowed": allowed,
+                      "poll_timeout": poll_timeout, "data_dir": str(Path(tmp) / "data"),
+                      "profile": profile}
+            log = Path(tmp) / f"{subject.replace('/', '-')}.log"
+            async with Child(Path(__file__), subject, config, log) as child:
+                async with asyncio.timeout(30):
+                    for i in range(WARM_MESSAGES):
+                        await send(WARM_CHAT, i)
+                if profile:
+                    child.signal(signal.SIGUSR1)
+                before = len(fake.sent)
+                async with asyncio.timeout(120):
+                    run = await closed_loop(child, subject, scenario.name, send, chats,
+                                            scenario.per_chat)
+            errors = [c for c in fake.sent if not c.ok]
+            replies = len(fake.calls("sendMessage"))
+            expected = WARM_MESSAGES + scenario.chats * scenario.per_chat
+            if errors or replies != expected:
+                raise RuntimeError(f"{subject}: {replies} sendMessage (expected {expected}), "
+                                   f"errors {[(c.method, c.description) for c in errors]}; "
+                                   f"log:\n{log.read_text()[-3000:]}")
+            run.extra["calls_per_message"] = (len(fake.sent) - before) / run.messages
+            return run
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--poll-timeout", type=int, default=10,
+                        help="getUpdates timeout (s) for both subjects")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the rounds, one cProfile'd gateway run per scenario")
+    parser.add_argument("--diagnose", type=int, default=0, metavar="ROUNDS",
+                        help="after the rounds, this many rounds of the gateway against "
+                             "variants with parts of its reply path switched off")
+    args = parser.parse_args()
+    started = time.perf_counter()
+
+    async def one(subject: str, scenario: Scenario, round_no: int) -> Run:
+        return await run_one(subject, scenario, round_no, poll_timeout=args.poll_timeout)
+
+    runs = await alternate(args.rounds, SCENARIOS, ("echo", "gateway"), one)
+    tables, _ = report_tables(runs, SCENARIOS, "gateway", "echo", Targets())
+    calls = {s: sorted(r.extra["calls_per_message"] for r in runs if r.subject == s)
+             for s in SUBJECTS}
+    command = (f".venv/bin/python bench/bench_telegram.py --rounds {args.rounds} "
+               f"--poll-timeout {args.poll_timeout}" + (" --profile" if args.profile else "")
+               + (f" --diagnose {args.diagnose}" if args.diagnose else ""))
+    lines = [
+        "## Telegram path: gateway vs a bare PTB echo bot", "",
+        f"`{command}` (ELAPSED s)", "",
+        machine_line(), "",
+        cpu_check_line(runs), "",
+        f"Medians of {args.rounds} rounds; ratios are medians of per-round ratios (subject and "
+        "floor alternate, order flipped every round). Each run uses a fresh subprocess per "
+        "subject and a fresh fake Bot API (in the driver process). Latency is from pushing "
+        "the update into the fake to the fake recording the reply's sendMessage. p99 is "
+        "interpolated (of 200 samples in (a), 30 in (b)).", "",
+        f"Bot API calls per message (all methods; sendMessage included): echo "
+        f"{calls['echo'][len(calls['echo']) // 2]:.2f}, gateway "
+        f"{calls['gateway'][len(calls['gateway']) // 2]:.2f}.", "",
+        *tables,
+    ]
+    if args.diagnose:
+        variant_runs = await alternate(args.diagnose, SCENARIOS,
+                                       ["gateway", *(v for v, _ in VARIANTS)], one)
+        lines += [f"### Where the time goes: gateway variants ({args.diagnose} rounds, "
+                  "paired with the gateway as shipped; diagnostics, not product settings)", "",
+                  *variant_table(variant_runs, SCENARIOS, "gateway", VARIANTS), ""]
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="bench-telegram-prof-") as tmp:
+            for scenario in SCENARIOS:
+                path = str(Path(tmp) / f"{scenario.name}.prof")
+                run = await run_one("gateway", scenario, 0, poll_timeout=args.poll_timeout,
+                                    profile=path)
+                text = top_functions(path)
+                out = write_report(f"telegram-profile-{scenario.name}.txt", text)
+                lines += [f"Profile of the gateway in ({scenario.name}) under cProfile "
+                          f"({run.cpu_ms:.2f} CPU ms/message with the profiler on): `{out}`", ""]
+    report = ("\n".join(lines) + "\n").replace(
+        "ELAPSED", f"{time.perf_counter() - started:.0f}", 1)
+    print(report)
+    write_report("telegram.md", report)
+
+
+def child_main() -> None:
+    kind, _, variant = sys.argv[sys.argv.index("--serve") + 1].partition("/")
+    cfg = {**json.loads(sys.argv[sys.argv.index("--config") + 1]), "variant": variant}
+    serve = serve_gateway if kind == "gateway" else serve_echo
+    serve_forever(lambda stop, ready: serve(cfg, stop, ready), profile=cfg.get("profile"))
+
+
+if __name__ == "__main__":
+    if "--serve" in sys.argv:
+        child_main()
+    else:
+        asyncio.run(main())

@@ -1,0 +1,334 @@
+"""Helpers for the crash-kill trials: `gateway run` as a subprocess, traffic, and the checks.
+
+The gateway runs as ``python -m gateway run`` with Telegram (long polling), Slack (Events API
+over HTTP) and web, against the fakes in this process, and is killed with SIGKILL. What counts
+as *acknowledged* is what the platform saw: a Slack delivery answered 200, a Telegram update
+below the fake's ``confirmed_offset``. The checks read the data directory only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from sessions.replay import replay_bytes
+from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
+from tests.fakes.slack_api import FakeSlackServer
+from tests.fakes.telegram_api import FakeTelegramServer
+
+TOKEN = re.compile(r"tok\d{5}")
+TG_USERS = (1001, 1002, 1003)
+SLACK_DM_USERS = ("U1", "U2")
+SLACK_THREAD_USER = "U3"
+GENERAL = "C0FAKEGEN"
+READY_TIMEOUT = 30.0
+_PASSED_ENV = re.compile(r"GATEWAY_|TELEGRAM_|SLACK_|ANTHROPIC_|OPENAI_")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class SlowEcho:
+    """The fake provider's answers: ``echo: <token>`` for the newest token in the last user
+    message, after a small random delay (so kills land while a call is held). Tracks which
+    calls are being held right now."""
+
+    def __init__(self, rng: random.Random, low: float = 0.05, high: float = 0.4) -> None:
+        self.rng = rng
+        self.low = low
+        self.high = high
+        self._held_until: list[float] = []
+
+    def __call__(self, api: ApiName, body: dict[str, Any]) -> Reply:
+        tokens = TOKEN.findall(last_user_text(body))
+        delay = self.rng.uniform(self.low, self.high)
+        self._held_until.append(time.monotonic() + delay)
+        return Reply.hang(delay, then=Reply.text(f"echo: {tokens[-1] if tokens else 'none'}"))
+
+    @property
+    def holding(self) -> int:
+        now = time.monotonic()
+        self._held_until = [t for t in self._held_until if t > now]
+        return len(self._held_until)
+
+
+@dataclass
+class SlackMessage:
+    """One person's Slack message: its envelopes (two for a mention) and what came back."""
+
+    token: str
+    platform_id: str
+    envelopes: list[dict[str, Any]]
+    statuses: list[int | None] = field(default_factory=list)
+
+    @property
+    def acked(self) -> bool:
+        return 200 in self.statuses
+
+
+@dataclass
+class Traffic:
+    """Everything sent to the gateway, across all runs."""
+
+    tg: FakeTelegramServer
+    slack: FakeSlackServer
+    rng: random.Random
+    telegram: dict[int, str] = field(default_factory=dict)  # update id -> token
+    slack_messages: list[SlackMessage] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)  # thread ts of the channel threads
+    _count: int = 0
+
+    def _token(self) -> str:
+        self._count += 1
+        return f"tok{self._count:05d}"
+
+    def telegram_message(self, user: int | None = None) -> str:
+        token = self._token()
+        user = user if user is not None else self.rng.choice(TG_USERS)
+        update = self.tg.user_message(user, f"hello {token}", user_id=user)
+        self.telegram[update["update_id"]] = token
+        return token
+
+    def slack_message(self) -> SlackMessage:
+        """A DM, a mention starting a channel thread, or a mention in one."""
+        if self.rng.random() < 0.6:
+            return self.slack_dm(self.rng.choice(SLACK_DM_USERS))
+        if self.threads and self.rng.random() < 0.7:
+            return self.slack_mention(self.rng.choice(self.threads))
+        return self.slack_mention(None)
+
+    def slack_dm(self, user: str) -> SlackMessage:
+        token = self._token()
+        return self._slack(token, [self.slack.dm_event(user, f"hi {token}")])
+
+    def slack_mention(self, thread: str | None) -> SlackMessage:
+        token = self._token()
+        envelopes = self.slack.mention_events(SLACK_THREAD_USER, f"hey {token}",
+                                              channel=GENERAL, thread_ts=thread)
+        if thread is None:
+            self.threads.append(envelopes[0]["event"]["ts"])
+        return self._slack(token, envelopes)
+
+    def _slack(self, token: str, envelopes: list[dict[str, Any]]) -> SlackMessage:
+        event = envelopes[0]["event"]
+        platform_id = f"{self.slack.team_id}:{event['channel']}:{event['ts']}"
+        message = SlackMessage(token, platform_id, envelopes)
+        self.slack_messages.append(message)
+        return message
+
+    async def deliver(self, url: str, message: SlackMessage, *, retry: bool = False) -> None:
+        """POST the message's envelopes at once, like Slack (twins arrive together)."""
+        retry_num = (len(message.statuses) // len(message.envelopes)) if retry else None
+        statuses = await asyncio.gather(*(
+            self._post(url, envelope, retry_num) for envelope in message.envelopes))
+        message.statuses.extend(statuses)
+
+    async def _post(self, url: str, envelope: dict[str, Any], retry_num: int | None) -> int | None:
+        try:
+            status, _ = await self.slack.deliver_event(url, envelope, retry_num=retry_num,
+                                                       timeout=5.0)
+        except (aiohttp.ClientError, TimeoutError):
+            return None  # killed mid-request, or not listening yet: not acknowledged
+        return status
+
+    @property
+    def unacked_slack(self) -> list[SlackMessage]:
+        return [m for m in self.slack_messages if not m.acked]
+
+    def acknowledged(self) -> dict[tuple[str, str], str]:
+        """(channel, platform id) -> token, for every message the platform saw acknowledged."""
+        found = {("telegram", str(uid)): token for uid, token in self.telegram.items()
+                 if uid < self.tg.confirmed_offset}
+        found.update({("slack", m.platform_id): m.token
+                      for m in self.slack_messages if m.acked})
+        return found
+
+
+class GatewayProcess:
+    """``python -m gateway run`` in a subprocess; output goes to ``log_dir``."""
+
+    def __init__(self, env: Mapping[str, str], cwd: Path, log_dir: Path, port: int) -> None:
+        self.env = dict(env)
+        self.cwd = cwd
+        self.log_dir = log_dir
+        self.port = port
+        self.proc: asyncio.subprocess.Process | None = None
+        self.runs = 0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.runs += 1
+        log = (self.log_dir / f"gateway-{self.runs}.log").open("wb")
+        with log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway", "run", cwd=self.cwd, env=self.env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log)
+        await self._wait_ready()
+
+    async def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"gateway exited with {self.proc.returncode}; see "
+                                       f"{self.log_dir}/gateway-{self.runs}.log")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(self.base + "/healthz",
+                                        timeout=aiohttp.ClientTimeout(total=1)) as response:
+                        if response.status == 200:
+                            return
+                await asyncio.sleep(0.05)
+        raise TimeoutError(f"gateway not healthy within {READY_TIMEOUT} s")
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+
+    async def stop(self, timeout: float = 20.0) -> int | None:  # noqa: ASYNC109
+        """SIGTERM and wait (a clean shutdown); SIGKILL if it does not end in ``timeout``."""
+        if self.proc is None or self.proc.returncode is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.proc.wait()
+        except TimeoutError:
+            await self.kill()
+            return None
+
+
+def gateway_env(data_dir: Path, port: int, tg: FakeTelegramServer, slack: FakeSlackServer,
+                llm: FakeProviderServer) -> dict[str, str]:
+    """The subprocess environment: ours minus any gateway/platform settings, plus the fakes."""
+    env = {k: v for k, v in os.environ.items() if not _PASSED_ENV.match(k)}
+    env.update({
+        "PTB_TIMEDELTA": "1",
+        "GATEWAY_DATA_DIR": str(data_dir), "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_PORT": str(port), "GATEWAY_CHANNELS": "telegram,slack,web",
+        "GATEWAY_DURABILITY": "turn", "GATEWAY_SHUTDOWN_GRACE": "2", "GATEWAY_LOG_LEVEL": "INFO",
+        "GATEWAY_PROVIDER": "anthropic", "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": llm.anthropic_base_url, "GATEWAY_PROVIDER_RETRIES": "0",
+        "GATEWAY_PROVIDER_TIMEOUT": "10",
+        "TELEGRAM_BOT_TOKEN": tg.token, "TELEGRAM_API_BASE_URL": tg.base_url,
+        "TELEGRAM_MODE": "polling", "TELEGRAM_RATE_LIMIT": "off", "TELEGRAM_POLL_TIMEOUT": "1",
+        "TELEGRAM_STALL_SECONDS": "5",
+        "TELEGRAM_ALLOWED_USERS": ",".join(str(u) for u in TG_USERS),
+        "SLACK_BOT_TOKEN": slack.bot_token, "SLACK_SIGNING_SECRET": slack.signing_secret,
+        "SLACK_API_BASE_URL": slack.api_base_url,
+        "SLACK_ALLOWED_USERS": ",".join((*SLACK_DM_USERS, SLACK_THREAD_USER)),
+    })
+    return env
+
+
+# -- checks (read the data dir only) -----------------------------------------------------------
+
+
+def session_files(data_dir: Path) -> dict[Path, bytes]:
+    paths = [*data_dir.glob("sessions/*.jsonl"), *data_dir.glob("tenants/*/sessions/*.jsonl")]
+    return {path: path.read_bytes() for path in sorted(paths)}
+
+
+def whole_lines(data: bytes) -> bytes:
+    """The bytes up to and including the last newline (what survives a torn-tail repair)."""
+    return data[: data.rfind(b"\n") + 1]
+
+
+@dataclass
+class LogCheck:
+    """What the session logs say after a run."""
+
+    files: dict[Path, bytes]
+    problems: list[str]
+    torn: list[Path]
+    recorded: dict[tuple[str, str], str]  # (channel, platform id) -> user text
+
+
+def check_logs(data_dir: Path) -> LogCheck:
+    """Replay every session file; collect problems, torn tails and the recorded inbound."""
+    files = session_files(data_dir)
+    problems: list[str] = []
+    torn: list[Path] = []
+    recorded: dict[tuple[str, str], str] = {}
+    for path, data in files.items():
+        try:
+            replay = replay_bytes(data)
+        except Exception as exc:  # any raise is a finding: report it with the file
+            problems.append(f"{path.name}: replay raised {type(exc).__name__}: {exc}")
+            continue
+        problems.extend(f"{path.name}:{p.line}: {p.message}" for p in replay.problems)
+        if replay.torn_tail:
+            torn.append(path)
+        channel = str(replay.header.get("channel"))
+        for i in range(len(replay.messages)):
+            entry = replay.messages.entry(i)
+            meta = entry.get("meta") or {}
+            message = entry["message"]
+            if message.get("role") == "user" and "platform_id" in meta:
+                text = message["content"] if isinstance(message["content"], str) else ""
+                recorded[(channel, str(meta["platform_id"]))] = text
+    return LogCheck(files, problems, torn, recorded)
+
+
+def check_prefixes(before: Mapping[Path, bytes], after: Mapping[Path, bytes]) -> list[str]:
+    """Every whole line written before a kill is still there after the restart, and a torn
+    tail is either untouched (ignored: nothing was appended) or gone (repaired on open)."""
+    found: list[str] = []
+    for path, old in before.items():
+        new = after.get(path)
+        kept = whole_lines(old)
+        if new is None:
+            found.append(f"{path.name}: file disappeared")
+        elif not new.startswith(kept):
+            found.append(f"{path.name}: earlier entries changed")
+        elif old != kept and new != old:
+            # Appended to: the torn bytes must have been cut first, so every whole line after
+            # the old ones is a JSON object (a new torn tail of the latest run may follow).
+            complete = new[len(kept):].split(b"\n")[:-1]
+            if not all(_is_object(line) for line in complete):
+                found.append(f"{path.name}: torn tail not repaired before appending")
+    return found
+
+
+def _is_object(line: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(line), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def missing(acknowledged: Mapping[tuple[str, str], str], logs: LogCheck) -> list[str]:
+    """Acknowledged messages that are not in any session log (with their tokens)."""
+    return [f"{channel} {pid} ({token})" for (channel, pid), token in acknowledged.items()
+            if token not in logs.recorded.get((channel, pid), "")]
+
+
+def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
+    """How many of the bot's messages (as they stand, edits applied) answer each token."""
+    texts = [m.get("text", "") for m in tg.messages.values()
+             if m["from"]["id"] == tg.bot_user["id"]]
+    texts += [m.get("text", "") for m in slack.messages.values()
+              if m.get("bot_id") == slack.bot_id]
+    return Counter(token for text in texts for token in set(TOKEN.findall(str(text))))

@@ -1,0 +1,150 @@
+"""Fault injection through the web channel: a failing or hanging store, a failing provider.
+
+What ``tests/gateway/test_turn.py`` already proves (over a memory channel, only the call entry
+failing) is not repeated. Here every entry type fails (messages, calls, outcomes) while several
+conversations talk over HTTP, and ``/metrics`` and ``/healthz`` are read over HTTP as an operator
+would. Provider faults go through the real Anthropic and OpenAI SDK providers against the fake
+provider server: each turn ends with the apology within a bound, the outcome entry records the
+error kind, and ``/metrics`` counts the failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.providers.scripted import ScriptedProvider
+from gateway.turn import APOLOGY
+from sessions.jsonl import JsonlSessionStore
+from sessions.replay import replay_bytes
+from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.store import Fault, FaultyStore
+from tests.reliability.support import WebGateway, total, web_gateway, web_settings
+
+PERSIST_TIMEOUT = 0.2
+CONVERSATIONS = 6
+MESSAGES = 3
+
+
+async def talk(web: WebGateway, conversation: str, count: int) -> list[tuple[int, str, float]]:
+    """Send ``count`` messages one after the other: (status, reply or error, seconds) each."""
+    out = []
+    for n in range(count):
+        started = time.monotonic()
+        status, body = await web.chat(conversation, f"{conversation} message {n}")
+        out.append((status, body.get("reply", body.get("error", "")),
+                    time.monotonic() - started))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "ENOSPC"),
+        (PermissionError(errno.EPERM, "Operation not permitted"), "EPERM"),
+        (OSError(errno.EIO, "Input/output error"), "EIO"),
+        ("hang", "timeout"),
+    ],
+)
+async def test_failing_store_never_stops_the_answers(
+    tmp_path: Path, fault: Fault, kind: str
+) -> None:
+    """With every session write failing (or hanging), concurrent web conversations still get
+    every answer within the bound, /metrics counts the failures and /healthz stays up; once
+    the store recovers, new messages are recorded again."""
+    store = FaultyStore(JsonlSessionStore(tmp_path / "data", durability="none"))
+    settings = web_settings(tmp_path / "data", GATEWAY_PERSIST_TIMEOUT=PERSIST_TIMEOUT)
+    async with web_gateway(settings, provider=ScriptedProvider(keep_bodies=False),
+                           store=store) as web:
+        await talk(web, "warm-up", 1)  # sessions exist; from here on every append fails
+        store.fault = fault
+        conversations = [f"c{n}" for n in range(CONVERSATIONS)]
+        traffic = asyncio.gather(*(talk(web, c, MESSAGES) for c in conversations))
+        health = []
+        while not traffic.done():
+            health.append((await web.get_text("/healthz"))[0])
+            await asyncio.sleep(0.05)
+        results = await traffic
+        during = await web.metrics()
+        store.fault = None
+        after = await web.chat("c0", "recovered?")
+    # A turn has three guarded writes (message, call, answer), each bounded by the timeout.
+    bound = 3 * PERSIST_TIMEOUT + 1.0
+    answers = [(status, reply) for result in results for status, reply, _ in result]
+    assert answers == [(200, "ok")] * CONVERSATIONS * MESSAGES
+    assert max(seconds for result in results for *_, seconds in result) < bound
+    assert health
+    assert set(health) == {200}
+    assert total(during, "persist_failures_total", kind=kind) >= CONVERSATIONS * MESSAGES
+    assert total(during, "gateway_turns_total", outcome="answered") == 1 + CONVERSATIONS * MESSAGES
+    assert store.faults_raised >= CONVERSATIONS * MESSAGES
+    assert after == (200, {"session": after[1]["session"], "reply": "ok"})
+    log = replay_bytes(store.inner.path_of("default", after[1]["session"]).read_bytes())
+    assert "recovered?" in [m["content"] for m in log.messages]
+
+
+# -- provider faults through the real SDKs -------------------------------------------------------
+
+PROVIDER_TIMEOUT = 1.0
+PROVIDER_FAULTS: dict[str, tuple[Reply, str]] = {
+    "429": (Reply.error(429), "rate_limited"),
+    "500": (Reply.error(500), "unavailable"),
+    "529": (Reply.error(529), "unavailable"),
+    "timeout": (Reply.hang(PROVIDER_TIMEOUT + 5), "timeout"),
+    "cut stream": (Reply.cut_stream(after_chunks=3, then=Reply.text("half an answer")),
+                   "stream_cut"),
+}
+
+
+def provider_settings(data_dir: Path, api: str, base_url: str, **extra: Any) -> Any:
+    key = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+           "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL")}[api]
+    return web_settings(
+        data_dir, GATEWAY_PROVIDER=api, GATEWAY_MODEL="fake-model", GATEWAY_STREAM=True,
+        GATEWAY_PROVIDER_TIMEOUT=PROVIDER_TIMEOUT, GATEWAY_PROVIDER_RETRIES=0,
+        **{key[0]: "sk-test", key[1]: base_url}, **extra,
+    )
+
+
+@pytest.mark.parametrize("fault", list(PROVIDER_FAULTS))
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_provider_fault_ends_with_apology_and_recorded_kind(
+    tmp_path: Path, api: str, fault: str
+) -> None:
+    """A provider 429/500/529, timeout or cut stream: the web turn apologises (502) within the
+    bound, the outcome entry records the error kind, /metrics counts the failed call, and the
+    next message is answered normally."""
+    reply, kind = PROVIDER_FAULTS[fault]
+    async with FakeProviderServer() as srv:
+        base_url = srv.anthropic_base_url if api == "anthropic" else srv.openai_base_url
+        srv.script(api, reply)  # type: ignore[arg-type]  # api is one of the two names
+        async with web_gateway(provider_settings(tmp_path / "data", api, base_url)) as web:
+            started = time.monotonic()
+            status, body = await web.chat("c1", "hello")
+            elapsed = time.monotonic() - started
+            # The answer leaves when the sink fails; the turn is counted just after.
+            samples = await web.metrics()
+            while total(samples, "gateway_turns_total", channel="web") < 1:
+                await asyncio.sleep(0.01)
+                samples = await web.metrics()
+            again = await web.chat("c1", "and now?")
+            store = web.gateway.store
+            assert isinstance(store, JsonlSessionStore)
+            log = replay_bytes(store.path_of("default", body["session"]).read_bytes())
+    assert (status, body["error"]) == (502, APOLOGY)
+    assert elapsed < PROVIDER_TIMEOUT + 2.0
+    first = log.turns[0]
+    outcome = log.outcome_of(first)
+    assert first.assistant is None
+    assert outcome is not None
+    assert outcome.error is not None
+    assert outcome.error["kind"] == kind
+    assert total(samples, "gateway_provider_calls_total", provider=api, outcome="error") == 1
+    assert total(samples, "gateway_turns_total", channel="web", outcome="apologised") == 1
+    assert again == (200, {"session": body["session"], "reply": "echo: and now?"})
+    assert log.problems == ()

@@ -1,0 +1,149 @@
+"""Load through the web channel: 1,000 concurrent conversations, order kept, nothing lost,
+bounded memory per idle conversation; and a 10-minute soak (``GATEWAY_SLOW_TESTS=1``).
+
+The provider is instant (:class:`~tests.reliability.support.EchoProvider` answers
+``echo: <text>``), so the gateway itself is what is measured. Figures are reported by
+``bench/bench_load.py``; the ceilings here are generous on purpose (a test is not a benchmark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sessions.replay import replay_bytes
+from tests.reliability.support import (
+    EchoProvider,
+    idle_memory_per_conversation,
+    message_text,
+    run_load,
+    session_files,
+    settle,
+    total,
+    web_gateway,
+    web_settings,
+)
+
+CONVERSATIONS = 1_000
+MESSAGES = 3
+TOTAL_SECONDS = 120.0
+IDLE_CEILING = 64 * 1024
+SLOW = os.environ.get("GATEWAY_SLOW_TESTS") == "1"
+
+
+async def test_thousand_concurrent_conversations_keep_order_and_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    """1,000 conversations at once, 3 messages each in sequence: every reply answers its own
+    message in order, every session log holds exactly the 6 messages in order, in bounded time."""
+    settings = web_settings(tmp_path / "data")
+    async with web_gateway(settings, provider=EchoProvider(), connections=100) as web:
+        result = await run_load(web, CONVERSATIONS, MESSAGES)
+        await settle(web, CONVERSATIONS * MESSAGES)
+        samples = await web.metrics()
+        open_now = len(web.gateway.registry)
+    assert result.seconds < TOTAL_SECONDS
+    expected = {c: [(200, f"echo: {message_text(c, n)}") for n in range(MESSAGES)]
+                for c in result.replies}
+    assert len(expected) == CONVERSATIONS
+    assert result.replies == expected
+    assert total(samples, "gateway_turns_total", outcome="answered") == CONVERSATIONS * MESSAGES
+    assert total(samples, "persist_failures_total") == 0
+    assert open_now <= settings.max_open_sessions
+    logs = {}
+    for path in session_files(tmp_path / "data"):
+        replay = replay_bytes(path.read_bytes())
+        assert replay.problems == ()
+        assert not replay.torn_tail
+        logs[replay.header["conversation"]] = [
+            (m["role"], m["content"] if isinstance(m["content"], str) else m["content"][0]["text"])
+            for m in replay.messages]
+    assert len(logs) == CONVERSATIONS
+    for conversation, session in result.sessions.items():
+        assert session is not None
+        messages = logs[f"web:{conversation}"]
+        assert messages == [pair for n in range(MESSAGES) for pair in (
+            ("user", message_text(conversation, n)),
+            ("assistant", f"echo: {message_text(conversation, n)}"))]
+
+
+async def test_more_concurrent_conversations_than_open_sessions_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    """With only 4 sessions kept open and 200 conversations talking at once, a conversation
+    is never closed between recording a message and starting its turn: every message is
+    answered and recorded (it used to fail with CLOSED writes and IndexError turns)."""
+    settings = web_settings(tmp_path / "data", GATEWAY_MAX_OPEN_SESSIONS=4)
+    async with web_gateway(settings, provider=EchoProvider(), connections=200) as web:
+        result = await run_load(web, 200, MESSAGES)
+        await settle(web, 200 * MESSAGES)
+        samples = await web.metrics()
+    assert result.replies == {c: [(200, f"echo: {message_text(c, n)}") for n in range(MESSAGES)]
+                              for c in result.replies}
+    assert total(samples, "persist_failures_total") == 0
+    for path in session_files(tmp_path / "data"):
+        replay = replay_bytes(path.read_bytes())
+        assert replay.problems == ()
+        assert [m["role"] for m in replay.messages] == ["user", "assistant"] * MESSAGES
+
+
+@pytest.mark.parametrize("keep_open", [True, False], ids=["open-idle", "closed-idle"])
+async def test_idle_conversation_memory_is_bounded(tmp_path: Path, keep_open: bool) -> None:
+    """An idle conversation (session left open, or closed by the registry) costs under 64 KB of
+    traced allocations; bench/bench_load.py reports the real figures."""
+    memory = await idle_memory_per_conversation(tmp_path, 300, keep_open=keep_open)
+    assert 0 < memory.traced < IDLE_CEILING
+    assert memory.rss < 4 * IDLE_CEILING  # RSS moves in allocator arenas: a coarse check only
+
+
+SOAK_SECONDS = float(os.environ.get("GATEWAY_SOAK_SECONDS") or 600)
+SOAK_POOL = 100
+SOAK_ROTATE = 10  # messages per session before "/new" starts a fresh one
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SLOW, reason="10-minute soak: set GATEWAY_SLOW_TESTS=1 to run it")
+async def test_soak_memory_stays_flat(tmp_path: Path) -> None:
+    """Ten minutes of steady traffic (100 conversations, sessions rotated with /new every 10
+    messages): after the warm-up fifth, the RSS trend over the rest stays under 8 MB."""
+    settings = web_settings(tmp_path / "data", GATEWAY_DURABILITY="none")
+    process = psutil.Process()
+    samples: list[tuple[float, int]] = []
+    stop = time.monotonic() + SOAK_SECONDS
+    async with web_gateway(settings, provider=EchoProvider(), connections=50) as web:
+
+        async def conversation(name: str) -> None:
+            n = 0
+            while time.monotonic() < stop:
+                n += 1
+                text = "/new" if n % (SOAK_ROTATE + 1) == 0 else f"{name} says {n}"
+                status, _ = await web.chat(name, text)
+                assert status == 200
+                await asyncio.sleep(0.2)
+
+        async def sample() -> None:
+            while time.monotonic() < stop:
+                samples.append((time.monotonic(), process.memory_info().rss))
+                await asyncio.sleep(2.0)
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(sample())
+            for c in range(SOAK_POOL):
+                group.create_task(conversation(f"soak-{c:03d}"))
+        samples_metrics = await web.metrics()
+    steady = samples[len(samples) // 5:]
+    xs = [t - steady[0][0] for t, _ in steady]
+    ys = [float(rss) for _, rss in steady]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs)
+    growth = slope * (xs[-1] - xs[0])
+    turns = total(samples_metrics, "gateway_turns_total")
+    assert turns > SOAK_SECONDS * SOAK_POOL  # steady traffic flowed (over 1 msg/s each)
+    assert growth < 8 * 1024 * 1024, f"RSS grew {growth / 1e6:.1f} MB over the steady phase"
+    assert total(samples_metrics, "persist_failures_total") == 0
