@@ -1,6 +1,7 @@
 """The ``gateway`` command: the composition root, the only place that wires concrete parts.
 
-Subcommands: ``run`` (serve the channels), ``chat`` (talk in the terminal), ``replay``. Every
+Subcommands: ``run`` (serve the channels), ``chat`` (talk in the terminal), ``replay`` (with
+``--rerun``), ``drift``, ``export``, ``sessions``, ``viewer``, ``pairing``, ``db``. Every
 subcommand turns expected failures into one line on stderr and an exit code, never a traceback.
 """
 
@@ -17,6 +18,7 @@ from gateway.commands import chat as chat_cmd
 from gateway.commands import db as db_cmd
 from gateway.commands import drift as drift_cmd
 from gateway.commands import export as export_cmd
+from gateway.commands import pairing as pairing_cmd
 from gateway.commands import replay as replay_cmd
 from gateway.commands import run as run_cmd
 from gateway.commands import sessions as sessions_cmd
@@ -65,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     viewer_cmd.add_arguments(p)
     p = sub.add_parser("db", prog="gateway db", help="PostgreSQL store schema: upgrade, status")
     db_cmd.add_arguments(p)
+    p = sub.add_parser("pairing", prog="gateway pairing", help="approve or revoke DM pairing")
+    pairing_cmd.add_arguments(p)
+    p.add_argument("--data-dir", type=Path, default=None)
     for name in ("replay", "drift", "export", "viewer"):
         sub.choices[name].add_argument(
             "--store-url", default=None,
@@ -95,6 +100,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             await store.aclose()
     if args.command == "sessions":
         return sessions_cmd.run(args, data_dir)
+    if args.command == "pairing":
+        return pairing_cmd.run(args, data_dir)
     if args.command == "viewer":
         store = open_store(data_dir, args.store_url, args.schema)
         try:

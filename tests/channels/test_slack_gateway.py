@@ -403,7 +403,8 @@ def test_missing_settings_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 async def test_turn_running_at_shutdown_still_replies(
     fake: FakeSlackServer, tmp_path: Path
 ) -> None:
-    """A turn in flight when the channel closes still posts its reply; new events get 503."""
+    """Once the router stops taking input, a new event gets 503 (not acknowledged, so Slack
+    retries) and leaves no trace, while the turn in flight still replies through the channel."""
     provider = GatedProvider()
     gateway = build_gateway(slack_settings(fake, tmp_path), provider=provider)
     await gateway.start()
@@ -413,7 +414,7 @@ async def test_turn_running_at_shutdown_still_replies(
         await fake.deliver_event(url, envelope)
         await asyncio.wait_for(provider.called.wait(), 5)
         closing = asyncio.create_task(gateway.aclose())
-        await wait_until(lambda: not gateway.channels[0].health()["ok"])
+        await wait_until(lambda: gateway.router._closing)
         late = await fake.deliver_event(url, fake.dm_event("U1", "too late"))
         provider.gate.set()
         await closing
@@ -422,3 +423,6 @@ async def test_turn_running_at_shutdown_still_replies(
     event = envelope["event"]
     assert late[0] == 503
     assert thread_texts(fake, event["channel"], event["ts"]) == ["ok"]
+    assert not (tmp_path / "state" / "slack-events.jsonl").read_bytes().count(b"too late")
+    [session] = list((tmp_path / "tenants" / TEAM / "sessions").iterdir())
+    assert b"too late" not in session.read_bytes()
