@@ -2,10 +2,10 @@
 
 Each run starts one subject (the gateway or its bare echo-bot floor) in a fresh subprocess.
 That way its CPU time (user + system, all threads; see :meth:`Child.cpu_seconds`) covers only
-that subject, and its peak RSS (``VmHWM``) is its own. The driver and the fake platform server run in this
-process, and the driver measures latency on this process's clock: from just before a message
-is handed to the platform until the fake records the bot's reply. Rounds alternate the order
-of subject and floor, so drift in the load of the shared machine hits both sides.
+that subject, and its peak RSS (``VmHWM``) is its own. The driver and the fake platform server
+run in this process, and the driver measures latency on this process's clock: from just before
+a message is handed to the platform until the fake records the bot's reply. Rounds alternate
+the order of subject and floor, so drift in the load of the shared machine hits both sides.
 
 Only the standard library is imported at module level. The subjects' children import this
 module too, and it must not add anything to their RSS.
@@ -126,13 +126,15 @@ def serve_forever(main: Callable[[asyncio.Event, Callable[[dict[str, Any]], None
     """The child side: run ``main(stop, ready)`` until SIGTERM.
 
     ``ready(info)`` prints the READY line. With ``profile`` set, cProfile records from SIGUSR1
-    until SIGTERM and the stats are dumped to that path (so start-up is left out).
+    until SIGTERM and the stats are dumped to that path (so start-up is left out). Its clock
+    is the event-loop thread's CPU time, not wall time: on a busy machine a wall clock
+    charges time spent descheduled to whatever function happened to be running.
     """
     profiler = None
     if profile:
         import cProfile
 
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.thread_time)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

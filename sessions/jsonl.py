@@ -278,10 +278,15 @@ class JsonlSessionStore:
         sid = validate_session_id(session_id) if session_id is not None else new_session_id()
         directory = self._private_sessions_dir(tenant)
         path = directory / f"{sid}.jsonl"
+        # The header is written under a temporary name and the file linked into place with it:
+        # a session without its header is no session, and a crash must not leave one behind
+        # (os.link refuses an existing name, as O_EXCL would).
+        temporary = directory / f".{sid}.jsonl.new"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            fd = os.open(temporary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL,
+                         FILE_MODE)
         except FileExistsError as exc:
-            raise SessionExistsError(f"session {sid} already exists") from exc
+            raise SessionExistsError(f"session {sid} is being created") from exc
         except OSError as exc:
             raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
         writer = JsonlSessionWriter(path, fd, sid, tenant, SessionState(), 0, self.durability)
@@ -292,13 +297,20 @@ class JsonlSessionStore:
                 conversation=conversation, extra=extra,
             )
             await writer.append([head])
+            try:
+                os.link(temporary, path)
+            except FileExistsError as exc:
+                raise SessionExistsError(f"session {sid} already exists") from exc
+            except OSError as exc:
+                raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
             index = self._latest.get(tenant)
             if index is not None:
                 index[conversation] = (head["startedAt"], sid)
         except BaseException:
             await writer.aclose()
-            path.unlink(missing_ok=True)  # a session without its header is no session
             raise
+        finally:
+            temporary.unlink(missing_ok=True)
         return writer
 
     async def open(self, tenant: str, session_id: str) -> JsonlSessionWriter:

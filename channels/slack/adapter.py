@@ -60,6 +60,7 @@ from channels.slack.socket import SocketMode
 from channels.streaming import EditStreamer
 from gateway.config import Settings
 from gateway.coordination.base import Coordinator, LeaderElector
+from gateway.coordination.tasks import stop
 from gateway.dedup import Deduplicator
 from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ConfigError
@@ -130,6 +131,8 @@ class SlackChannel:
         self._deliver: Deliver | None = None
         self._group: asyncio.TaskGroup | None = None
         self._warming: dict[str, asyncio.Task[None]] = {}  # user id -> its users.info lookup
+        # platform id -> whether it got recorded, while it is being delivered (for its twin)
+        self._recording: dict[str, asyncio.Future[bool]] = {}
         self._events = 0
         self._auth_error: str | None = None
         self._closed = False
@@ -222,8 +225,7 @@ class SlackChannel:
         self._closed = True
         try:
             if self._leading is not None:  # its term closes the socket as it ends
-                self._leading.cancel()
-                await asyncio.wait([self._leading])
+                await stop(self._leading)
             if self._socket is not None:
                 await self._socket.aclose()
         finally:
@@ -260,7 +262,7 @@ class SlackChannel:
             log.debug("slack event ignored: %s", result.reason)
             return True
         try:
-            await self._accept(result, self._deliver)
+            return await self._accept(result, self._deliver)
         except RouterClosedError:
             log.info("slack event not taken: the gateway is shutting down")
             return False
@@ -268,21 +270,30 @@ class SlackChannel:
             log.exception("slack: handing a message to the router failed; Slack will retry")
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
             return False
-        return True
 
-    async def _accept(self, inbound: Inbound, deliver: Deliver) -> None:
+    async def _accept(self, inbound: Inbound, deliver: Deliver) -> bool:
         key = inbound.platform_id
         assert key is not None, "convert always sets it"
         if not await self._dedup.first_time(key):
+            twin = self._recording.get(key)
+            # A twin still being recorded: answer as it will be, so a 200 means "recorded".
+            if twin is not None and not await asyncio.shield(twin):
+                return False
             self.metrics.duplicates.labels(channel=CHANNEL).inc()
             log.debug("slack event %s dropped as a redelivery", key)
-            return
+            return True
+        recorded = self._recording[key] = asyncio.get_running_loop().create_future()
+        taken = False
         try:
             await deliver(self._with_names(inbound))
-        except BaseException:
-            await self._dedup.forget(key)  # not recorded: Slack's retry must be taken
-            raise
+            taken = True
+        finally:
+            del self._recording[key]
+            recorded.set_result(taken)
+            if not taken:
+                await self._dedup.forget(key)  # not recorded: Slack's retry must be taken
         await self._dedup.keep(key)
+        return True
 
     async def _stop_tasks(self) -> None:
         group, self._group = self._group, None

@@ -17,7 +17,7 @@ whose confirmation a crash or restart cut off), then ``deliver`` (the access gat
 the router), which returns once the message is recorded; only then is the update id written to
 that file (a gateway killed in between takes the redelivery). An update that cannot be delivered
 after it passed the dedup is logged, counted and dropped (at most once: one bad update never
-wedges the poll).
+wedges the poll); one refused because the gateway is stopping is left to Telegram.
 
 Several workers (``GATEWAY_REDIS_URL``): the update-id dedup is the coordinator's shared one,
 and in polling mode only the elected leader polls (two pollers of one bot would fight with
@@ -56,11 +56,13 @@ from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_ki
 from channels.telegram.webhook import WebhookEndpoint
 from gateway.config import Settings
 from gateway.coordination.base import Coordinator, LeaderElector
+from gateway.coordination.tasks import stop
 from gateway.dedup import Deduplicator
 from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ChannelError, ConfigError
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
+from gateway.router import RouterClosedError
 
 log = logging.getLogger("channels.telegram")
 
@@ -216,8 +218,7 @@ class TelegramChannel:
         self._closed = True
         try:
             if self._leading is not None:
-                self._leading.cancel()
-                await asyncio.wait([self._leading])  # never swallows our own cancellation
+                await stop(self._leading)
             elif self._poller is not None:
                 await self._poller.stop()
             # Turns still answering need the bot; the router drains them after us.
@@ -278,12 +279,14 @@ class TelegramChannel:
             else:
                 try:
                     await self._deliver(result)
+                except RouterClosedError:
+                    raise  # not taken: left to Telegram (the poller stops, a webhook says 500)
                 except Exception as exc:  # dropped (at most once), see the module docstring
                     self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
                     log.error("telegram: update %d could not be delivered (%s)",
                               update.update_id, self.api.describe(exc))
         except BaseException:
-            await self.dedup.forget(key)  # e.g. cancelled at shutdown: taken again after it
+            await self.dedup.forget(key)  # not taken (e.g. shutting down): taken again later
             raise
         # Written down only now: a gateway killed before the record takes the update again.
         await self.dedup.keep(key)

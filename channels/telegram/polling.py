@@ -3,7 +3,9 @@
 One task runs the cycle: ``getUpdates(offset, timeout=TELEGRAM_POLL_TIMEOUT)``, then every
 update in order through ``handle`` (which records it via ``deliver``), and only then is
 ``offset`` moved past it, so Telegram drops an update only once the gateway has recorded it
-(Telegram confirms everything below ``offset`` when the next ``getUpdates`` arrives).
+(Telegram confirms everything below ``offset`` when the next ``getUpdates`` arrives). When the
+router refuses an update because the gateway is stopping (it stops taking input before the
+channels close), polling ends there, leaving that update and the rest to the next start.
 
 Failures:
 
@@ -30,6 +32,7 @@ from telegram import Update
 from telegram.error import Conflict, RetryAfter
 
 from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
+from gateway.router import RouterClosedError
 
 log = logging.getLogger("channels.telegram")
 
@@ -125,9 +128,8 @@ class Poller:
             self._failing = None
             self.last_ok = dtm.datetime.now(dtm.UTC)
             for update in updates:
-                if self._stopping:
+                if self._stopping or not await self._handle(update):
                     return
-                await self._handle(update)
                 self.offset = update.update_id + 1
 
     async def _fetch(self) -> tuple[Update, ...]:
@@ -139,14 +141,20 @@ class Poller:
                 read_timeout=self.stall_seconds,
             )
 
-    async def _handle(self, update: Update) -> None:
+    async def _handle(self, update: Update) -> bool:
+        """False when the gateway is stopping: the update is not confirmed, polling ends."""
         self._handling = True
         try:
             await self.handle(update)
+        except RouterClosedError:
+            self._stopping = True
+            log.info("telegram: stopping; update %d is left to the next start", update.update_id)
+            return False
         except Exception as exc:  # one bad update must not wedge the poll: log, count, move on
             self.api.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
             log.error("telegram: update %d could not be delivered (%s)", update.update_id,
                       self.api.describe(exc))
         finally:
             self._handling = False
+        return True
 

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from gateway.coordination import scripts
 from gateway.coordination.redis_queue import LEASE_SAFETY
+from gateway.coordination.tasks import stop
 
 log = logging.getLogger("gateway.coordination")
 
@@ -110,8 +111,7 @@ class RedisLeaderElector:
                     return False
                 deadline = asked + self.ttl * LEASE_SAFETY
         finally:
-            task.cancel()
-            await asyncio.wait([task])  # never swallows our own cancellation
+            await stop(task)
 
     async def _step_down(self) -> None:
         try:

@@ -25,6 +25,7 @@ from gateway.coordination.redis_dedup import RedisDeduplicator
 from gateway.coordination.redis_pairing import RedisPairingState
 from gateway.coordination.redis_queue import ROUTER_DEDUP_TTL, RedisConversations
 from gateway.coordination.relay import Relay
+from gateway.coordination.tasks import stop
 from gateway.dedup import Deduplicator
 from gateway.errors import ConfigError
 from gateway.pairing import PairingState
@@ -96,7 +97,7 @@ class RedisCoordinator:
             group, self._group = self._group, None
             if group is not None:
                 for task in self._tasks:
-                    task.cancel()
+                    await stop(task)
                 await group.__aexit__(None, None, None)
         finally:
             if self._pairing is not None:

@@ -4,7 +4,8 @@ prefix and one PostgreSQL schema, as separate processes would."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,13 @@ from gateway.turn import AgentLoop
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.coordination.services import REDIS_URL
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+    """Poll ``predicate``: it reads state (fakes, counters) that has no event to wait on."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - see the docstring
+            await asyncio.sleep(0.01)
 
 
 def item(chat: str, text: str, *, channel: str = "memory") -> QueueItem:

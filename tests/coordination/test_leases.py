@@ -77,13 +77,18 @@ async def test_holder_that_loses_its_lease_is_stopped(
     async with coordinator(prefix, ttl=3.0) as a:
         claim = (await a.conversations.submit(item("c", "one"))).claim
         assert claim is not None
+        lease = Keys(prefix).lease(claim.key)
+
+        async def serve() -> None:
+            async with a.conversations.holding(claim):
+                await a.conversations.next(claim)
+                await redis.set(lease, "another-worker", px=10_000)
+                await asyncio.sleep(10)
+
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(LeaseLostError):
-            async with a.conversations.holding(claim):
-                await a.conversations.next(claim)
-                await redis.set(Keys(prefix).lease(claim.key), "another-worker", px=10_000)
-                await asyncio.sleep(10)
+            await serve()
         assert loop.time() - started < 2.0  # renewal runs every ttl/3 = 1 s
         with pytest.raises(LeaseLostError):
             await a.conversations.next(claim)

@@ -39,7 +39,8 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
         try:
             async with running_core(store, provider, tmp_path / "p") as core:
                 first = await core.channel.say("c1", "hi")
-                assert first is not None and first.session_id is not None
+                assert first is not None
+                assert first.session_id is not None
                 await core.channel.wait_replies(1)
                 await core.channel.say("c1", "remember that I like tea")
                 await core.channel.wait_replies(2)

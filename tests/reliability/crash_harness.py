@@ -72,16 +72,24 @@ class SlowEcho:
 
 @dataclass
 class SlackMessage:
-    """One person's Slack message: its envelopes (two for a mention) and what came back."""
+    """One person's Slack message: its envelopes (two events for a mention) and, per envelope,
+    the answers each delivery got (None: no answer, the gateway was down or killed)."""
 
     token: str
     platform_id: str
     envelopes: list[dict[str, Any]]
-    statuses: list[int | None] = field(default_factory=list)
+    statuses: list[list[int | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.statuses = [[] for _ in self.envelopes]
 
     @property
     def acked(self) -> bool:
-        return 200 in self.statuses
+        return any(200 in answers for answers in self.statuses)
+
+    def unanswered(self) -> list[int]:
+        """Envelopes Slack would still retry (none of their deliveries got a 200)."""
+        return [i for i, answers in enumerate(self.statuses) if 200 not in answers]
 
 
 @dataclass
@@ -135,11 +143,14 @@ class Traffic:
         return message
 
     async def deliver(self, url: str, message: SlackMessage, *, retry: bool = False) -> None:
-        """POST the message's envelopes at once, like Slack (twins arrive together)."""
-        retry_num = (len(message.statuses) // len(message.envelopes)) if retry else None
-        statuses = await asyncio.gather(*(
-            self._post(url, envelope, retry_num) for envelope in message.envelopes))
-        message.statuses.extend(statuses)
+        """POST the message's envelopes at once, like Slack (twins arrive together); with
+        ``retry``, only those without a 200 yet, as Slack's retries."""
+        chosen = message.unanswered() if retry else list(range(len(message.envelopes)))
+        answers = await asyncio.gather(*(
+            self._post(url, message.envelopes[i], len(message.statuses[i]) if retry else None)
+            for i in chosen))
+        for i, status in zip(chosen, answers, strict=True):
+            message.statuses[i].append(status)
 
     async def _post(self, url: str, envelope: dict[str, Any], retry_num: int | None) -> int | None:
         try:
@@ -151,7 +162,8 @@ class Traffic:
 
     @property
     def unacked_slack(self) -> list[SlackMessage]:
-        return [m for m in self.slack_messages if not m.acked]
+        """Messages with an envelope Slack would still retry."""
+        return [m for m in self.slack_messages if m.unanswered()]
 
     def acknowledged(self) -> dict[tuple[str, str], str]:
         """(channel, platform id) -> token, for every message the platform saw acknowledged."""

@@ -3,7 +3,9 @@
 Each trial starts the gateway (a subprocess; Telegram long polling, Slack Events API over HTTP
 and web, against the fakes in this process; the fake Anthropic API answers after a random
 delay), drives several Telegram chats and Slack DMs and threads at once, and kills it: during a
-burst (mid-append), while the fake provider holds a call (mid-call), or during steady traffic.
+burst (mid-append), while the fake provider holds a call (mid-call), or during steady traffic;
+or stops it cleanly (SIGTERM) under traffic, since messages arriving while it drains must be
+left to the platform too.
 After each kill, and after a final clean run, the data dir must hold:
 
 * only session files that replay without problems (a torn final line is the one thing allowed,
@@ -52,7 +54,7 @@ from tests.reliability.crash_harness import (
 DEFAULT_TRIALS = 3
 DEFAULT_BUDGET = 40.0
 """Seconds after which the default run starts no new trial (the final run still follows)."""
-MODES = ("burst", "mid-call", "steady")
+MODES = ("burst", "mid-call", "steady", "stop")
 REPORT = Path(__file__).resolve().parents[2] / "test-output" / "crash-kill.txt"
 
 
@@ -112,9 +114,12 @@ class Driver:
             await asyncio.wait(list(self._tasks))
 
 
-async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random, mode: str) -> float:
-    """Traffic in ``mode`` until the kill; returns seconds from the start of traffic."""
+async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random,
+                         mode: str) -> tuple[float, list[str]]:
+    """Traffic in ``mode`` until the kill (or stop); returns seconds from the start of traffic
+    and what went wrong with the stop itself."""
     started = time.monotonic()
+    findings: list[str] = []
     driver.retry_unacked()
     steady = asyncio.create_task(driver.steady())
     try:
@@ -129,6 +134,13 @@ async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random, mod
                 while not echo.holding:  # noqa: ASYNC110 - the fake has no notification
                     await asyncio.sleep(0.005)
             await asyncio.sleep(rng.uniform(0.0, 0.03))
+        elif mode == "stop":
+            # A clean stop under traffic: the router stops taking input first, so whatever
+            # arrives during the drain must be left to the platform, not dropped.
+            await asyncio.sleep(rng.uniform(0.3, 1.0))
+            code = await driver.gateway.stop()
+            if code != 0:
+                findings.append(f"clean stop under traffic exited with {code}")
         else:
             await asyncio.sleep(rng.uniform(0.3, 1.5))
         await driver.gateway.kill()
@@ -138,7 +150,7 @@ async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random, mod
             await steady
     killed_after = time.monotonic() - started
     await driver.settled()
-    return killed_after
+    return killed_after, findings
 
 
 async def final_run(driver: Driver, tg: FakeTelegramServer, slack: FakeSlackServer) -> list[str]:
@@ -195,6 +207,7 @@ async def test_crash_kill_trials(tmp_path: Path, capsys: pytest.CaptureFixture[s
                                  log_dir=tmp_path, port=port)
         driver = Driver(traffic, gateway, rng)
         before: dict[Path, bytes] = {}
+        reported: set[str] = set()
         torn_seen = 0
         try:
             for number in range(1, trials + 1):
@@ -203,14 +216,16 @@ async def test_crash_kill_trials(tmp_path: Path, capsys: pytest.CaptureFixture[s
                 await gateway.start()
                 sent = driver.sent
                 mode = rng.choice(MODES)
-                killed_after = await run_until_kill(driver, echo, rng, mode)
+                killed_after, found = await run_until_kill(driver, echo, rng, mode)
                 logs = check_logs(data_dir)
                 torn_seen += len(logs.torn)
                 trial = Trial(number, mode, killed_after, driver.sent - sent)
-                trial.findings += check_prefixes(before, logs.files) + logs.problems
-                trial.findings += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
-                trial.findings += [f"{t} answered {n} times"
-                                   for t, n in answered(tg, slack).items() if n > 1]
+                found += check_prefixes(before, logs.files) + logs.problems
+                found += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
+                found += [f"{t} answered {n} times"
+                          for t, n in answered(tg, slack).items() if n > 1]
+                trial.findings = [f for f in found if f not in reported]  # new ones only
+                reported.update(found)
                 results.append(trial)
                 before = logs.files
             await gateway.start()

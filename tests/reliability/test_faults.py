@@ -54,9 +54,7 @@ async def talk(web: WebGateway, conversation: str, count: int) -> list[tuple[int
 async def test_failing_store_never_stops_the_answers(
     tmp_path: Path, fault: Fault, kind: str
 ) -> None:
-    """With every session write failing (or hanging), concurrent web conversations still get
-    every answer within the bound, /metrics counts the failures and /healthz stays up; once
-    the store recovers, new messages are recorded again."""
+    """With every write failing or hanging, web turns answer in time; metrics count; /healthz up."""
     store = FaultyStore(JsonlSessionStore(tmp_path / "data", durability="none"))
     settings = web_settings(tmp_path / "data", GATEWAY_PERSIST_TIMEOUT=PERSIST_TIMEOUT)
     async with web_gateway(settings, provider=ScriptedProvider(keep_bodies=False),
@@ -116,9 +114,7 @@ def provider_settings(data_dir: Path, api: str, base_url: str, **extra: Any) -> 
 async def test_provider_fault_ends_with_apology_and_recorded_kind(
     tmp_path: Path, api: str, fault: str
 ) -> None:
-    """A provider 429/500/529, timeout or cut stream: the web turn apologises (502) within the
-    bound, the outcome entry records the error kind, /metrics counts the failed call, and the
-    next message is answered normally."""
+    """A provider fault ends the web turn with the apology in time, its kind logged and counted."""
     reply, kind = PROVIDER_FAULTS[fault]
     async with FakeProviderServer() as srv:
         base_url = srv.anthropic_base_url if api == "anthropic" else srv.openai_base_url

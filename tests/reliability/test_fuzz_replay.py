@@ -10,7 +10,7 @@ turn renders (``replay_json``, ``turn_json``, :meth:`Replay.request` in both sha
 :meth:`JsonlSessionStore.open` must resume the file or raise a
 :class:`~sessions.errors.SessionError`, and a resumed writer must keep appending.
 
-``GATEWAY_FUZZ_EXAMPLES=10000`` raises the example count of every property here (default 150).
+``GATEWAY_FUZZ_EXAMPLES=10000`` raises the example count of every property here (default 200).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from tests.sessions.helpers import (
     user,
 )
 
-EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES") or 150)
+EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES") or 200)
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,  # a slow example is not a failure here; a crash is

@@ -1,0 +1,181 @@
+"""Real ``gateway run`` worker processes for the multi-worker tests, and a web-chat client.
+
+Each worker is ``python -m gateway run`` with the web channel and the offline provider, on its
+own port, sharing the test's PostgreSQL schema and Redis prefix. The client sends a message
+over ``POST /api/chat`` with ``"stream": true`` and a client id; the ``session`` event (or a
+409 for an id already received) acknowledges it, the ``done`` event carries the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from gateway.persona import seed_if_empty
+from tests.coordination.services import REDIS_URL
+from tests.sessions.pg import PG_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    port: int
+    proc: asyncio.subprocess.Process
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+
+async def start_workers(count: int, *, tmp: Path, schema: str, prefix: str,
+                        lease_ttl: float = 2.0, extra: dict[str, str] | None = None,
+                        ) -> list[WorkerProcess]:
+    """``count`` workers, each healthy on /healthz before this returns."""
+    persona = tmp / "persona"
+    seed_if_empty(persona, "Lisa")  # seeded once, before the workers share it
+    env = {
+        **os.environ,
+        "GATEWAY_CHANNELS": "web", "GATEWAY_PROVIDER": "offline", "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_PERSONA_DIR": str(persona), "GATEWAY_STORE_URL": PG_URL,
+        "GATEWAY_STORE_SCHEMA": schema, "GATEWAY_REDIS_URL": REDIS_URL,
+        "GATEWAY_REDIS_PREFIX": prefix, "GATEWAY_LEASE_TTL": str(lease_ttl),
+        "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHUTDOWN_GRACE": "3",
+        "GATEWAY_MAX_CONCURRENT_TURNS": "64", "PYTHONPATH": str(ROOT),
+        **(extra or {}),
+    }
+    workers = []
+    for n in range(count):
+        port = free_port()
+        log = tmp / f"worker{n}.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway", "run", cwd=tmp, stdout=out, stderr=out,
+                env={**env, "GATEWAY_PORT": str(port), "GATEWAY_DATA_DIR": str(tmp / f"w{n}")},
+            )
+        workers.append(WorkerProcess(f"w{n}", port, proc, log))
+    async with aiohttp.ClientSession() as http:
+        for worker in workers:
+            await _healthy(http, worker)
+    return workers
+
+
+async def _healthy(http: aiohttp.ClientSession, worker: WorkerProcess) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if not worker.alive:
+                raise RuntimeError(f"{worker.name} exited: {worker.log.read_text()[-2000:]}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"{worker.base}/healthz") as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+
+
+async def stop_workers(workers: list[WorkerProcess]) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL whatever is still running after a while."""
+    for worker in workers:
+        if worker.alive:
+            worker.proc.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            await asyncio.wait_for(worker.proc.wait(), 15)
+        except TimeoutError:
+            worker.proc.kill()
+            await worker.proc.wait()
+
+
+@dataclass
+class Sent:
+    """What the client knows about one message."""
+
+    conversation: str
+    client_id: str
+    text: str
+    acked: bool = False
+    reply: str | None = None
+    error: str | None = None
+    attempts: list[str] = field(default_factory=list)
+    died: bool = False
+    """A request carrying it broke off with a worker (connection reset mid-way)."""
+
+
+Picker = Callable[[list[WorkerProcess]], WorkerProcess]
+
+
+class ChatClient:
+    """Sends messages to random live workers; retries with the same id when a worker dies."""
+
+    def __init__(self, http: aiohttp.ClientSession, workers: list[WorkerProcess],
+                 pick: Picker) -> None:
+        self.http = http
+        self.workers = workers
+        self.pick = pick
+
+    async def send(self, sent: Sent, acked: asyncio.Event) -> None:
+        while True:
+            live = [w for w in self.workers if w.alive]
+            worker = self.pick(live)
+            sent.attempts.append(worker.name)
+            try:
+                await self._post(worker, sent, acked)
+                return
+            except (aiohttp.ClientError, ConnectionError) as exc:
+                sent.died = True
+                if sent.acked:  # recorded or queued before the worker went: no resend
+                    sent.error = type(exc).__name__
+                    return
+                await asyncio.sleep(0.05)  # not acknowledged: send it again, same id
+
+    async def _post(self, worker: WorkerProcess, sent: Sent, acked: asyncio.Event) -> None:
+        body = {"conversation": sent.conversation, "text": sent.text, "id": sent.client_id,
+                "stream": True}
+        async with self.http.post(f"{worker.base}/api/chat", json=body) as response:
+            if response.status == 409:  # an earlier attempt got through
+                sent.acked = True
+                acked.set()
+                return
+            if response.status != 200:
+                raise aiohttp.ClientResponseError(response.request_info, (),
+                                                  status=response.status)
+            event = None
+            async for raw in response.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    data = orjson.loads(line[6:])
+                    if event == "session":
+                        sent.acked = True
+                        acked.set()
+                    elif event == "done":
+                        sent.reply = str(data["reply"])
+                        return
+                    elif event == "error":
+                        sent.error = str(data.get("error"))
+                        return
+            raise aiohttp.ServerDisconnectedError("stream ended early")
+
+

@@ -1,0 +1,93 @@
+"""Fencing: a worker whose lease lapsed cannot write to the session once another took over."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.coordination.base import LeaseLostError
+from gateway.coordination.keys import Keys
+from gateway.messages import ChannelContext, ConversationKey
+from gateway.metrics import Metrics
+from gateway.providers.scripted import ScriptedProvider
+from gateway.registry import ConversationRegistry
+from sessions import entries
+from sessions.errors import StaleWriterError
+from sessions.postgres import PostgresSessionStore
+from tests.coordination.harness import (
+    coordinator,
+    item,
+    log_of,
+    transcript,
+    wait_until,
+    worker,
+)
+
+pytestmark = pytest.mark.services
+
+KEY = ConversationKey("memory", "c")
+CONTEXT = ChannelContext("memory", "private", "u")
+
+
+async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
+    prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """Worker A stalls past its lease; B takes over with a higher token; A's next append is
+    refused with StaleWriterError and the log holds A's entries from before the takeover only."""
+    async with coordinator(prefix) as a, coordinator(prefix) as b:
+        claim_a = (await a.conversations.submit(item("c", "from a"))).claim
+        assert claim_a is not None
+        registry_a = ConversationRegistry(pg_store, Metrics())
+        conv_a = await registry_a.get(KEY, CONTEXT, fence=claim_a.token)
+        await conv_a.receive({"role": "user", "content": "from a"}, {"sender": "u"})
+        # A never renews (a long GC pause, a frozen VM): the lease lapses, B adopts.
+        await asyncio.sleep(1.1)
+        [claim_b] = await b.conversations.sweep()
+        assert claim_a.token is not None
+        assert claim_b.token is not None
+        assert claim_b.token > claim_a.token
+        registry_b = ConversationRegistry(pg_store, Metrics())
+        conv_b = await registry_b.get(KEY, CONTEXT, fence=claim_b.token)
+        assert [m["content"] for m in conv_b.messages] == ["from a"]
+        with pytest.raises(StaleWriterError) as stale:
+            await conv_a.recorder.writer.append(
+                [entries.message({"role": "assistant", "content": "late answer from a"})])
+        assert (stale.value.token, stale.value.current) == (claim_a.token, claim_b.token)
+        await conv_b.receive({"role": "user", "content": "from b"}, {"sender": "u"})
+        await registry_a.aclose()
+        await registry_b.aclose()
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "from a"), ("user", "from b")]
+
+
+async def test_worker_that_loses_its_lease_mid_turn_stops_and_the_turn_is_finished_once(
+    prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path
+) -> None:
+    """A's turn is cut off when its lease is taken mid provider call; after the lease lapses B
+    adopts the conversation, finds the message already recorded, and answers it once."""
+    slow = ScriptedProvider(delay=30.0)
+    fast = ScriptedProvider()
+    fast.script("the answer")
+    async with worker(prefix, pg_store, slow, tmp_path / "p", ttl=1.5) as a:
+        await a.channel.say("c", "question")
+        await wait_until(lambda: bool(slow.bodies))  # A recorded it and called the provider
+        # Another worker holds the lease for a moment (as if A's had lapsed and been taken).
+        await redis.set(Keys(prefix).lease(KEY), "another-worker", px=1500)
+        await wait_until(lambda: not a.router._workers, 5)  # A's renewal notices: cut off
+    async with worker(prefix, pg_store, fast, tmp_path / "p", ttl=1.5) as b:
+        await b.channel.wait_replies(1, timeout=10)
+        assert b.channel.replies == [("c", "finish", "the answer")]
+    assert a.channel.replies == []
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "question"), ("assistant", "the answer")]
+    assert len(fast.bodies) == 1
+    assert fast.bodies[0]["messages"] == [{"role": "user", "content": "question"}]
+    assert [turn.assistant for turn in replay.turns] == [None, 1]  # A's call, then B's
+
+
+async def test_lease_lost_error_is_a_plain_exception() -> None:
+    """LeaseLostError is an Exception the router can catch (never a cancellation)."""
+    assert issubclass(LeaseLostError, Exception)

@@ -1,0 +1,137 @@
+"""Three ``gateway run`` workers on Redis and PostgreSQL, one SIGKILLed mid-run: nothing lost,
+nothing answered twice, order kept per conversation, every call replayable.
+
+Default: 300 messages over 100 conversations (about half a minute here); with
+``GATEWAY_SLOW_TESTS=1`` the full 2,000 (a few minutes on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+
+from sessions.postgres import PostgresSessionStore
+from sessions.replay import Replay, replay_bytes
+from sessions.scan import message_text
+from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers
+from tests.coordination.harness import wait_until
+
+pytestmark = pytest.mark.services
+
+SLOW = os.environ.get("GATEWAY_SLOW_TESTS") == "1"
+MESSAGES = 2000 if SLOW else 300
+CONVERSATIONS = 100
+IN_FLIGHT = 48
+"""Requests open at once (the bursts are bounded by this)."""
+KILL_AFTER = 0.4
+"""Fraction of messages acknowledged before one worker is SIGKILLed."""
+
+
+async def test_three_workers_one_killed_lose_and_repeat_nothing(
+    prefix: str, schema: str, redis: aioredis.Redis, pg_store: PostgresSessionStore,
+    tmp_path: Path,
+) -> None:
+    """Every message is recorded once, in send order, answered exactly once (also those whose
+    request died with the killed worker); replies match the log; every call replays."""
+    rng = random.Random(7)
+    per_conv = MESSAGES // CONVERSATIONS
+    plan = {f"c{c:03d}": [Sent(f"c{c:03d}", f"c{c:03d}-{i}", f"message {i} in c{c:03d}")
+                          for i in range(per_conv)]
+            for c in range(CONVERSATIONS)}
+    workers = await start_workers(3, tmp=tmp_path, schema=schema, prefix=prefix)
+    victim = workers[1]
+    acked = 0
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+            client = ChatClient(http, workers, rng.choice)
+
+            async def one(sent: Sent, ack: asyncio.Event) -> None:
+                nonlocal acked
+                async with gate:
+                    await client.send(sent, ack)
+                if sent.acked:
+                    acked += 0  # counted when acknowledged, below
+
+            async def conversation(messages: list[Sent]) -> None:
+                nonlocal acked
+                async with asyncio.TaskGroup() as requests:
+                    for sent in messages:
+                        ack = asyncio.Event()
+                        requests.create_task(one(sent, ack))
+                        await ack.wait()  # the next one only once this one is acknowledged
+                        acked += 1
+                        if acked == int(MESSAGES * KILL_AFTER):
+                            victim.proc.kill()  # SIGKILL: no shutdown, leases left to lapse
+
+            async with asyncio.timeout(240), asyncio.TaskGroup() as senders:
+                for messages in plan.values():
+                    senders.create_task(conversation(messages))
+            # Everything queued is served: no conversation left with a queue.
+            await wait_until(lambda: False, 0) if False else None
+            async with asyncio.timeout(60):
+                while await redis.scard(f"{prefix}active"):  # noqa: ASYNC110 - Redis state
+                    await asyncio.sleep(0.2)
+    finally:
+        await stop_workers(workers)
+    assert victim.proc.returncode == -9
+    sent_all = [s for messages in plan.values() for s in messages]
+    assert all(s.acked for s in sent_all)
+    died = [s for s in sent_all if s.died]
+    assert died, "the kill should have cut some requests off"
+
+    calls = 0
+    for conv, messages in plan.items():
+        infos = [i for i in await pg_store.list_sessions("default")
+                 if i.conversation == f"web:{conv}"] if conv == "c000" else None
+        if infos is not None:
+            assert len(infos) == 1
+        replay = await _replay(pg_store, conv)
+        assert replay.problems == ()
+        users, answers = _turns(replay)
+        # Order kept, nothing lost, nothing recorded twice.
+        assert [uid for uid, _ in users] == [s.client_id for s in messages], conv
+        # Exactly one answer per message, right after it.
+        assert all(len(a) == 1 for a in answers), (conv, answers)
+        for sent, answer in zip(messages, answers, strict=True):
+            if sent.reply is not None:
+                assert sent.reply == answer[0], (conv, sent.client_id)
+        # Every call rebuilds from the log into a well-formed request.
+        for turn in replay.turns:
+            body = replay.request(turn)
+            roles = [m["role"] for m in body["messages"]]
+            assert roles[0] == "user" and roles[-1] == "user", (conv, turn.index)
+            assert all(x != y for x, y in zip(roles, roles[1:], strict=False)), conv
+            assert turn.prompt is not None and turn.prompt.text
+            calls += 1
+        answered_by = sorted(t.assistant for t in replay.turns if t.assistant is not None)
+        assert answered_by == [i for i, m in enumerate(replay.messages)
+                               if m["role"] == "assistant"]
+    assert calls >= MESSAGES
+
+
+async def _replay(store: PostgresSessionStore, conv: str) -> Replay:
+    session = await store.latest_session("default", f"web:{conv}")
+    assert session is not None, conv
+    return replay_bytes(await store.read_log("default", session))
+
+
+def _turns(replay: Replay) -> tuple[list[tuple[str, int]], list[list[str]]]:
+    """(client id, index) of each user message, and the answers that follow each one."""
+    users: list[tuple[str, int]] = []
+    answers: list[list[str]] = []
+    for index in range(len(replay.messages)):
+        entry = replay.messages.entry(index)
+        message = entry["message"]
+        if message["role"] == "user" and isinstance(message["content"], str):
+            users.append((str(entry["meta"]["platform_id"]), index))
+            answers.append([])
+        elif message["role"] == "assistant":
+            answers[-1].append(message_text(message["content"]) or "")
+    return users, answers

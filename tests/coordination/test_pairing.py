@@ -1,0 +1,44 @@
+"""Pairing state in Redis: a code given by one worker can be approved through another."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.pairing import PairingError, PairingStore
+from tests.coordination.harness import coordinator
+
+pytestmark = pytest.mark.services
+
+
+async def test_pairing_is_shared_by_workers(prefix: str, tmp_path: Path) -> None:
+    """A asks, B approves, A sees the approval; bad codes count across workers; nothing is
+    written under the data directory."""
+    async with coordinator(prefix) as a, coordinator(prefix) as b:
+        on_a = PairingStore(tmp_path / "a", state=a.pairing_state())
+        on_b = PairingStore(tmp_path / "b", state=b.pairing_state())
+        code = on_a.request("telegram", "42", "Ann")
+        assert on_b.request("telegram", "42", "Ann") == code  # the same pending code
+        assert not on_a.is_approved("telegram", "42")
+        with pytest.raises(PairingError):
+            on_b.approve("WRONGCDE")
+        approved = on_b.approve(code.lower())
+        assert (approved.channel, approved.user, approved.name) == ("telegram", "42", "Ann")
+        assert on_a.is_approved("telegram", "42")
+        assert len(on_a.state.read()["bad_attempts"]) == 1
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
+
+
+async def test_concurrent_requests_are_all_kept(prefix: str, tmp_path: Path) -> None:
+    """Updates from many threads at once (optimistic transactions) lose nobody's code."""
+    async with coordinator(prefix) as a, coordinator(prefix) as b:
+        stores = [PairingStore(tmp_path, state=c.pairing_state()) for c in (a, b)]
+        codes = await asyncio.gather(*(
+            asyncio.to_thread(stores[n % 2].request, "slack", f"U{n}", None) for n in range(20)
+        ))
+        pending = stores[0].listing()["pending"]
+    assert sorted(pending) == sorted(codes)
+    assert sorted(p["user"] for p in pending.values()) == sorted(f"U{n}" for n in range(20))

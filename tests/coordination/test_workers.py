@@ -1,0 +1,169 @@
+"""Several workers in one process, sharing Redis and PostgreSQL: ordering across workers,
+replies relayed to the receiving worker, shared dedup, /new, and sessions from before."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.coordination.redis_dedup import RedisDeduplicator
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.providers.scripted import ScriptedProvider
+from gateway.router import Accepted
+from sessions import entries
+from sessions.postgres import PostgresSessionStore
+from sessions.replay import Replay, replay_bytes
+from tests.coordination.harness import coordinator, log_of, transcript, wait_until, worker
+
+pytestmark = pytest.mark.services
+
+
+class EchoProvider(ScriptedProvider):
+    """Answers ``re:<last user text>`` after a short delay (so messages queue up)."""
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        await asyncio.sleep(self.delay)
+        last = request.messages[-1]["content"]
+        text = f"re:{last}"
+        if on_text is not None:
+            await on_text(text)
+        return ProviderResponse(message={"role": "assistant",
+                                         "content": [{"type": "text", "text": text}]},
+                                stop_reason="end_turn")
+
+
+class RecordingSink:
+    """A request's own sink (as the web channel's): what reached it, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def typing(self) -> None:
+        self.events.append(("typing", ""))
+
+    async def delta(self, text: str) -> None:
+        self.events.append(("delta", text))
+
+    async def finish(self, text: str) -> None:
+        self.events.append(("finish", text))
+        self.done.set()
+
+    async def fail(self, text: str) -> None:
+        self.events.append(("fail", text))
+        self.done.set()
+
+
+def inbound(chat: str, text: str, platform_id: str | None = None) -> Inbound:
+    return Inbound(ConversationKey("memory", chat), Sender("u", "U"), text,
+                   platform_id=platform_id)
+
+
+async def test_messages_to_one_conversation_through_two_workers_keep_order(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path
+) -> None:
+    """Messages sent alternately to two workers are answered in send order, each once, and
+    each reply reaches the sink of the worker that received it (relayed when needed)."""
+    async with worker(prefix, pg_store, EchoProvider(delay=0.02), tmp_path / "p") as a, \
+            worker(prefix, pg_store, EchoProvider(delay=0.02), tmp_path / "p") as b:
+        sinks = []
+        accepted: list[Accepted] = []
+        for n in range(12):
+            sink = RecordingSink()
+            sinks.append(sink)
+            target = (a, b)[n % 2]
+            accepted.append(await target.router.deliver(inbound("c", f"m{n}"), sink))
+        async with asyncio.timeout(10):
+            for sink in sinks:
+                await sink.done.wait()
+    finals = [[e for e in sink.events if e[0] in ("finish", "fail")] for sink in sinks]
+    assert finals == [[("finish", f"re:m{n}")] for n in range(12)]
+    replay = await log_of(pg_store, "c")
+    expected = []
+    for n in range(12):
+        expected += [("user", f"m{n}"), ("assistant", f"re:m{n}")]
+    assert transcript(replay) == expected
+    assert {acc.session_id for acc in accepted} == {replay.session_id}
+    assert [turn.assistant for turn in replay.turns] == list(range(1, 24, 2))
+
+
+async def test_platform_ids_are_deduplicated_across_workers(
+    prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path
+) -> None:
+    """The same delivery reaching two workers (a Slack retry, the mention twin) is answered
+    once; the shared key lives at least an hour."""
+    async with worker(prefix, pg_store, EchoProvider(), tmp_path / "p") as a, \
+            worker(prefix, pg_store, EchoProvider(), tmp_path / "p") as b:
+        first = await a.router.deliver(inbound("c", "hi", "T1:C1:100.1"))
+        second = await b.router.deliver(inbound("c", "hi", "T1:C1:100.1"))
+        await wait_until(lambda: len(a.channel.replies) + len(b.channel.replies) >= 1)
+        await asyncio.sleep(0.2)
+        replies = a.channel.replies + b.channel.replies
+    assert (first.duplicate, second.duplicate) == (False, True)
+    assert replies == [("c", "finish", "re:hi")]
+    [key] = [k async for k in redis.scan_iter(match=f"{prefix}dedup:router:*")]
+    assert await redis.ttl(key) >= 3600
+
+
+async def test_shared_deduplicator_across_two_coordinators(prefix: str,
+                                                           redis: aioredis.Redis) -> None:
+    """A channel's ids seen by one worker are duplicates for the other (SET NX EX >= 1 h)."""
+    async with coordinator(prefix) as a, coordinator(prefix) as b:
+        seen_a = a.deduplicator("slack", 60)
+        seen_b = b.deduplicator("slack", 60)
+        assert isinstance(seen_a, RedisDeduplicator)
+        results = [await seen_a.first_time("T:C:1.0"), await seen_b.first_time("T:C:1.0"),
+                   await seen_b.first_time("T:C:2.0"), await seen_a.first_time("T:C:2.0")]
+        ttl = await redis.ttl(f"{prefix}dedup:slack:T:C:1.0")
+    assert results == [True, False, True, False]
+    assert 3590 <= ttl <= 3600  # a shorter ttl is raised to an hour
+
+
+async def test_new_command_waits_for_queued_turns_and_rotates_once(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path
+) -> None:
+    """/new sent to another worker while turns are queued starts the new session after them."""
+    async with worker(prefix, pg_store, EchoProvider(delay=0.05), tmp_path / "p") as a, \
+            worker(prefix, pg_store, EchoProvider(delay=0.05), tmp_path / "p") as b:
+        await a.router.deliver(inbound("c", "one"))
+        await a.router.deliver(inbound("c", "two"))
+        await b.router.deliver(inbound("c", "/new"))
+        await a.router.deliver(inbound("c", "three"))
+        await wait_until(lambda: len(a.channel.replies) + len(b.channel.replies) >= 4)
+        replies = sorted(a.channel.replies + b.channel.replies)
+    sessions = await pg_store.list_sessions("default")
+    assert len(sessions) == 2
+    newest = await log_of(pg_store, "c")
+    assert transcript(newest) == [("user", "three"), ("assistant", "re:three")]
+    older = next(s.session_id for s in sessions if s.session_id != newest.session_id)
+    assert [text for _, text in transcript(await _replay(pg_store, older))] == [
+        "one", "re:one", "two", "re:two"]
+    assert [r[2] for r in replies if r[2].startswith("Started")] == [
+        f"Started a new conversation (session {newest.session_id})."]
+
+
+async def test_session_from_before_sharing_is_taken_over(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path
+) -> None:
+    """A session whose fence a single gateway advanced past the Redis counter is still served:
+    the lease's token is raised above the store's."""
+    writer = await pg_store.create(tenant="default", channel="memory", conversation="memory:c")
+    await writer.append([entries.message({"role": "user", "content": "old"})])
+    await writer.append([entries.message({"role": "assistant", "content": "old answer"})])
+    for _ in range(4):  # four restarts of a single gateway: fence 5
+        await (await pg_store.open("default", writer.session_id)).aclose()
+    async with worker(prefix, pg_store, EchoProvider(), tmp_path / "p") as a:
+        await a.router.deliver(inbound("c", "new"))
+        await a.channel.wait_replies(1)
+    replay = await log_of(pg_store, "c")
+    assert replay.session_id == writer.session_id
+    assert [text for _, text in transcript(replay)] == ["old", "old answer", "new", "re:new"]
+
+
+async def _replay(store: PostgresSessionStore, session_id: str) -> Replay:
+    return replay_bytes(await store.read_log("default", session_id))
