@@ -432,6 +432,24 @@ def write_report(name: str, text: str) -> Path:
     return path
 
 
+def profile_shares(stats_path: str, groups: Sequence[tuple[str, str, str]]) -> list[str]:
+    """Markdown rows: each group's cumulative share of the profiled CPU time.
+
+    ``groups``: (label, path suffix, function name); groups may nest, so shares need not
+    add up to 100 %."""
+    import pstats
+
+    stats = pstats.Stats(stats_path)
+    total = stats.total_tt  # type: ignore[attr-defined]  # set by Stats, not in typeshed
+    rows = ["| part of the path (cumulative; groups may nest) | share of CPU |", "|---|---|"]
+    for label, suffix, function in groups:
+        best = max((entry[3] for (path, _, name), entry in
+                    stats.stats.items()  # type: ignore[attr-defined]  # as above
+                    if path.endswith(suffix) and name == function), default=0.0)
+        rows.append(f"| {label} | {best / total * 100:.0f} % |")
+    return rows
+
+
 def top_functions(stats_path: str, limit: int = 25) -> str:
     """The cProfile hot spots by internal time and by cumulative time, as text."""
     import io

@@ -51,6 +51,7 @@ from bench._harness import (
     cpu_check_line,
     machine_line,
     percentile,
+    profile_shares,
     report_tables,
     serve_forever,
     top_functions,
@@ -72,6 +73,19 @@ VARIANTS = (
     ("gateway/lean", "gateway without both"),
 )
 """Diagnostics (``--diagnose``): the gateway with parts of its reply path switched off."""
+PROFILE_GROUPS = (
+    ("inbound POST /slack/events (aiohttp server, signature, bolt)", "aiohttp/web_protocol.py",
+     "_handle_request"),
+    ("... of which bolt's dispatch", "slack_bolt/app/async_app.py", "async_dispatch"),
+    ("reactions.add (typing)", "slack_sdk/web/async_client.py", "reactions_add"),
+    ("chat.postMessage (preview)", "slack_sdk/web/async_client.py", "chat_postMessage"),
+    ("chat.update (final text)", "slack_sdk/web/async_client.py", "chat_update"),
+    ("reactions.remove", "slack_sdk/web/async_client.py", "reactions_remove"),
+    ("event worker: dedup, names, record the message", "slack/adapter.py", "_accept"),
+    ("prompt build (persona cache check)", "gateway/persona.py", "build"),
+    ("render Markdown -> mrkdwn", "slack/render.py", "render_chunks"),
+    ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
+)
 PREVIEW_AFTER = 1.0
 """no-preview: as ``channels.telegram.sink.TelegramTarget``'s ``preview_after`` (1 s)."""
 
@@ -328,8 +342,10 @@ async def main() -> None:
                 path = str(Path(tmp) / f"{scenario.name}.prof")
                 run = await run_one("gateway", scenario, 0, profile=path)
                 out = write_report(f"slack-profile-{scenario.name}.txt", top_functions(path))
-                lines += [f"Profile of the gateway in ({scenario.name}) under cProfile "
-                          f"({run.cpu_ms:.2f} CPU ms/message with the profiler on): `{out}`", ""]
+                lines += [f"Profile of the gateway in ({scenario.name}): cProfile on the event "
+                          f"loop thread's CPU clock ({run.cpu_ms:.1f} CPU ms/message with the "
+                          f"profiler on, so shares, not times); top functions in `{out}`.", "",
+                          *profile_shares(path, PROFILE_GROUPS), ""]
     report = ("\n".join(lines) + "\n").replace(
         "ELAPSED", f"{time.perf_counter() - started:.0f}", 1)
     print(report)

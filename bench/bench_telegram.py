@@ -49,6 +49,7 @@ from bench._harness import (
     closed_loop,
     cpu_check_line,
     machine_line,
+    profile_shares,
     report_tables,
     serve_forever,
     top_functions,
@@ -65,6 +66,16 @@ WARM_MESSAGES = 3
 SUBJECTS = ("echo", "gateway")
 VARIANTS = (("gateway/no-typing", "gateway without the typing action (sendChatAction a no-op)"),)
 """Diagnostics (``--diagnose``): the gateway with one part of its reply path switched off."""
+PROFILE_GROUPS = (
+    ("getUpdates (PTB + httpx, Update parsing included)", "telegram/_bot.py", "get_updates"),
+    ("sendChatAction (the typing action)", "telegram/_bot.py", "send_chat_action"),
+    ("sendMessage (the reply)", "telegram/_bot.py", "send_message"),
+    ("TelegramChannel.handle: convert, dedup, record the message", "telegram/adapter.py",
+     "handle"),
+    ("prompt build (persona cache check)", "gateway/persona.py", "build"),
+    ("render Markdown -> Telegram HTML", "telegram/render.py", "render_chunks"),
+    ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
+)
 
 
 def chats_of(scenario: Scenario) -> list[int]:
@@ -260,8 +271,10 @@ async def main() -> None:
                                     profile=path)
                 text = top_functions(path)
                 out = write_report(f"telegram-profile-{scenario.name}.txt", text)
-                lines += [f"Profile of the gateway in ({scenario.name}) under cProfile "
-                          f"({run.cpu_ms:.2f} CPU ms/message with the profiler on): `{out}`", ""]
+                lines += [f"Profile of the gateway in ({scenario.name}): cProfile on the event "
+                          f"loop thread's CPU clock ({run.cpu_ms:.1f} CPU ms/message with the "
+                          f"profiler on, so shares, not times); top functions in `{out}`.", "",
+                          *profile_shares(path, PROFILE_GROUPS), ""]
     report = ("\n".join(lines) + "\n").replace(
         "ELAPSED", f"{time.perf_counter() - started:.0f}", 1)
     print(report)

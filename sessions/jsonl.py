@@ -236,6 +236,8 @@ class JsonlSessionStore:
         self.durability: Durability = durability
         # tenant -> conversation label -> newest session id; built from headers on first use.
         self._latest: dict[str, dict[str, tuple[str, str]]] = {}
+        self._created: dict[str, dict[str, tuple[str, str]]] = {}  # created before the index
+        self._index_locks: dict[str, asyncio.Lock] = {}
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -303,9 +305,9 @@ class JsonlSessionStore:
                 raise SessionExistsError(f"session {sid} already exists") from exc
             except OSError as exc:
                 raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
-            index = self._latest.get(tenant)
-            if index is not None:
-                index[conversation] = (head["startedAt"], sid)
+            # Remember it even while the header index is still being built (the scan may have
+            # listed the directory before this file existed).
+            self._note_latest(tenant, conversation, (head["startedAt"], sid))
         except BaseException:
             await writer.aclose()
             raise
@@ -353,10 +355,24 @@ class JsonlSessionStore:
     async def latest_session(self, tenant: str, conversation: str) -> str | None:
         index = self._latest.get(tenant)
         if index is None:
-            index = await asyncio.to_thread(self._index_headers, tenant)
-            self._latest[tenant] = index
+            # One scan per tenant, however many conversations ask at once.
+            async with self._index_locks.setdefault(tenant, asyncio.Lock()):
+                index = self._latest.get(tenant)
+                if index is None:
+                    index = await asyncio.to_thread(self._index_headers, tenant)
+                    for conv, key in self._created.pop(tenant, {}).items():
+                        if conv not in index or index[conv] < key:
+                            index[conv] = key
+                    self._latest[tenant] = index
         found = index.get(conversation)
         return found[1] if found else None
+
+    def _note_latest(self, tenant: str, conversation: str, key: tuple[str, str]) -> None:
+        index = self._latest.get(tenant)
+        if index is None:
+            index = self._created.setdefault(tenant, {})
+        if conversation not in index or index[conversation] < key:
+            index[conversation] = key
 
     def _index_headers(self, tenant: str) -> dict[str, tuple[str, str]]:
         index: dict[str, tuple[str, str]] = {}

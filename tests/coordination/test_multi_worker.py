@@ -1,13 +1,14 @@
 """Three ``gateway run`` workers on Redis and PostgreSQL, one SIGKILLed mid-run: nothing lost,
 nothing answered twice, order kept per conversation, every call replayable.
 
-Default: 300 messages over 100 conversations (about half a minute here); with
-``GATEWAY_SLOW_TESTS=1`` the full 2,000 (a few minutes on a 2-core machine).
+Default: 500 messages over 100 conversations (about 30 s on the 2-core development machine);
+with ``GATEWAY_SLOW_TESTS=1`` the full 2,000 (about 90 s there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 from pathlib import Path
@@ -20,12 +21,11 @@ from sessions.postgres import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
 from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers
-from tests.coordination.harness import wait_until
 
 pytestmark = pytest.mark.services
 
 SLOW = os.environ.get("GATEWAY_SLOW_TESTS") == "1"
-MESSAGES = 2000 if SLOW else 300
+MESSAGES = 2000 if SLOW else 500
 CONVERSATIONS = 100
 IN_FLIGHT = 48
 """Requests open at once (the bursts are bounded by this)."""
@@ -53,11 +53,8 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
             client = ChatClient(http, workers, rng.choice)
 
             async def one(sent: Sent, ack: asyncio.Event) -> None:
-                nonlocal acked
                 async with gate:
                     await client.send(sent, ack)
-                if sent.acked:
-                    acked += 0  # counted when acknowledged, below
 
             async def conversation(messages: list[Sent]) -> None:
                 nonlocal acked
@@ -74,7 +71,6 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
                 for messages in plan.values():
                     senders.create_task(conversation(messages))
             # Everything queued is served: no conversation left with a queue.
-            await wait_until(lambda: False, 0) if False else None
             async with asyncio.timeout(60):
                 while await redis.scard(f"{prefix}active"):  # noqa: ASYNC110 - Redis state
                     await asyncio.sleep(0.2)
@@ -86,12 +82,10 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
     died = [s for s in sent_all if s.died]
     assert died, "the kill should have cut some requests off"
 
+    sessions = await pg_store.list_sessions("default")
+    assert sorted(i.conversation or "" for i in sessions) == [f"web:{c}" for c in plan]
     calls = 0
     for conv, messages in plan.items():
-        infos = [i for i in await pg_store.list_sessions("default")
-                 if i.conversation == f"web:{conv}"] if conv == "c000" else None
-        if infos is not None:
-            assert len(infos) == 1
         replay = await _replay(pg_store, conv)
         assert replay.problems == ()
         users, answers = _turns(replay)
@@ -106,9 +100,10 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
         for turn in replay.turns:
             body = replay.request(turn)
             roles = [m["role"] for m in body["messages"]]
-            assert roles[0] == "user" and roles[-1] == "user", (conv, turn.index)
-            assert all(x != y for x, y in zip(roles, roles[1:], strict=False)), conv
-            assert turn.prompt is not None and turn.prompt.text
+            assert (roles[0], roles[-1]) == ("user", "user"), (conv, turn.index)
+            assert all(x != y for x, y in itertools.pairwise(roles)), conv
+            assert turn.prompt is not None
+            assert turn.prompt.text
             calls += 1
         answered_by = sorted(t.assistant for t in replay.turns if t.assistant is not None)
         assert answered_by == [i for i, m in enumerate(replay.messages)

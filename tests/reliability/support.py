@@ -65,6 +65,18 @@ class WebGateway:
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+    async def metrics_once(self, name: str, at_least: float, timeout: float = 5.0,  # noqa: ASYNC109
+                           **labels: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        """``/metrics`` once ``name`` (with ``labels``) reaches ``at_least``: a turn is counted
+        just after its answer has gone out, so a read right after the answer can be early."""
+        async with asyncio.timeout(timeout):
+            while True:
+                samples = await self.metrics()
+                if total(samples, name, **labels) >= at_least:
+                    return samples
+                await asyncio.sleep(0.01)
+
+
 def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
           **labels: str) -> float:
     """Sum of the samples named ``name`` whose labels include ``labels``."""

@@ -68,7 +68,7 @@ async def test_failing_store_never_stops_the_answers(
             health.append((await web.get_text("/healthz"))[0])
             await asyncio.sleep(0.05)
         results = await traffic
-        during = await web.metrics()
+        during = await web.metrics_once("gateway_turns_total", 1 + CONVERSATIONS * MESSAGES)
         store.fault = None
         after = await web.chat("c0", "recovered?")
     # A turn has three guarded writes (message, call, answer), each bounded by the timeout.
@@ -123,11 +123,7 @@ async def test_provider_fault_ends_with_apology_and_recorded_kind(
             started = time.monotonic()
             status, body = await web.chat("c1", "hello")
             elapsed = time.monotonic() - started
-            # The answer leaves when the sink fails; the turn is counted just after.
-            samples = await web.metrics()
-            while total(samples, "gateway_turns_total", channel="web") < 1:
-                await asyncio.sleep(0.01)
-                samples = await web.metrics()
+            samples = await web.metrics_once("gateway_turns_total", 1, channel="web")
             again = await web.chat("c1", "and now?")
             store = web.gateway.store
             assert isinstance(store, JsonlSessionStore)

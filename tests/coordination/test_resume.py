@@ -1,0 +1,109 @@
+"""Pure parts of a takeover: finding a resumed item in the log, finishing its turn, and the
+wire form of queued items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.conversation import Conversation
+from gateway.coordination.base import QueueItem
+from gateway.coordination.keys import Keys, decode_item, encode_item, key_of, member
+from gateway.coordination.resume import INTERRUPTED_TOOL, Found, locate, prepare_rerun
+from gateway.messages import ChannelContext, ConversationKey, Inbound, Sender
+from gateway.metrics import Metrics
+from gateway.recorder import SessionRecorder
+from sessions.store import SessionState
+
+USE = {"type": "tool_use", "id": "toolu_1", "name": "memory_write", "input": {"text": "x"}}
+RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+
+
+def log(*entries: dict[str, Any]) -> bytes:
+    lines = [{"type": "session", "seq": 0, "id": "s1", "version": 3}]
+    lines += [{"seq": n + 1, **e} for n, e in enumerate(entries)]
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
+
+
+def user(text: str, item: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"type": "message", "message": {"role": "user", "content": text}}
+    if item is not None:
+        entry["meta"] = {"item": item}
+    return entry
+
+
+def assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "message", "message": {"role": "assistant", "content": list(blocks)}}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def test_locate_reads_how_far_the_turn_got() -> None:
+    """Never recorded, recorded only, mid tool run, answered, apologised, capped."""
+    before = [user("hi", "i0"), assistant(text("hello"))]
+    assert locate(log(*before), "i1", max_iterations=8) is None
+    assert locate(log(*before, user("q", "i1"), {"type": "call", "call": 1}), "i1",
+                  max_iterations=8) == Found(2, "interrupted", "")
+    assert locate(log(*before, user("q", "i1"), assistant(text("let me note"), USE)), "i1",
+                  max_iterations=8) == Found(2, "interrupted", "", ("toolu_1",))
+    tool_round = [assistant(text("noting"), USE),
+                  {"type": "message", "message": {"role": "user", "content": [RESULT]}}]
+    assert locate(log(*before, user("q", "i1"), *tool_round, assistant(text("done"))), "i1",
+                  max_iterations=8) == Found(2, "answered", "noting\n\ndone")
+    assert locate(log(*before, user("q", "i1"), {"type": "outcome", "call": 1,
+                                                  "error": {"kind": "timeout"}}), "i1",
+                  max_iterations=8) == Found(2, "apologised", "")
+    assert locate(log(*before, user("q", "i1"), *tool_round), "i1",
+                  max_iterations=1) == Found(2, "capped", "noting")
+
+
+async def test_prepare_rerun_does_not_add_the_message_twice() -> None:
+    """The interrupted turn continues: begin() of its message adds nothing, and a tool call
+    left without results gets an error result first."""
+    appended: list[list[dict[str, Any]]] = []
+
+    class Writer:
+        session_id = "s1"
+        tenant = "default"
+        state = SessionState()
+
+        async def append(self, entries: Any) -> int:
+            appended.append(list(entries))
+            return 1
+
+        async def sync(self) -> None:
+            return None
+
+        async def aclose(self) -> None:
+            return None
+
+    messages: list[Any] = [{"role": "user", "content": "q"},
+                           {"role": "assistant", "content": [text("noting"), USE]}]
+    conv = Conversation(ConversationKey("memory", "c"),
+                        SessionRecorder(Writer(), Metrics(), 1.0),
+                        ChannelContext("memory", "private", "u"), messages)
+    await prepare_rerun(conv, Found(0, "interrupted", "", ("toolu_1",)))
+    conv.begin(0)
+    assert conv.order.order == [0, 1, 2]
+    assert conv.messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                            "content": INTERRUPTED_TOOL, "is_error": True}]
+    assert [e["type"] for batch in appended for e in batch] == ["message"]
+    conv.begin(await conv.receive({"role": "user", "content": "next"}))  # later turns as usual
+    assert conv.order.order == [0, 1, 2, 3]
+
+
+def test_items_and_conversations_round_trip_through_redis_form() -> None:
+    """An inbound survives the queue: key, sender, text, ids and meta; keys carry the prefix."""
+    key = ConversationKey("slack", "C1", tenant="acme", thread="17.5")
+    inbound = Inbound(key, Sender("U1", "Ann"), "hi there", platform_id="T:C1:17.6",
+                      chat_type="channel", received_at=12.5, meta={"username": "ann"})
+    raw = encode_item(QueueItem(inbound, sink=None, kind="message", id="abc123"), "w1")
+    assert raw.startswith("abc123 ")
+    wire = decode_item(raw, resumed=True)
+    assert (wire.item.inbound, wire.item.id, wire.item.resumed, wire.origin, wire.relay) == (
+        inbound, "abc123", True, "w1", False)
+    assert key_of(member(key)) == key
+    assert Keys("gw:").lease(key) == "gw:conv:{acme:slack:C1:17.5}:lease"

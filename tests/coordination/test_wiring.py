@@ -1,0 +1,92 @@
+"""Wiring: GATEWAY_REDIS_URL picks the Redis coordinator; its settings are validated and its
+URL is kept secret; a worker without a reachable Redis says so in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.compose import build_coordinator, build_gateway, build_store
+from gateway.config import Settings
+from gateway.coordination.local import InProcessCoordinator
+from gateway.coordination.redis_coordinator import RedisCoordinator
+from gateway.errors import ConfigError
+from gateway.logs import RedactSecrets
+from sessions.jsonl import JsonlSessionStore
+from sessions.postgres import PostgresSessionStore
+
+REDIS = "redis://:s3cretpass@redis.internal:6379/2"
+STORE = "postgresql://gw@db.internal:5432/gateway"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(tmp_path: Path, **values: Any) -> Settings:
+    return Settings(_env_file=None, GATEWAY_DATA_DIR=str(tmp_path), **values)  # type: ignore[call-arg]  # pydantic-settings init
+
+
+async def test_redis_url_selects_the_redis_coordinator(tmp_path: Path) -> None:
+    """With GATEWAY_REDIS_URL (and a store URL) the coordinator is Redis, with the prefix and
+    lease ttl from settings; without it, the in-process one; the URL never shows in a repr."""
+    chosen = build_coordinator(settings(tmp_path, GATEWAY_REDIS_URL=REDIS,
+                                        GATEWAY_STORE_URL=STORE, GATEWAY_REDIS_PREFIX="gwx:",
+                                        GATEWAY_LEASE_TTL=5))
+    assert isinstance(chosen, RedisCoordinator)
+    assert (chosen.keys.prefix, chosen.lease_ttl) == ("gwx:", 5.0)
+    assert "s3cretpass" not in repr(chosen)
+    await chosen.aclose()  # never connected: closing is still fine
+    assert isinstance(build_coordinator(settings(tmp_path)), InProcessCoordinator)
+
+
+def test_redis_needs_the_shared_store(tmp_path: Path) -> None:
+    """Several workers need PostgreSQL (fencing): Redis with JSONL files is refused."""
+    with pytest.raises(ConfigError, match="GATEWAY_STORE_URL"):
+        build_coordinator(settings(tmp_path, GATEWAY_REDIS_URL=REDIS))
+    with pytest.raises(ConfigError, match="fencing"):
+        build_gateway(settings(tmp_path, GATEWAY_REDIS_URL=REDIS, GATEWAY_STORE_URL=STORE),
+                      store=JsonlSessionStore(tmp_path / "d"))
+
+
+def test_settings_are_validated_and_the_url_kept_secret(tmp_path: Path) -> None:
+    """A non-Redis URL is refused without echoing it; the password is redacted from logs; the
+    lease ttl is at most 30 s; the store schema is a plain name and reaches the store."""
+    with pytest.raises(ValidationError) as info:
+        settings(tmp_path, GATEWAY_REDIS_URL="http://:s3cretpass@x/")
+    assert "GATEWAY_REDIS_URL" in str(info.value)
+    assert "s3cretpass" not in str(info.value)
+    with pytest.raises(ValidationError):
+        settings(tmp_path, GATEWAY_LEASE_TTL=31)
+    with pytest.raises(ValidationError):
+        settings(tmp_path, GATEWAY_STORE_SCHEMA="gw-test")
+    chosen = settings(tmp_path, GATEWAY_REDIS_URL=REDIS, GATEWAY_STORE_URL=STORE,
+                      GATEWAY_STORE_SCHEMA="gw_test_x")
+    assert chosen.lease_ttl <= 30
+    assert "s3cretpass" not in repr(chosen)
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "auth: %s", ("s3cretpass",), None)
+    RedactSecrets(chosen.secrets()).filter(record)
+    assert record.getMessage() == "auth: ***"
+    store = build_store(chosen)
+    assert isinstance(store, PostgresSessionStore)
+    assert store.schema == "gw_test_x"
+
+
+async def test_run_without_reachable_redis_is_one_line(tmp_path: Path) -> None:
+    """`gateway run` pointed at a Redis nobody serves exits 2 with one line naming the setting
+    (never the URL)."""
+    env = {**os.environ, "GATEWAY_CHANNELS": "web", "GATEWAY_PORT": "0",
+           "GATEWAY_DATA_DIR": str(tmp_path), "GATEWAY_STORE_URL": STORE,
+           "GATEWAY_REDIS_URL": "redis://:s3cretpass@127.0.0.1:1/0", "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "run", cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert err.decode().strip().splitlines()[-1] == (
+        "gateway run: cannot reach Redis at GATEWAY_REDIS_URL (ConnectionError)")
+    assert b"s3cretpass" not in out + err
