@@ -8,7 +8,8 @@ when they speak again, so an idle conversation costs neither a task nor a descri
 Workers sharing a PostgreSQL store pass the conversation's lease token as ``fence``: the
 session is then (re)opened under that token, and read *after* the open, since from that moment
 no writer with an older token can append (see :mod:`sessions.postgres`). A conversation cached
-under another token is read again: another worker may have served it meanwhile.
+under an older token is read again, unless the new token is the very next one (then no other
+worker held the lease in between, and the cache is current).
 """
 
 from __future__ import annotations
@@ -75,7 +76,13 @@ class ConversationRegistry:
         ``fence``: the caller's lease token (shared store); see the module docstring.
         """
         if fence is not None and key in self._open and self._fences.get(key) != fence:
-            await self.forget(key)
+            if self._fences.get(key) == fence - 1:
+                # The very next token: nobody held the lease since this worker did, so the
+                # cached state is the log. The writer keeps its token, which is still the
+                # session's; any other holder gets a higher one and fences it off.
+                self._fences[key] = fence
+            else:
+                await self.forget(key)
         conv = self._open.get(key)
         if conv is not None:
             if self._stale(conv.last_active) and (fence is not None or not self.is_busy(key)):

@@ -230,9 +230,9 @@ class Router:
         finally:
             if self._workers.get(key) is me:
                 del self._workers[key]
-            if self.shared:
-                await self.registry.forget(key, fence=claim.token)
             if not finished:
+                if self.shared:  # what an interrupted turn left in memory is not trusted
+                    await self.registry.forget(key, fence=claim.token)
                 await self.conversations.release(claim)
 
     async def _serve(self, claim: Claim, item: QueueItem) -> None:

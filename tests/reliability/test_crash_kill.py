@@ -52,7 +52,7 @@ from tests.reliability.crash_harness import (
 )
 
 DEFAULT_TRIALS = 3
-DEFAULT_BUDGET = 40.0
+DEFAULT_BUDGET = 30.0
 """Seconds after which the default run starts no new trial (the final run still follows)."""
 MODES = ("burst", "mid-call", "steady", "stop")
 REPORT = Path(__file__).resolve().parents[2] / "test-output" / "crash-kill.txt"
