@@ -24,7 +24,7 @@ Before each measured run, 3 messages in another thread warm the subject up.
 Targets: (a) throughput >= 30 % of the echo's; (b) p50 latency <= 5x the echo's;
 <= 5 ms subject CPU per message; peak RSS <= 2x the echo's.
 
-Run: .venv/bin/python bench/bench_slack.py [--rounds 7] [--profile]
+Run: .venv/bin/python bench/bench_slack.py [--rounds 7] [--profile] [--diagnose ROUNDS]
 """
 
 from __future__ import annotations

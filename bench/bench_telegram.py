@@ -23,6 +23,7 @@ Targets: (a) throughput >= 30 % of the echo bot's; (b) p50 latency <= 5x the ech
 <= 5 ms subject CPU per message; peak RSS <= 2x the echo bot's.
 
 Run: .venv/bin/python bench/bench_telegram.py [--rounds 7] [--poll-timeout 10] [--profile]
+     [--diagnose ROUNDS]
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Streaming by editing a message: the reply sink of platforms that stream with edits.
 
-Deltas build a plain-text preview that is sent once and then edited at most every
-``min_interval`` seconds (platforms rate-limit edits); typing indicators are renewed every
-``typing_interval`` while the turn runs. The final text is handed to the platform, which
+Deltas build a plain-text preview that is sent once (not before ``preview_after`` seconds of
+streaming) and then edited at most every ``min_interval`` seconds (platforms rate-limit edits);
+a typing indicator appears once a turn has run ``typing_delay`` seconds and is renewed every
+``typing_interval`` while it runs. The final text is handed to the platform, which
 renders it (Markdown -> HTML/mrkdwn, split to the platform's limits) and replaces the preview.
 Delivery errors are logged and counted by the platform target, never raised into the turn.
 """
@@ -12,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Protocol
+
+TYPING_DELAY = 0.5
+"""Seconds a turn runs before the typing indicator is shown."""
 
 PREVIEW_LIMIT = 3500
 """Previews are cut here: a preview is temporary, the final rendering does the real split."""
@@ -37,10 +41,14 @@ class EditStreamer:
     """A :class:`channels.base.ReplySink` over an :class:`EditTarget`."""
 
     def __init__(self, target: EditTarget, *, min_interval: float = 1.0,
-                 typing_interval: float = 4.0, stream: bool = True) -> None:
+                 typing_interval: float = 4.0, stream: bool = True,
+                 typing_delay: float = TYPING_DELAY, preview_after: float = 0.0) -> None:
         self.target = target
         self.min_interval = min_interval
         self.typing_interval = typing_interval
+        self.typing_delay = typing_delay
+        self.preview_after = preview_after
+        self._first_delta: float | None = None
         self.stream = stream
         self._text = ""
         self._ref: str | None = None
@@ -50,21 +58,29 @@ class EditStreamer:
         self._done = False
 
     async def typing(self) -> None:
+        # Never awaited on the turn's path: the indicator starts after ``typing_delay``, so a
+        # reply that is ready sooner costs no platform call at all (each one is a round trip
+        # and a few ms of CPU, and a flash of "typing..." helps nobody).
         if self._typing_task is None and not self._done:
-            await self.target.typing()
+            if self.typing_delay <= 0:  # "at once": shown before the turn goes on
+                await self.target.typing()
             self._typing_task = asyncio.get_running_loop().create_task(self._renew_typing())
 
     async def _renew_typing(self) -> None:
+        await asyncio.sleep(self.typing_delay if self.typing_delay > 0 else self.typing_interval)
         while not self._done:
+            await self.target.typing()
             await asyncio.sleep(self.typing_interval)
-            if not self._done:
-                await self.target.typing()
 
     async def delta(self, text: str) -> None:
         if not self.stream or self._done:
             return
         self._text += text
         now = time.monotonic()
+        if self._first_delta is None:
+            self._first_delta = now
+        if now - self._first_delta < self.preview_after:
+            return  # a quick reply goes out once, as its final rendering
         if now - self._last_edit < self.min_interval:
             return
         preview = _preview(self._text)

@@ -59,6 +59,7 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
 
     idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
+    typing_delay: float = Field(0.5, ge=0, validation_alias=_env("GATEWAY_TYPING_DELAY"))
     pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
 
     # -- several workers (see gateway.coordination) -----------------------------------------

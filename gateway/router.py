@@ -227,6 +227,9 @@ class Router:
                     finished = True  # the claim ended with the queue
         except LeaseLostError as exc:
             log.warning("%s; another worker serves the conversation now", exc)
+        except Exception as exc:  # e.g. Redis unreachable: the queue waits for its next holder
+            log.error("%s: stopped serving the conversation (%s)", key.label(),
+                      type(exc).__name__)
         finally:
             if self._workers.get(key) is me:
                 del self._workers[key]

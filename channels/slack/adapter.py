@@ -57,7 +57,7 @@ from channels.slack.convert import CHANNEL, Ignored, to_inbound
 from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
-from channels.streaming import EditStreamer
+from channels.streaming import TYPING_DELAY, EditStreamer
 from gateway.config import Settings
 from gateway.coordination.base import Coordinator, LeaderElector
 from gateway.coordination.tasks import stop
@@ -99,6 +99,7 @@ class SlackChannel:
         api_base_url: str | None = None,
         max_message_chars: int = 16_000,
         edit_interval: float = 1.0,
+        typing_delay: float = TYPING_DELAY,
         dedup: Deduplicator | None = None,
         elector: LeaderElector | None = None,
     ) -> None:
@@ -109,6 +110,7 @@ class SlackChannel:
         self.metrics = metrics
         self.max_message_chars = max_message_chars
         self.edit_interval = edit_interval
+        self.typing_delay = typing_delay
         client_args: dict[str, Any] = {"base_url": api_base_url} if api_base_url else {}
         self.client = AsyncWebClient(
             token=bot_token,
@@ -162,6 +164,7 @@ class SlackChannel:
             metrics=metrics,
             max_message_chars=settings.max_message_chars,
             edit_interval=edit_interval,
+            typing_delay=settings.typing_delay,
             dedup=coordinator.deduplicator("slack", DEDUP_TTL) if coordinator else None,
             elector=elector,
         )
@@ -193,7 +196,8 @@ class SlackChannel:
         log.info("slack channel started (%s mode)", self.mode)
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
-        return EditStreamer(SlackTarget(self.calls, inbound), min_interval=self.edit_interval)
+        return EditStreamer(SlackTarget(self.calls, inbound), min_interval=self.edit_interval,
+                            preview_after=self.edit_interval, typing_delay=self.typing_delay)
 
     async def _socket_term(self) -> None:
         """Hold the socket while elected; it is closed when the term ends."""

@@ -49,7 +49,7 @@ from telegram.ext import AIORateLimiter, ExtBot
 from telegram.request import HTTPXRequest
 
 from channels.base import Deliver, ReplySink
-from channels.streaming import EditStreamer
+from channels.streaming import TYPING_DELAY, EditStreamer
 from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
@@ -88,6 +88,7 @@ class TelegramOptions:
     stall_seconds: float = 90.0
     edit_interval: float = 1.0
     typing_interval: float = 4.0
+    typing_delay: float = TYPING_DELAY
     close_grace: float = 10.0
 
 
@@ -167,6 +168,7 @@ class TelegramChannel:
             poll_timeout=settings.telegram_poll_timeout,
             stall_seconds=settings.telegram_stall_seconds,
             close_grace=settings.shutdown_grace,
+            typing_delay=settings.typing_delay,
         )
         rate_limited = settings.telegram_rate_limit == "on"
         bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
@@ -310,7 +312,8 @@ class TelegramChannel:
             reply_to=reply_to if isinstance(reply_to, int) else None,
             preview_after=self.edit_interval, on_done=self._reply_done)
         return EditStreamer(target, min_interval=self.edit_interval,
-                            typing_interval=self.options.typing_interval)
+                            typing_interval=self.options.typing_interval,
+                            typing_delay=self.options.typing_delay)
 
     @property
     def pending_replies(self) -> int:

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from gateway.coordination import scripts
 from gateway.coordination.redis_queue import LEASE_SAFETY
-from gateway.coordination.tasks import stop
+from gateway.coordination.tasks import bounded, stop
 
 log = logging.getLogger("gateway.coordination")
 
@@ -68,8 +68,10 @@ class RedisLeaderElector:
 
     async def _campaign(self) -> bool:
         try:
-            return bool(await self._redis.set(self.key, self.owner, nx=True, px=self._ttl_ms))
-        except RedisError as exc:
+            async with bounded():
+                return bool(await self._redis.set(self.key, self.owner, nx=True,
+                                                  px=self._ttl_ms))
+        except (RedisError, TimeoutError) as exc:
             log.warning("coordination: campaign for %s failed (%s)", self.name,
                         type(exc).__name__)
             return False
@@ -100,9 +102,10 @@ class RedisLeaderElector:
                     return False
                 asked = loop.time()
                 try:
-                    extended = int(await self._extend(keys=[self.key],
-                                                      args=[self.owner, self._ttl_ms]))
-                except RedisError as exc:
+                    async with bounded():
+                        extended = int(await self._extend(keys=[self.key],
+                                                          args=[self.owner, self._ttl_ms]))
+                except (RedisError, TimeoutError) as exc:
                     log.warning("coordination: renewing leadership of %s failed (%s)",
                                 self.name, type(exc).__name__)
                     continue
@@ -115,6 +118,7 @@ class RedisLeaderElector:
 
     async def _step_down(self) -> None:
         try:
-            await self._resign(keys=[self.key], args=[self.owner])
-        except RedisError as exc:  # it lapses by itself
+            async with bounded():
+                await self._resign(keys=[self.key], args=[self.owner])
+        except (RedisError, TimeoutError) as exc:  # it lapses by itself
             log.warning("coordination: giving up %s failed (%s)", self.name, type(exc).__name__)

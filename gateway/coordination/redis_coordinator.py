@@ -25,7 +25,7 @@ from gateway.coordination.redis_dedup import RedisDeduplicator
 from gateway.coordination.redis_pairing import RedisPairingState
 from gateway.coordination.redis_queue import ROUTER_DEDUP_TTL, RedisConversations
 from gateway.coordination.relay import Relay
-from gateway.coordination.tasks import stop
+from gateway.coordination.tasks import bounded, stop
 from gateway.dedup import Deduplicator
 from gateway.errors import ConfigError
 from gateway.pairing import PairingState
@@ -49,9 +49,9 @@ class RedisCoordinator:
         self.keys = Keys(prefix)
         self.worker = worker or new_worker_id()
         self.lease_ttl = lease_ttl
-        # Blocking reads (the relay's BLPOP) wait at most a second, well inside socket_timeout.
+        # No socket_timeout: commands are bounded by the callers (see .tasks.bounded).
         self.redis: aioredis.Redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_connect_timeout=5.0, socket_timeout=10.0,
+            url, decode_responses=True, socket_connect_timeout=5.0, socket_keepalive=True,
             health_check_interval=30,
         )
         self.relay = Relay(self.redis, self.keys, self.worker)
@@ -71,8 +71,9 @@ class RedisCoordinator:
     async def __aenter__(self) -> Self:
         """Check Redis is there, then start the relay reader and the lease renewer."""
         try:
-            await self.redis.ping()
-        except RedisError as exc:
+            async with bounded():
+                await self.redis.ping()
+        except (RedisError, TimeoutError) as exc:
             await self.redis.aclose()
             raise ConfigError(
                 f"cannot reach Redis at GATEWAY_REDIS_URL ({type(exc).__name__})") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from gateway.coordination.keys import Keys
+from gateway.coordination.tasks import bounded
 
 MIN_TTL = 3600.0
 """Slack retries for about an hour, so no shared dedup forgets sooner."""
@@ -14,7 +15,8 @@ class RedisDeduplicator:
     """See :class:`gateway.dedup.Deduplicator`: atomic across every worker on the Redis.
 
     Keys are ``{p}dedup:<namespace>:<id>`` and expire after ``ttl`` seconds (at least an hour).
-    A Redis error propagates: the caller cannot tell a duplicate, and must not guess.
+    A Redis error (or TimeoutError) propagates: the caller cannot tell a duplicate, and must
+    not guess.
     """
 
     def __init__(self, redis: aioredis.Redis, keys: Keys, namespace: str,
@@ -25,11 +27,14 @@ class RedisDeduplicator:
         self.ttl = max(int(ttl), int(MIN_TTL))
 
     async def first_time(self, key: str) -> bool:
-        return bool(await self._redis.set(self._keys.dedup(self.namespace, key), "1",
-                                          nx=True, ex=self.ttl))
+        async with bounded():
+            return bool(await self._redis.set(self._keys.dedup(self.namespace, key), "1",
+                                              nx=True, ex=self.ttl))
 
     async def keep(self, key: str) -> None:
         return None  # written by first_time already (shared by workers, it cannot wait)
 
     async def forget(self, key: str) -> None:
-        await self._redis.delete(self._keys.dedup(self.namespace, key))
+        """The delivery was not kept: let a redelivery through (on any worker)."""
+        async with bounded():
+            await self._redis.delete(self._keys.dedup(self.namespace, key))

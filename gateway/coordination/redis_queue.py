@@ -32,6 +32,7 @@ from gateway.coordination import scripts
 from gateway.coordination.base import Claim, LeaseLostError, QueueItem, Ticket
 from gateway.coordination.keys import Keys, decode_item, encode_item, key_of, member
 from gateway.coordination.relay import Relay
+from gateway.coordination.tasks import bounded
 from gateway.messages import ConversationKey
 
 log = logging.getLogger("gateway.coordination")
@@ -92,12 +93,13 @@ class RedisConversations:
             self.relay.expect(item.id, item.sink)
         asked = asyncio.get_running_loop().time()
         try:
-            result = int(await self._enqueue(
-                keys=[self.keys.dedup("router", dedup_key or "-"), self.keys.queue(key),
-                      self.keys.lease(key), self.keys.fence(key), self.keys.active],
-                args=[encode_item(item, self.worker), ROUTER_DEDUP_TTL, self.worker,
-                      self._ttl_ms, member(key), "1" if dedup_key else "0"],
-            ))
+            async with bounded():
+                result = int(await self._enqueue(
+                    keys=[self.keys.dedup("router", dedup_key or "-"), self.keys.queue(key),
+                          self.keys.lease(key), self.keys.fence(key), self.keys.active],
+                    args=[encode_item(item, self.worker), ROUTER_DEDUP_TTL, self.worker,
+                          self._ttl_ms, member(key), "1" if dedup_key else "0"],
+                ))
         except BaseException:
             self.relay.forget(item.id)
             raise
@@ -129,10 +131,11 @@ class RedisConversations:
 
     async def next(self, claim: Claim) -> QueueItem | None:
         key = claim.key
-        reply = await self._advance(
-            keys=self._conv_keys(key),
-            args=[self.worker, self._done.pop(key, ""), member(key)],
-        )
+        async with bounded():
+            reply = await self._advance(
+                keys=self._conv_keys(key),
+                args=[self.worker, self._done.pop(key, ""), member(key)],
+            )
         status = _text(reply[0])
         if status == "lost":
             raise LeaseLostError(f"lease on {key.label()} was taken over")
@@ -154,16 +157,19 @@ class RedisConversations:
         key = claim.key
         self._granted.pop(key, None)
         try:
-            await self._release(keys=self._conv_keys(key),
-                                args=[self.worker, self._done.pop(key, ""), member(key)])
-        except RedisError as exc:  # the lease lapses by itself; others adopt what is left
+            async with bounded():
+                await self._release(keys=self._conv_keys(key),
+                                    args=[self.worker, self._done.pop(key, ""), member(key)])
+        except (RedisError, TimeoutError) as exc:
+            # The lease lapses by itself; others adopt what is left.
             log.warning("coordination: releasing %s failed (%s)", key.label(),
                         type(exc).__name__)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
-        token = int(await self._refence(keys=[self.keys.lease(claim.key),
-                                              self.keys.fence(claim.key)],
-                                        args=[self.worker, at_least]))
+        async with bounded():
+            token = int(await self._refence(keys=[self.keys.lease(claim.key),
+                                                  self.keys.fence(claim.key)],
+                                            args=[self.worker, at_least]))
         if token == 0:
             raise LeaseLostError(f"lease on {claim.key.label()} was taken over")
         claim.token = token
@@ -181,8 +187,9 @@ class RedisConversations:
         while True:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))  # workers spread out
             try:
-                claims = await self.sweep()
-            except RedisError as exc:
+                async with bounded():
+                    claims = await self.sweep()
+            except Exception as exc:  # the next sweep tries again; never end the adoptions
                 log.warning("coordination: sweep failed (%s)", type(exc).__name__)
                 continue
             for claim in claims:
@@ -219,12 +226,13 @@ class RedisConversations:
                 continue
             asked = loop.time()
             try:
-                async with self._redis.pipeline(transaction=False) as pipe:
+                async with bounded(), self._redis.pipeline(transaction=False) as pipe:
                     for entry in held:
                         await self._extend(keys=[self.keys.lease(entry.claim.key)],
                                            args=[self.worker, self._ttl_ms], client=pipe)
                     results = await pipe.execute()
-            except RedisError as exc:  # the deadlines lapse by themselves if this goes on
+            except (RedisError, TimeoutError) as exc:
+                # The deadlines lapse by themselves if this goes on.
                 log.warning("coordination: lease renewal failed (%s)", type(exc).__name__)
                 continue
             for entry, extended in zip(held, results, strict=True):

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from channels.base import ReplySink
 from gateway.coordination.keys import Keys
+from gateway.coordination.tasks import bounded
 
 log = logging.getLogger("gateway.coordination")
 
@@ -78,11 +79,11 @@ async def push(redis: aioredis.Redis, inbox: str, item_id: str, kind: str, text:
     """One event into a receiver's inbox; a failure is logged, never raised (sink contract)."""
     event = orjson.dumps({"i": item_id, "k": kind, "t": text})
     try:
-        async with redis.pipeline(transaction=False) as pipe:
+        async with bounded(), redis.pipeline(transaction=False) as pipe:
             pipe.rpush(inbox, event)
             pipe.expire(inbox, INBOX_TTL)
             await pipe.execute()
-    except RedisError as exc:
+    except (RedisError, TimeoutError) as exc:
         log.warning("relay: could not pass a %s event on (%s)", kind, type(exc).__name__)
 
 
@@ -167,8 +168,9 @@ class Relay:
         backoff = 0.1
         while True:
             try:
-                popped = await self._redis.blpop([inbox], timeout=POLL_SECONDS)
-            except RedisError as exc:
+                async with bounded():
+                    popped = await self._redis.blpop([inbox], timeout=POLL_SECONDS)
+            except (RedisError, TimeoutError) as exc:
                 log.warning("relay: reading the inbox failed (%s); retrying",
                             type(exc).__name__)
                 await asyncio.sleep(backoff)

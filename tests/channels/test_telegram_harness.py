@@ -44,6 +44,8 @@ def telegram_settings(fake: FakeTelegramServer, data_dir: Path, **extra: Any) ->
         "TELEGRAM_API_BASE_URL": fake.base_url, "TELEGRAM_RATE_LIMIT": "off",
         "TELEGRAM_POLL_TIMEOUT": 1, "TELEGRAM_STALL_SECONDS": 5,
         "TELEGRAM_ALLOWED_USERS": ALLOWED,
+        # Typing at once, so call sequences are the same on a fast or a loaded machine.
+        "GATEWAY_TYPING_DELAY": 0,
     }
     values.update(extra)
     # _env_file is an init-only option of pydantic-settings that mypy cannot see.

@@ -22,7 +22,6 @@ a minute); ``GATEWAY_CRASH_SEED`` replays a run. The summary goes to the test ou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import time
@@ -60,15 +59,18 @@ REPORT = Path(__file__).resolve().parents[2] / "test-output" / "crash-kill.txt"
 
 @dataclass
 class Trial:
+    """One run of the gateway, ended by a kill (or a clean stop), and what the checks found."""
+
     number: int
     mode: str
-    killed_after: float
+    ended_after: float
     sent: int
     findings: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         outcome = "ok" if not self.findings else "; ".join(self.findings[:5])
-        return (f"trial {self.number}: {self.mode}, killed after {self.killed_after:.2f} s, "
+        how = "stopped" if self.mode == "stop" else "killed"
+        return (f"trial {self.number}: {self.mode}, {how} after {self.ended_after:.2f} s, "
                 f"{self.sent} messages sent: {outcome}")
 
 
@@ -146,8 +148,7 @@ async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random,
         await driver.gateway.kill()
     finally:
         steady.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await steady
+        await asyncio.wait([steady])  # waits for the cancel without swallowing our own
     killed_after = time.monotonic() - started
     await driver.settled()
     return killed_after, findings
