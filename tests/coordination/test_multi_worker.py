@@ -17,6 +17,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.providers.base import ProviderRequest
+from gateway.providers.offline import OfflineProvider
 from sessions.postgres import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
@@ -29,6 +31,7 @@ MESSAGES = 2000 if SLOW else 500
 CONVERSATIONS = 100
 IN_FLIGHT = 48
 """Requests open at once (the bursts are bounded by this)."""
+OFFLINE = OfflineProvider()
 KILL_AFTER = 0.4
 """Fraction of messages acknowledged before one worker is SIGKILLed."""
 
@@ -38,7 +41,8 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
     tmp_path: Path,
 ) -> None:
     """Every message is recorded once, in send order, answered exactly once (also those whose
-    request died with the killed worker); replies match the log; every call replays."""
+    request died with the killed worker); replies match the log; every call's request rebuilds
+    from PostgreSQL well-formed, and the offline model fed it gives the logged answer."""
     rng = random.Random(7)
     per_conv = MESSAGES // CONVERSATIONS
     plan = {f"c{c:03d}": [Sent(f"c{c:03d}", f"c{c:03d}-{i}", f"message {i} in c{c:03d}")
@@ -104,6 +108,12 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
             assert all(x != y for x, y in itertools.pairwise(roles)), conv
             assert turn.prompt is not None
             assert turn.prompt.text
+            if turn.assistant is not None:  # the offline model, fed the rebuilt request,
+                again = await OFFLINE.complete(ProviderRequest(  # answers the same
+                    system=turn.prompt.text, messages=replay.sent(turn),
+                    tools=list(replay.tools_of(turn) or ()), model=turn.model or "",
+                    params=turn.params or {}))
+                assert again.message["content"] == replay.messages[turn.assistant]["content"]
             calls += 1
         answered_by = sorted(t.assistant for t in replay.turns if t.assistant is not None)
         assert answered_by == [i for i, m in enumerate(replay.messages)
