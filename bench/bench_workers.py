@@ -11,7 +11,12 @@ Subjects, each on a fresh PostgreSQL schema and Redis prefix, every worker a rea
 ``python -m gateway run`` process:
 
 * floor: one worker without Redis (the single-process gateway, same PostgreSQL store);
-* 1, 2 and 3 workers with ``GATEWAY_REDIS_URL`` (the stateless-worker mode).
+* 1, 2 and 3 workers with ``GATEWAY_REDIS_URL`` (the stateless-worker mode), each message
+  sent to a random worker;
+* 2 and 3 workers, *sticky*: every message of a chat goes to the same worker (as a load
+  balancer with affinity would send them), which shows what the hand-offs between workers
+  cost: the session re-read by a worker that did not serve the chat last, and replies relayed
+  through Redis to the worker holding the request.
 
 Reported per subject, as medians of ``--rounds`` rounds (the order of subjects rotates each
 round, so drift in the load of a shared machine spreads over all of them): messages/s, p50 and
@@ -53,7 +58,8 @@ from sessions import pg_schema
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("GATEWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-SUBJECTS = ("floor", "1 worker", "2 workers", "3 workers")
+SUBJECTS = ("floor", "1 worker", "2 workers", "3 workers", "2 workers, sticky",
+            "3 workers, sticky")
 
 
 @dataclass
@@ -136,7 +142,7 @@ async def stop(cluster: Cluster) -> None:
 
 
 async def workload(ports: list[int], conversations: int, messages: int, in_flight: int,
-                   tag: str) -> tuple[float, list[float], int]:
+                   tag: str, sticky: bool) -> tuple[float, list[float], int]:
     """Run the chats; (seconds, latency of every reply, errors)."""
     rng = random.Random(tag)
     gate = asyncio.Semaphore(in_flight)
@@ -144,12 +150,12 @@ async def workload(ports: list[int], conversations: int, messages: int, in_fligh
     errors = 0
     connector = aiohttp.TCPConnector(limit=in_flight * 2)
 
-    async def chat(http: aiohttp.ClientSession, conv: str) -> None:
+    async def chat(http: aiohttp.ClientSession, conv: str, home: int) -> None:
         nonlocal errors
         for i in range(messages):
             text = f"message {i} of {conv}"
             body = {"conversation": conv, "text": text, "id": f"{conv}-{i}"}
-            port = rng.choice(ports)
+            port = home if sticky else rng.choice(ports)
             async with gate:
                 sent = time.perf_counter()
                 async with http.post(f"http://127.0.0.1:{port}/api/chat", json=body) as resp:
@@ -164,7 +170,7 @@ async def workload(ports: list[int], conversations: int, messages: int, in_fligh
         started = time.perf_counter()
         async with asyncio.TaskGroup() as tg:
             for c in range(conversations):
-                tg.create_task(chat(http, f"{tag}-c{c}"))
+                tg.create_task(chat(http, f"{tag}-c{c}", ports[c % len(ports)]))
         return time.perf_counter() - started, latencies, errors
 
 
@@ -187,7 +193,7 @@ async def one_run(subject: str, args: argparse.Namespace) -> Run:
                 machine_before = psutil.cpu_times()
                 seconds, latencies, errors = await workload(
                     cluster.ports, args.conversations, args.messages, args.in_flight,
-                    secrets.token_hex(3))
+                    secrets.token_hex(3), sticky="sticky" in subject)
                 machine_after = psutil.cpu_times()
                 cpu = cluster.cpu_seconds() - cpu_before
             finally:

@@ -80,8 +80,8 @@ class MemoryChannel:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_replies(  # noqa: ASYNC109 (a test helper: the bound is the point)
-        self, count: int, timeout: float = 10.0
+    async def wait_replies(
+        self, count: int, timeout: float = 10.0  # noqa: ASYNC109 (a test helper: the bound is the point)
     ) -> list[tuple[str, str, str]]:
         async with asyncio.timeout(timeout), self._changed:
             await self._changed.wait_for(lambda: len(self.replies) >= count)

@@ -40,8 +40,7 @@ def leading(gateways: list[Gateway]) -> list[Gateway]:
 async def test_one_worker_polls_and_the_other_takes_over(
     fake: FakeTelegramServer, prefix: str, schema: str, tmp_path: Path
 ) -> None:
-    """Two workers, one bot: only the elected one polls (no 409 conflicts), every message is
-    answered once; when it shuts down the standby polls and answers the next ones."""
+    """Only the elected worker polls (no 409s); when it stops, the standby polls and answers."""
     gateways = []
     for n in range(2):
         settings = telegram_settings(

@@ -35,8 +35,7 @@ CONTEXT = ChannelContext("memory", "private", "u")
 async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
     prefix: str, pg_store: PostgresSessionStore
 ) -> None:
-    """Worker A stalls past its lease; B takes over with a higher token; A's next append is
-    refused with StaleWriterError and the log holds A's entries from before the takeover only."""
+    """A stale worker's append after a takeover raises StaleWriterError and lands nothing."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
         claim_a = (await a.conversations.submit(item("c", "from a"))).claim
         assert claim_a is not None
@@ -66,8 +65,7 @@ async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
 async def test_worker_that_loses_its_lease_mid_turn_stops_and_the_turn_is_finished_once(
     prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path
 ) -> None:
-    """A's turn is cut off when its lease is taken mid provider call; after the lease lapses B
-    adopts the conversation, finds the message already recorded, and answers it once."""
+    """A holder cut off mid-turn stops; the heir finishes the recorded message, answering once."""
     slow = ScriptedProvider(delay=30.0)
     fast = ScriptedProvider()
     fast.script("the answer")

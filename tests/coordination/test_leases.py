@@ -19,8 +19,7 @@ pytestmark = pytest.mark.services
 async def test_lease_is_renewed_while_held_and_released_with_the_queue(
     redis: aioredis.Redis, prefix: str
 ) -> None:
-    """The first receiver claims (token 1); its lease outlives the ttl while held; it serves
-    what others queued in order and gives the lease up when the queue is empty."""
+    """The lease outlives its ttl while renewed, serves the queue in order, ends with it."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
         first = await a.conversations.submit(item("c", "one"))
         assert await b.conversations.submit(item("c", "two")) == Ticket()
@@ -44,8 +43,7 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
 async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
     redis: aioredis.Redis, prefix: str
 ) -> None:
-    """A holder that dies keeps its lease until the ttl; then a sweep adopts the conversation
-    with a higher token, and the item the dead holder had started comes back as resumed."""
+    """A dead holder's lease lapses; a sweep adopts it with a higher token, head item resumed."""
     dead = RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=1.0)
     await dead.__aenter__()
     claim = (await dead.conversations.submit(item("c", "one"))).claim
@@ -72,8 +70,7 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
 async def test_holder_that_loses_its_lease_is_stopped(
     redis: aioredis.Redis, prefix: str
 ) -> None:
-    """When another worker owns the lease, the holder's next renewal ends its block with
-    LeaseLostError (well before the ttl would have passed)."""
+    """A holder whose lease another worker owns is stopped at its next renewal."""
     async with coordinator(prefix, ttl=3.0) as a:
         claim = (await a.conversations.submit(item("c", "one"))).claim
         assert claim is not None
@@ -95,8 +92,7 @@ async def test_holder_that_loses_its_lease_is_stopped(
 
 
 async def test_queue_hand_off_strands_nothing_under_concurrency(prefix: str) -> None:
-    """Two workers submitting to one conversation while whoever claims it serves: every item
-    is served exactly once, in submission order, and no item waits without a server."""
+    """Submits racing the holder's release strand nothing: all served once, in order."""
     served: list[str] = []
 
     async def serve(coord: RedisCoordinator, claim: Claim) -> None:

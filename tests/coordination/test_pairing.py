@@ -14,8 +14,7 @@ pytestmark = pytest.mark.services
 
 
 async def test_pairing_is_shared_by_workers(prefix: str, tmp_path: Path) -> None:
-    """A asks, B approves, A sees the approval; bad codes count across workers; nothing is
-    written under the data directory."""
+    """A code given on one worker is approved on another; bad codes count across workers."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
         on_a = PairingStore(tmp_path / "a", state=a.pairing_state())
         on_b = PairingStore(tmp_path / "b", state=b.pairing_state())

@@ -61,8 +61,7 @@ def test_locate_reads_how_far_the_turn_got() -> None:
 
 
 async def test_prepare_rerun_does_not_add_the_message_twice() -> None:
-    """The interrupted turn continues: begin() of its message adds nothing, and a tool call
-    left without results gets an error result first."""
+    """Finishing an interrupted turn adds its message once and closes open tool calls."""
     appended: list[list[dict[str, Any]]] = []
 
     class Writer:

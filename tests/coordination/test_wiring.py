@@ -32,8 +32,7 @@ def settings(tmp_path: Path, **values: Any) -> Settings:
 
 
 async def test_redis_url_selects_the_redis_coordinator(tmp_path: Path) -> None:
-    """With GATEWAY_REDIS_URL (and a store URL) the coordinator is Redis, with the prefix and
-    lease ttl from settings; without it, the in-process one; the URL never shows in a repr."""
+    """GATEWAY_REDIS_URL picks the Redis coordinator (prefix, ttl from settings, URL hidden)."""
     chosen = build_coordinator(settings(tmp_path, GATEWAY_REDIS_URL=REDIS,
                                         GATEWAY_STORE_URL=STORE, GATEWAY_REDIS_PREFIX="gwx:",
                                         GATEWAY_LEASE_TTL=5))
@@ -54,8 +53,7 @@ def test_redis_needs_the_shared_store(tmp_path: Path) -> None:
 
 
 def test_settings_are_validated_and_the_url_kept_secret(tmp_path: Path) -> None:
-    """A non-Redis URL is refused without echoing it; the password is redacted from logs; the
-    lease ttl is at most 30 s; the store schema is a plain name and reaches the store."""
+    """Redis settings are checked, the URL never echoed or logged; the schema reaches the store."""
     with pytest.raises(ValidationError) as info:
         settings(tmp_path, GATEWAY_REDIS_URL="http://:s3cretpass@x/")
     assert "GATEWAY_REDIS_URL" in str(info.value)
@@ -77,8 +75,7 @@ def test_settings_are_validated_and_the_url_kept_secret(tmp_path: Path) -> None:
 
 
 async def test_run_without_reachable_redis_is_one_line(tmp_path: Path) -> None:
-    """`gateway run` pointed at a Redis nobody serves exits 2 with one line naming the setting
-    (never the URL)."""
+    """`gateway run` without a reachable Redis exits 2 with one line, never showing the URL."""
     env = {**os.environ, "GATEWAY_CHANNELS": "web", "GATEWAY_PORT": "0",
            "GATEWAY_DATA_DIR": str(tmp_path), "GATEWAY_STORE_URL": STORE,
            "GATEWAY_REDIS_URL": "redis://:s3cretpass@127.0.0.1:1/0", "PYTHONPATH": str(ROOT)}

@@ -67,8 +67,7 @@ def inbound(chat: str, text: str, platform_id: str | None = None) -> Inbound:
 async def test_messages_to_one_conversation_through_two_workers_keep_order(
     prefix: str, pg_store: PostgresSessionStore, tmp_path: Path
 ) -> None:
-    """Messages sent alternately to two workers are answered in send order, each once, and
-    each reply reaches the sink of the worker that received it (relayed when needed)."""
+    """Messages alternating between two workers are answered once, in order, to their sinks."""
     async with worker(prefix, pg_store, EchoProvider(delay=0.02), tmp_path / "p") as a, \
             worker(prefix, pg_store, EchoProvider(delay=0.02), tmp_path / "p") as b:
         sinks = []
@@ -95,8 +94,7 @@ async def test_messages_to_one_conversation_through_two_workers_keep_order(
 async def test_platform_ids_are_deduplicated_across_workers(
     prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path
 ) -> None:
-    """The same delivery reaching two workers (a Slack retry, the mention twin) is answered
-    once; the shared key lives at least an hour."""
+    """One delivery reaching two workers is answered once; its dedup key lives an hour."""
     async with worker(prefix, pg_store, EchoProvider(), tmp_path / "p") as a, \
             worker(prefix, pg_store, EchoProvider(), tmp_path / "p") as b:
         first = await a.router.deliver(inbound("c", "hi", "T1:C1:100.1"))
@@ -150,8 +148,7 @@ async def test_new_command_waits_for_queued_turns_and_rotates_once(
 async def test_session_from_before_sharing_is_taken_over(
     prefix: str, pg_store: PostgresSessionStore, tmp_path: Path
 ) -> None:
-    """A session whose fence a single gateway advanced past the Redis counter is still served:
-    the lease's token is raised above the store's."""
+    """A session whose fence predates Redis is taken over by raising the lease's token."""
     writer = await pg_store.create(tenant="default", channel="memory", conversation="memory:c")
     await writer.append([entries.message({"role": "user", "content": "old"})])
     await writer.append([entries.message({"role": "assistant", "content": "old answer"})])
