@@ -6,6 +6,7 @@ Codes are shown only here, to the operator at the terminal; the gateway never lo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,9 +25,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     revoke.add_argument("who", metavar="CHANNEL:USER")
 
 
+def pairing_store(data_dir: Path) -> PairingStore:
+    """The file state, or the workers' shared Redis state when GATEWAY_REDIS_URL is set
+    (so an approval reaches every worker)."""
+    url = os.environ.get("GATEWAY_REDIS_URL")
+    if not url:
+        return PairingStore(data_dir)
+    from gateway.coordination.keys import Keys
+    from gateway.coordination.redis_pairing import RedisPairingState
+
+    prefix = os.environ.get("GATEWAY_REDIS_PREFIX") or Keys().prefix
+    return PairingStore(data_dir, state=RedisPairingState(url, Keys(prefix).pairing))
+
+
 def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    store = PairingStore(data_dir)
+    store = pairing_store(data_dir)
     try:
         if args.action == "approve":
             request = store.approve(args.code)

@@ -41,3 +41,22 @@ async def test_concurrent_requests_are_all_kept(prefix: str, tmp_path: Path) -> 
         pending = stores[0].listing()["pending"]
     assert sorted(pending) == sorted(codes)
     assert sorted(p["user"] for p in pending.values()) == sorted(f"U{n}" for n in range(20))
+
+
+async def test_cli_approval_reaches_the_workers(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gateway pairing approve` with GATEWAY_REDIS_URL set approves in the shared state."""
+    from gateway.cli import main
+    from tests.coordination.services import REDIS_URL
+
+    monkeypatch.setenv("GATEWAY_REDIS_URL", REDIS_URL)
+    monkeypatch.setenv("GATEWAY_REDIS_PREFIX", prefix)
+    async with coordinator(prefix) as worker:
+        on_worker = PairingStore(tmp_path / "w", state=worker.pairing_state())
+        code = on_worker.request("slack", "U9", None)
+        status = await asyncio.to_thread(
+            main, ["pairing", "--data-dir", str(tmp_path / "cli"), "approve", code])
+        assert status == 0
+        assert on_worker.is_approved("slack", "U9")
+    assert not (tmp_path / "cli").exists()  # nothing went to a local file
