@@ -48,13 +48,12 @@ from channels.web.convert import (
     BadRequest,
     conversation_id,
     history_item,
-    host_part,
     int_param,
-    is_loopback,
     parse_chat,
 )
 from gateway.config import Settings
 from gateway.errors import ConfigError
+from gateway.hosts import host_of, is_loopback
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.registry import ConversationRegistry
 from gateway.router import Accepted, RouterClosedError
@@ -247,7 +246,7 @@ class WebChannel:
                               headers={"WWW-Authenticate": "Bearer"})
             return None
         host = request.headers.get("Host", "")
-        if not is_loopback(host_part(host)):
+        if not is_loopback(host_of(host)):
             return _error(403, "this server answers loopback host names only")
         origin = request.headers.get("Origin")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():

@@ -5,7 +5,6 @@ No I/O here: :mod:`channels.web.channel` reads requests and writes responses.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,22 +110,8 @@ def history_item(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` names and loopback IP addresses (``host`` without a port)."""
-    host = host.strip().strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
-def host_part(netloc: str) -> str:
-    """The host of a ``Host`` header value (``[::1]:80`` -> ``::1``, ``a:80`` -> ``a``)."""
-    if netloc.startswith("["):
-        return netloc[1:].split("]", 1)[0]
-    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
 
 
 def int_param(query: Mapping[str, str], name: str, default: int) -> int:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import time
 from dataclasses import dataclass
 
+from gateway.hosts import host_of, is_loopback
 from sessions.errors import InvalidNameError
 from sessions.names import DEFAULT_TENANT, validate_tenant
 
@@ -43,22 +43,8 @@ class Refused(Exception):
         self.status = status
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` names and loopback IP addresses (``host`` without a port)."""
-    host = host.strip().strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
-def host_of(netloc: str) -> str:
-    """The host part of a ``Host`` header (``[::1]:80`` -> ``::1``, ``a:80`` -> ``a``)."""
-    if netloc.startswith("["):
-        return netloc[1:].split("]", 1)[0]
-    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
 
 
 @dataclass(frozen=True, slots=True)

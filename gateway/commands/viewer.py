@@ -20,9 +20,9 @@ from typing import TextIO
 from aiohttp import web
 
 from gateway.admin import Access, AdminSite, SessionSource
-from gateway.admin.auth import is_loopback
 from gateway.commands.common import EXIT_USAGE, CommandError
 from gateway.commands.run import load_settings
+from gateway.hosts import is_loopback
 from sessions.errors import InvalidNameError
 
 DEFAULT_PORT = 8788

@@ -6,10 +6,11 @@ import re
 
 import pytest
 
-from gateway.admin.auth import ALL_TENANTS, COOKIE_TTL, Access, Refused, host_of
+from gateway.admin.auth import ALL_TENANTS, COOKIE_TTL, Access, Refused
 from gateway.admin.chart import drift_chart, nice_ceiling
 from gateway.admin.diff import DiffLine, diff_versions, line_diff
 from gateway.admin.markup import Markup, esc, join, tag
+from gateway.hosts import host_of
 from sessions.drift import DriftPoint
 from sessions.replay import PromptVersion, SectionRef
 
