@@ -121,12 +121,20 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if extra:  # named after the subcommand, like every other usage error
+        sys.stderr.write(f"gateway {args.command}: unrecognized arguments: {' '.join(extra)}\n")
+        return 2
     try:
         return asyncio.run(_dispatch(args))
+    except BrokenPipeError:
+        # The reader went away (``gateway export ... | head``): not an error worth a traceback.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except CommandError as exc:
         sys.stderr.write(f"gateway {args.command}: {exc}\n")
         return exc.code

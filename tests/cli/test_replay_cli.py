@@ -372,3 +372,27 @@ def test_subprocess_run_matches_in_process(cli: Callable[..., Result], sessions:
     assert ok.stdout == cli("s1", "--turn", "3", "--json").out
     missing = shell("nosuch")
     assert_one_line_error(Result(missing.returncode, missing.stdout, missing.stderr), 2)
+
+
+def test_unknown_option_is_one_line_named_after_the_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unknown option gives one stderr line starting 'gateway replay:' and exit 2."""
+    assert main(["replay", "--list", "--bogus"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gateway replay: unrecognized arguments: --bogus"]
+
+
+def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`gateway replay ... | head -1` exits without a traceback when the reader leaves."""
+    session = tmp_path / "big.jsonl"
+    lines = [b'{"type":"session","id":"big","version":1,"startedAt":"2026-01-01T00:00:00Z"}']
+    for i in range(3000):  # far more output than a pipe buffer holds
+        role = "user" if i % 2 == 0 else "assistant"
+        lines.append(orjson.dumps({"type": "message", "ts": "2026-01-01T00:00:01Z",
+                                   "message": {"role": role, "content": f"message {i}"}}))
+    session.write_bytes(b"\n".join(lines) + b"\n")
+    script = (f"{sys.executable} -m gateway replay {session} --json | head -c 10 >/dev/null")
+    result = subprocess.run(["bash", "-c", "set -o pipefail; " + script], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert "Traceback" not in result.stderr
