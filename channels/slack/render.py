@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from channels.telegram.render import Document, Mark, Span, parse_document, split_ranges
+from channels.markdown import Document, Mark, Span, parse_document, split_ranges
 
 __all__ = ["SLACK_LIMIT", "SlackChunk", "render_chunks", "render_message_chunks"]
 
