@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 
 from sessions import pg_schema
+from sessions.entries import encode_line
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call
-from sessions.pg_writer import encode_entry
 from sessions.postgres import PostgresSessionStore
 from sessions.records import CallRequest, Prompt, Section
 from sessions.store import Durability, SessionState, SessionWriter
@@ -85,7 +85,7 @@ class MemoryWriter:
     async def append(self, entries: Sequence[Mapping[str, Any]]) -> int:
         size = 0
         for item in entries:
-            line = encode_entry(item, self._state.next_seq, "2026-01-01T00:00:00.000Z")
+            line = encode_line(item, self._state.next_seq, "2026-01-01T00:00:00.000Z")
             self.lines.append(line)
             size += len(line) + 1
             self._state.next_seq += 1

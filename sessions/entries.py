@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from sessions.records import CallRequest, MessageDict, Outcome, ToolSchema
 
 FORMAT_VERSION = 3
@@ -94,3 +96,14 @@ def outcome(result: Outcome) -> dict[str, Any]:
     if result.error is not None:
         body["error"] = dict(result.error)
     return body
+
+
+def encode_line(item: Mapping[str, Any], seq: int, ts: str) -> bytes:
+    """One log line (without its newline): ``type``, ``seq``, ``ts`` first, then the body.
+
+    Every backend stores exactly these bytes, so a session reads the same from any of them.
+    """
+    body = dict(item)
+    line: dict[str, Any] = {"type": body.pop("type"), "seq": seq, "ts": body.pop("ts", ts)}
+    line.update(body)
+    return orjson.dumps(line)

@@ -124,10 +124,7 @@ class JsonlSessionWriter:
         seq = self._state.next_seq
         chunks: list[bytes] = []
         for item in items:
-            body = dict(item)
-            line: dict[str, Any] = {"type": body.pop("type"), "seq": seq, "ts": body.pop("ts", ts)}
-            line.update(body)
-            chunks.append(orjson.dumps(line))
+            chunks.append(entries.encode_line(item, seq, ts))
             seq += 1
         data = b"\n".join(chunks) + b"\n"
         # Entries are accepted (seq numbers given, state advanced) before the write, so that a
@@ -135,7 +132,7 @@ class JsonlSessionWriter:
         # Message indices in later call windows then still match the log once it recovers.
         self._state.next_seq = seq
         for item in items:
-            self._track(item)
+            self._state.advance(item)
         pending = self._backlog + data if self._backlog else data
         try:
             self._write_all(pending)
@@ -184,20 +181,6 @@ class JsonlSessionWriter:
             # The file may now end in a partial line; the next open() repairs a torn tail.
             log.warning("session %s: rollback after failed append also failed", self._session_id)
 
-    def _track(self, item: Mapping[str, Any]) -> None:
-        kind = item.get("type")
-        state = self._state
-        if kind == "message":
-            state.message_count += 1
-        elif kind == "section":
-            state.sections.add(item["hash"])
-        elif kind == "prompt":
-            state.last_prompt = item["fingerprint"]
-        elif kind == "tools":
-            state.tool_sets.add(item["fingerprint"])
-        elif kind == "call":
-            state.call_count = max(state.call_count, int(item["call"]) + 1)
-            state.last_tools = item.get("tools")
 
     async def sync(self) -> None:
         if self._fd is None or not self._dirty or self._durability == "none":

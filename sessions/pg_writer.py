@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import asyncpg
-import orjson
 
+from sessions import entries
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 from sessions.names import utc_now_iso
 from sessions.scan import message_text
@@ -35,12 +35,6 @@ DB_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresEr
 """What a database call can raise when the database is away or refuses."""
 
 
-def encode_entry(item: Mapping[str, Any], seq: int, ts: str) -> bytes:
-    """One log line, byte for byte as :class:`~sessions.jsonl.JsonlSessionWriter` writes it."""
-    body = dict(item)
-    line: dict[str, Any] = {"type": body.pop("type"), "seq": seq, "ts": body.pop("ts", ts)}
-    line.update(body)
-    return orjson.dumps(line)
 
 
 def error_kind(exc: BaseException) -> str:
@@ -54,20 +48,6 @@ def error_kind(exc: BaseException) -> str:
     return "CONNECTION"
 
 
-def track(state: SessionState, item: Mapping[str, Any]) -> None:
-    """Advance ``state`` for one accepted entry (as the JSONL writer does)."""
-    kind = item.get("type")
-    if kind == "message":
-        state.message_count += 1
-    elif kind == "section":
-        state.sections.add(item["hash"])
-    elif kind == "prompt":
-        state.last_prompt = item["fingerprint"]
-    elif kind == "tools":
-        state.tool_sets.add(item["fingerprint"])
-    elif kind == "call":
-        state.call_count = max(state.call_count, int(item["call"]) + 1)
-        state.last_tools = item.get("tools")
 
 
 def _user_text(item: Mapping[str, Any]) -> str | None:
@@ -161,7 +141,7 @@ class PostgresSessionWriter:
         ts = utc_now_iso()
         batch = Batch(self._state.next_seq)
         for offset, item in enumerate(items):
-            batch.lines.append(encode_entry(item, batch.first_seq + offset, ts))
+            batch.lines.append(entries.encode_line(item, batch.first_seq + offset, ts))
             kind = item.get("type")
             batch.types.append(kind if isinstance(kind, str) else None)
             if kind == "message":
@@ -172,7 +152,7 @@ class PostgresSessionWriter:
         # again, with the same seq and ts, ahead of the next append.
         self._state.next_seq += len(items)
         for item in items:
-            track(self._state, item)
+            self._state.advance(item)
         self._pending.append(batch)
         await self._flush()
         return batch.size

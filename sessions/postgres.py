@@ -63,7 +63,7 @@ from sessions.names import (
     validate_tenant,
 )
 from sessions.pg_import import ImportPlan, ImportResult, plan_import
-from sessions.pg_writer import DB_ERRORS, PostgresSessionWriter, encode_entry, error_kind
+from sessions.pg_writer import DB_ERRORS, PostgresSessionWriter, error_kind
 from sessions.scan import recover_state
 from sessions.store import MessagePage, SessionInfo, SessionState
 
@@ -229,7 +229,7 @@ class PostgresSessionStore:
         now = utc_now_iso()
         head = entries.header(sid, now, tenant=tenant, channel=channel,
                               conversation=conversation, extra=extra)
-        line = encode_entry(head, 0, now)
+        line = entries.encode_line(head, 0, now)
         async with self._writing(sid) as conn:
             try:
                 await conn.execute(

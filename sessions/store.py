@@ -28,6 +28,21 @@ class SessionState:
     sections: set[str] = field(default_factory=set)
     tool_sets: set[str] = field(default_factory=set)
 
+    def advance(self, item: Mapping[str, Any]) -> None:
+        """Take one accepted entry into account (every backend calls this per entry)."""
+        kind = item.get("type")
+        if kind == "message":
+            self.message_count += 1
+        elif kind == "section":
+            self.sections.add(item["hash"])
+        elif kind == "prompt":
+            self.last_prompt = item["fingerprint"]
+        elif kind == "tools":
+            self.tool_sets.add(item["fingerprint"])
+        elif kind == "call":
+            self.call_count = max(self.call_count, int(item["call"]) + 1)
+            self.last_tools = item.get("tools")
+
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
