@@ -16,7 +16,6 @@ from typing import Any, Self
 
 import anthropic
 import httpx2
-import orjson
 from anthropic.resources.messages import AsyncMessages
 from anthropic.types import ContentBlock, Message, RawMessageStreamEvent
 
@@ -28,6 +27,7 @@ from gateway.errors import (
     ProviderUnavailable,
 )
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.providers.common import parse_tool_input, stream_transport_error
 from sessions.records import MessageDict
 from sessions.shapes import Shape, anthropic_body
 
@@ -133,10 +133,8 @@ async def _events(
     except anthropic.APIError as exc:
         raise _translate(exc, streaming=True) from exc
     # The SDK lets the transport's errors escape from stream iteration unwrapped.
-    except httpx2.TimeoutException as exc:
-        raise ProviderTimeout("anthropic: the stream stalled past the timeout") from exc
     except httpx2.TransportError as exc:
-        raise ProviderStreamCut("anthropic: the stream broke off") from exc
+        raise stream_transport_error("anthropic", exc) from exc
 
 
 async def _assemble(
@@ -173,7 +171,7 @@ async def _assemble(
         # A clean end of the HTTP body without message_stop is still an incomplete answer.
         raise ProviderStreamCut("anthropic: the stream ended before message_stop")
     for index, parts in json_parts.items():
-        blocks[index]["input"] = _parse_tool_input("".join(parts))
+        blocks[index]["input"] = parse_tool_input("".join(parts))
     return ProviderResponse(
         message={"role": "assistant", "content": [blocks[i] for i in sorted(blocks)]},
         stop_reason=stop_reason,
@@ -190,15 +188,6 @@ def _block(block: ContentBlock) -> MessageDict:
     return block.model_dump(mode="json", exclude_none=True)
 
 
-def _parse_tool_input(raw: str) -> dict[str, Any]:
-    """Tool input from its JSON text; ``{}`` when empty, ``{"_raw": raw}`` when not an object."""
-    if not raw.strip():
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"_raw": raw}
 
 
 def _translate(exc: anthropic.APIError, *, streaming: bool) -> ProviderError:

@@ -16,7 +16,6 @@ from typing import Any, Self
 
 import httpx2
 import openai
-import orjson
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -29,6 +28,7 @@ from gateway.errors import (
     ProviderUnavailable,
 )
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.providers.common import parse_tool_input, stream_transport_error
 from sessions.records import MessageDict
 from sessions.shapes import Shape, openai_body
 
@@ -152,10 +152,8 @@ async def _chunks(
     except openai.APIError as exc:
         raise _translate(exc, streaming=True) from exc
     # Belt and braces: should a transport error escape the SDK's wrapping, it is still ours.
-    except httpx2.TimeoutException as exc:
-        raise ProviderTimeout("openai: the stream stalled past the timeout") from exc
     except httpx2.TransportError as exc:
-        raise ProviderStreamCut("openai: the stream broke off") from exc
+        raise stream_transport_error("openai", exc) from exc
 
 
 async def _assemble(
@@ -204,20 +202,11 @@ def _message(text: str, calls: list[tuple[str, str, str]]) -> MessageDict:
         content.append({"type": "text", "text": text})
     for call_id, name, arguments in calls:
         content.append(
-            {"type": "tool_use", "id": call_id, "name": name, "input": _tool_input(arguments)}
+            {"type": "tool_use", "id": call_id, "name": name, "input": parse_tool_input(arguments)}
         )
     return {"role": "assistant", "content": content}
 
 
-def _tool_input(raw: str) -> dict[str, Any]:
-    """Arguments JSON as a dict; ``{}`` when empty, ``{"_raw": raw}`` when not a JSON object."""
-    if not raw.strip():
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"_raw": raw}
 
 
 def _stop_reason(finish_reason: str | None) -> str | None:
