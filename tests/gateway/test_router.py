@@ -46,12 +46,12 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
             for chat in ("a", "b", "c"):
                 await core.channel.say(chat, f"{chat}{i}")
         replies = await core.channel.wait_replies(15)
-        await core.idle()
-        workers = dict(core.router._workers)
+        await core.idle()  # raises TimeoutError if a worker task outlives its queue
     for chat in ("a", "b", "c"):
         assert [r[2] for r in replies if r[0] == chat] == [f"re:{chat}{i}" for i in range(5)]
     assert provider.peak == 3  # three conversations at once, never two turns of one
-    assert workers == {}
+    assert core.router.queued == 0
+    assert core.router._receiving == {}  # nothing held for idle conversations
 
 
 async def test_global_turn_cap(tmp_path: Path) -> None:
