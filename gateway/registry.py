@@ -133,24 +133,19 @@ class ConversationRegistry:
                     fence: int | None = None) -> Conversation:
         label = key.label()
         existing = await self.store.latest_session(key.tenant, label)
-        if existing is not None and fence is not None:
-            # Open (fence) first, then read: no stale writer can append after the open.
-            writer = await self._fenced().open(key.tenant, existing, fence=fence)
+        if existing is not None:
+            # Open (and fence) first, then read: no stale writer can append after the open,
+            # and a torn tail is already repaired when the messages are read.
+            writer = (await self._fenced().open(key.tenant, existing, fence=fence)
+                      if fence is not None else await self.store.open(key.tenant, existing))
             messages, last_ts = _messages(await self.store.read_log(key.tenant, existing))
             if not self._stale(_epoch(last_ts)):
-                self._fences[key] = fence
+                if fence is not None:
+                    self._fences[key] = fence
                 conv = self._wrap(key, writer, context, messages)
                 conv.last_active = _epoch(last_ts) or self.clock()
                 return conv
-            await _close(writer)
-        elif existing is not None:
-            data = await self.store.read_log(key.tenant, existing)
-            messages, last_ts = _messages(data)
-            if not self._stale(_epoch(last_ts)):
-                writer = await self.store.open(key.tenant, existing)
-                conv = self._wrap(key, writer, context, messages)
-                conv.last_active = _epoch(last_ts) or self.clock()
-                return conv
+            await _close(writer)  # silent too long: the conversation starts a new session
         conv = self._wrap(key, await self._create(key, fence), context, [])
         if fence is not None:
             self._fences[key] = fence
