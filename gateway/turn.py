@@ -29,6 +29,8 @@ from sessions.scan import message_text
 log = logging.getLogger("gateway.turn")
 
 APOLOGY = "Sorry, I couldn't reach my language model just now. Please try again in a moment."
+CAPPED = "I stopped after too many steps without a final answer."
+"""The answer of a turn stopped at the iteration cap without any text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +144,7 @@ class AgentLoop:
                     block["is_error"] = True
                 results.append(block)
             await conv.add_tool_results({"role": "user", "content": results})
-        final = "\n\n".join(texts) or "I stopped after too many steps without a final answer."
+        final = "\n\n".join(texts) or CAPPED
         await sink.finish(final)
         await conv.recorder.sync()
         return TurnResult("iteration_cap", final, calls)

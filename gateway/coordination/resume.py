@@ -17,13 +17,13 @@ from typing import Any, Literal
 import orjson
 
 from gateway.conversation import Conversation
+from gateway.turn import CAPPED
 from gateway.window import ConversationOrder, has_tool_use
 from sessions.records import MessageDict
 from sessions.scan import message_text, split_lines
 
 Status = Literal["answered", "apologised", "capped", "interrupted"]
 
-CAPPED = "I stopped after too many steps without a final answer."
 INTERRUPTED_TOOL = "This tool run was interrupted (the gateway worker running it stopped)."
 
 
