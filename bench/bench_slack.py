@@ -128,10 +128,10 @@ def apply_variant(variant: str) -> None:
 
 async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> None:
     apply_variant(cfg.get("variant", ""))
-    from gateway import logs
-    from gateway.compose import build_gateway
-    from gateway.config import Settings
-    from gateway.providers.scripted import ScriptedProvider
+    from app import logs
+    from app.compose import build_gateway
+    from app.config import Settings
+    from tests.fakes.scripted_provider import ScriptedProvider
 
     settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
         _env_file=None,

@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 
-from sessions import pg_schema
 from sessions.entries import encode_line
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres import schema as pg_schema
+from sessions.postgres.store import PostgresSessionStore
 from sessions.records import CallRequest, Prompt, Section
 from sessions.store import Durability, SessionState, SessionWriter
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from channels.memory import MemoryChannel
+from coordination.local import LocalConversations
+from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ChannelContext
 from gateway.metrics import Metrics
 from gateway.prompt import BuiltPrompt
-from gateway.providers.scripted import ScriptedProvider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.tools import ToolRegistry
@@ -32,6 +32,8 @@ from gateway.turn import AgentLoop
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import Prompt, Section
 from sessions.store import Durability
+from tests.fakes.memory_channel import MemoryChannel
+from tests.fakes.scripted_provider import ScriptedProvider
 
 
 class FixedPrompt:
@@ -61,7 +63,8 @@ async def run_turns(hook: bool, turns: int, durability: Durability) -> float:
         channel = MemoryChannel()
         times: list[float] = []
         async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
-                          metrics=metrics) as router:
+                          metrics=metrics, dedup=MemoryDeduplicator(),
+                          conversations=LocalConversations()) as router:
             await channel.start(router.deliver)
             for i in range(turns):
                 started = time.perf_counter()

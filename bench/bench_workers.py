@@ -53,7 +53,7 @@ import psutil
 import redis.asyncio as aioredis
 
 from gateway.persona import seed_if_empty
-from sessions import pg_schema
+from sessions.postgres import schema as pg_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("GATEWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -1,5 +1,5 @@
 """``python -m gateway``: same as the ``gateway`` console script."""
 
-from gateway.cli import main
+from app.cli import main
 
 raise SystemExit(main())

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from channels.base import Deliver, ReplySink
+from gateway.channel import Deliver, ReplySink
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.pairing import PairingStore

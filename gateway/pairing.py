@@ -16,12 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
-
-import orjson
-
-from gateway.state_file import read_json, write_json
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
@@ -61,38 +56,17 @@ class PairingState(Protocol):
     def update(self, change: Callable[[dict[str, Any]], T]) -> T: ...
 
 
-class FilePairingState:
-    """The document in a private JSON file, re-read on every call (the CLI is another process)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def read(self) -> dict[str, Any]:
-        data = read_json(self.path, {})
-        return data if isinstance(data, dict) else {}
-
-    def update(self, change: Callable[[dict[str, Any]], T]) -> T:
-        data = self.read()
-        before = orjson.dumps(data)
-        result = change(data)
-        if orjson.dumps(data) != before:
-            write_json(self.path, data)
-        return result
-
-
 class PairingStore:
     """Pending codes and approved users, in a :class:`PairingState`.
 
-    By default the state is ``<data_dir>/access/pairing.json``; workers sharing Redis pass the
-    Redis state (see :mod:`gateway.coordination`), so a code given by one worker can be
-    approved while another one serves the person.
+    One gateway keeps the state in a private file (:mod:`coordination.file_pairing`); workers
+    sharing Redis pass the Redis state, so a code given by one worker can be approved while
+    another one serves the person.
     """
 
-    def __init__(self, data_dir: Path, clock: Callable[[], float] = time.time,
-                 state: PairingState | None = None) -> None:
-        self.path = data_dir / "access" / "pairing.json"
+    def __init__(self, state: PairingState, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.state: PairingState = state or FilePairingState(self.path)
+        self.state = state
 
     def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
         """Fill in missing parts and drop expired codes and attempts (in place)."""

@@ -7,7 +7,7 @@ when they speak again, so an idle conversation costs neither a task nor a descri
 
 Workers sharing a PostgreSQL store pass the conversation's lease token as ``fence``: the
 session is then (re)opened under that token, and read *after* the open, since from that moment
-no writer with an older token can append (see :mod:`sessions.postgres`). A conversation cached
+no writer with an older token can append (see :mod:`sessions.postgres.store`). A conversation cached
 under an older token is read again, unless the new token is the very next one (then no other
 worker held the lease in between, and the cache is current).
 """
@@ -33,7 +33,7 @@ from sessions.scan import split_lines
 from sessions.store import SessionStore, SessionWriter
 
 if TYPE_CHECKING:
-    from gateway.coordination.base import FencedStore
+    from gateway.coordination import FencedStore
 
 log = logging.getLogger("gateway.registry")
 

@@ -23,19 +23,17 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from channels.base import ReplySink
+from gateway.channel import Accepted, ReplySink, RouterClosedError
 from gateway.conversation import Conversation
-from gateway.coordination.base import Claim, ConversationQueue, LeaseLostError, QueueItem
-from gateway.coordination.local import LocalConversations
-from gateway.coordination.resume import locate, prepare_rerun
-from gateway.dedup import Deduplicator, MemoryDeduplicator
+from gateway.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
+from gateway.dedup import Deduplicator
 from gateway.messages import ChannelContext, ConversationKey, Inbound
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
+from gateway.takeover import locate, prepare_rerun
 from gateway.turn import AgentLoop
 from sessions.errors import StaleWriterError
 
@@ -48,18 +46,6 @@ ACK_WAIT = 10.0
 the channel can name the session); past that it returns once the message is queued."""
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """What :meth:`Router.deliver` tells the channel: where the message was recorded."""
-
-    session_id: str | None
-    duplicate: bool = False
-
-
-class RouterClosedError(RuntimeError):
-    """The router is shutting down and takes no new messages."""
-
-
 class Router:
     """Routes inbound messages to turns. Use as an async context manager (owns its tasks)."""
 
@@ -70,16 +56,16 @@ class Router:
         loop: AgentLoop,
         sink_for: SinkFactory,
         metrics: Metrics,
+        dedup: Deduplicator,
+        conversations: ConversationQueue,
         max_concurrent_turns: int = 32,
-        dedup: Deduplicator | None = None,
-        conversations: ConversationQueue | None = None,
     ) -> None:
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
         self.metrics = metrics
-        self.dedup = dedup or MemoryDeduplicator()
-        self.conversations: ConversationQueue = conversations or LocalConversations()
+        self.dedup = dedup
+        self.conversations = conversations
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         # Deliveries between registry.get() and their worker's start, per conversation: the

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from channels.base import ReplySink
+from gateway.channel import ReplySink
 from gateway.conversation import Conversation
 from gateway.errors import ProviderError
 from gateway.hooks import BeforeCallHook, CallContext, run_hooks

@@ -23,7 +23,6 @@ import errno
 import fcntl
 import logging
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from sessions.errors import (
     SessionReadError,
     SessionWriteError,
 )
+from sessions.files import FILE_MODE, ensure_private_dir
 from sessions.names import (
     DEFAULT_TENANT,
     new_session_id,
@@ -53,19 +53,6 @@ log = logging.getLogger(__name__)
 
 MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 """Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""
-
-DIR_MODE = 0o700
-FILE_MODE = 0o600
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) as 0700, tightening it if it already exists looser."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode != DIR_MODE:
-        path.chmod(DIR_MODE)
-    return path
-
 
 def _errno_kind(exc: OSError) -> str:
     return errno.errorcode.get(exc.errno or 0, type(exc).__name__)

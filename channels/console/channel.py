@@ -24,11 +24,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from channels.base import Deliver, ReplySink
+from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
+from gateway.history import History
+from gateway.ids import DEFAULT_TENANT, valid_id
 from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.router import Accepted, RouterClosedError
-from sessions.names import DEFAULT_TENANT, validate_name
-from sessions.store import SessionStore
 
 log = logging.getLogger("channels.console")
 
@@ -87,7 +86,7 @@ class ConsoleChannel:
     def __init__(
         self,
         *,
-        store: SessionStore,
+        history: History,
         conversation: str = "local",
         tenant: str = DEFAULT_TENANT,
         max_message_chars: int = 16_000,
@@ -96,8 +95,8 @@ class ConsoleChannel:
         replay_command: str = "gateway replay {session}",
         on_exit: Callable[[], None] | None = None,
     ) -> None:
-        self.store = store
-        self.key = ConversationKey(CHANNEL, validate_name(conversation, "conversation"),
+        self.history = history
+        self.key = ConversationKey(CHANNEL, valid_id(conversation, "conversation"),
                                    tenant=tenant)
         self.max_message_chars = max_message_chars
         self.stdin_fd = stdin_fd
@@ -219,8 +218,7 @@ class ConsoleChannel:
         return True
 
     async def _show_session(self) -> None:
-        session = self._session or await self.store.latest_session(self.key.tenant,
-                                                                     self.key.label())
+        session = self._session or await self.history.current_session(self.key)
         if session is None:
             self._write("no session yet: send a message first\n")
             return

@@ -36,12 +36,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import aiohttp
@@ -52,21 +50,18 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.base import Deliver, ReplySink
 from channels.slack.convert import CHANNEL, Ignored, to_inbound
 from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import TYPING_DELAY, EditStreamer
-from gateway.config import Settings
-from gateway.coordination.base import Coordinator, LeaderElector
-from gateway.coordination.tasks import stop
+from gateway.channel import Deliver, ReplySink, RouterClosedError
+from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
-from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ConfigError
 from gateway.messages import Inbound, Sender
 from gateway.metrics import Metrics
-from gateway.router import RouterClosedError
+from gateway.tasks import stop
 
 log = logging.getLogger("channels.slack")
 
@@ -94,13 +89,12 @@ class SlackChannel:
         bot_token: str,
         signing_secret: str | None,
         app_token: str | None,
-        data_dir: Path,
         metrics: Metrics,
         api_base_url: str | None = None,
         max_message_chars: int = 16_000,
         edit_interval: float = 1.0,
         typing_delay: float = TYPING_DELAY,
-        dedup: Deduplicator | None = None,
+        dedup: Deduplicator,
         elector: LeaderElector | None = None,
     ) -> None:
         self.mode: Mode = "socket" if app_token else "http"
@@ -123,8 +117,7 @@ class SlackChannel:
                              on_event=self._on_event, verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
         self._endpoint = EventsEndpoint(self.app, signing_secret) if signing_secret else None
-        self._dedup: Deduplicator = dedup or FileDeduplicator(
-            data_dir / "state" / "slack-events.jsonl", ttl=DEDUP_TTL)
+        self._dedup = dedup
         # Several workers: only the elected one holds the socket (see the module docstring).
         self._elector = elector if app_token else None
         self._leading: asyncio.Task[None] | None = None
@@ -139,36 +132,6 @@ class SlackChannel:
         self._auth_error: str | None = None
         self._closed = False
 
-    @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics, *,
-                      edit_interval: float = 1.0,
-                      coordinator: Coordinator | None = None) -> SlackChannel:
-        if settings.slack_bot_token is None:
-            raise ConfigError("GATEWAY_CHANNELS includes slack but SLACK_BOT_TOKEN is not set")
-
-        def secret(value: Any) -> str | None:
-            return value.get_secret_value() if value is not None else None
-
-        app_token = secret(settings.slack_app_token)
-        elector = None
-        if coordinator is not None and app_token:
-            # One election per app (a hash of its token names it, never the token itself).
-            app_hash = hashlib.sha256(app_token.encode()).hexdigest()[:16]
-            elector = coordinator.elector(f"slack-socket:{app_hash}")
-        return cls(
-            bot_token=settings.slack_bot_token.get_secret_value(),
-            signing_secret=secret(settings.slack_signing_secret),
-            app_token=app_token,
-            api_base_url=settings.slack_api_base_url,
-            data_dir=settings.data_dir,
-            metrics=metrics,
-            max_message_chars=settings.max_message_chars,
-            edit_interval=edit_interval,
-            typing_delay=settings.typing_delay,
-            dedup=coordinator.deduplicator("slack", DEDUP_TTL) if coordinator else None,
-            elector=elector,
-        )
-
     # -- Channel -----------------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
@@ -182,10 +145,6 @@ class SlackChannel:
             raise RuntimeError("the Slack channel is closed")
         self._deliver = deliver
         self.client.session = aiohttp.ClientSession()
-        # Load the seen keys (a file read, a compacting rewrite and an fsync) off the loop now,
-        # rather than inline on the first event (events are taken once start() returns).
-        if isinstance(self._dedup, FileDeduplicator):
-            await asyncio.to_thread(self._dedup._open)
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         await self._check_auth()
@@ -236,8 +195,7 @@ class SlackChannel:
             try:
                 await self._stop_tasks()
             finally:
-                if isinstance(self._dedup, FileDeduplicator):
-                    self._dedup.close()
+                self._dedup.close()
                 session, self.client.session = self.client.session, None
                 if session is not None:
                     await session.close()

@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.ids import InvalidIdError, valid_id
 from gateway.messages import ConversationKey, Inbound, Sender
-from sessions.errors import InvalidNameError
-from sessions.names import validate_tenant
 
 CHANNEL: Final = "slack"
 
@@ -165,8 +164,8 @@ def _team(body: Mapping[str, Any], event: Mapping[str, Any]) -> str | None:
     for value in candidates:
         if isinstance(value, str) and value:
             try:
-                return validate_tenant(value)
-            except InvalidNameError:
+                return valid_id(value, "tenant")
+            except InvalidIdError:
                 return None
     return None
 

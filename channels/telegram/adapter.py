@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import re
 import time
@@ -48,21 +47,18 @@ from telegram import Update
 from telegram.ext import AIORateLimiter, ExtBot
 from telegram.request import HTTPXRequest
 
-from channels.base import Deliver, ReplySink
 from channels.streaming import TYPING_DELAY, EditStreamer
 from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
-from gateway.config import Settings
-from gateway.coordination.base import Coordinator, LeaderElector
-from gateway.coordination.tasks import stop
+from gateway.channel import Deliver, ReplySink, RouterClosedError
+from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
-from gateway.dedup_file import FileDeduplicator
 from gateway.errors import ChannelError, ConfigError
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
-from gateway.router import RouterClosedError
+from gateway.tasks import stop
 
 log = logging.getLogger("channels.telegram")
 
@@ -152,35 +148,6 @@ class TelegramChannel:
         return Poller(self.api, self.handle, poll_timeout=self.options.poll_timeout,
                       stall_seconds=self.options.stall_seconds)
 
-    @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics,
-                      coordinator: Coordinator | None = None) -> TelegramChannel:
-        if settings.telegram_bot_token is None:
-            raise ConfigError("GATEWAY_CHANNELS=telegram needs TELEGRAM_BOT_TOKEN")
-        token = settings.telegram_bot_token.get_secret_value()
-        secret = settings.telegram_webhook_secret
-        options = TelegramOptions(
-            mode=settings.telegram_mode,
-            webhook_secret=secret.get_secret_value() if secret else None,
-            webhook_url=settings.telegram_webhook_url or None,
-            group_mode=settings.telegram_group_mode,
-            max_message_chars=settings.max_message_chars,
-            poll_timeout=settings.telegram_poll_timeout,
-            stall_seconds=settings.telegram_stall_seconds,
-            close_grace=settings.shutdown_grace,
-            typing_delay=settings.typing_delay,
-        )
-        rate_limited = settings.telegram_rate_limit == "on"
-        bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
-        shared = coordinator.deduplicator("telegram", DEDUP_TTL) if coordinator else None
-        dedup = shared or FileDeduplicator(
-            settings.data_dir / "state" / "telegram-updates.jsonl", ttl=DEDUP_TTL)
-        # One election per bot (a hash of the token names it, never the token itself).
-        bot_hash = hashlib.sha256(token.encode()).hexdigest()[:16]
-        elector = coordinator.elector(f"telegram-poll:{bot_hash}") if coordinator else None
-        return cls(bot, token=token, metrics=metrics, dedup=dedup, options=options,
-                   rate_limited=rate_limited, elector=elector)
-
     # -- lifecycle ------------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
@@ -231,8 +198,7 @@ class TelegramChannel:
             try:
                 await self.bot.shutdown()
             finally:
-                if isinstance(self.dedup, FileDeduplicator):
-                    self.dedup.close()
+                self.dedup.close()
 
     async def _poll_term(self) -> None:
         """Poll while elected: a fresh poller each term, stopped when the term ends."""

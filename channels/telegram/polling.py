@@ -32,7 +32,7 @@ from telegram import Update
 from telegram.error import Conflict, RetryAfter
 
 from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
-from gateway.router import RouterClosedError
+from gateway.channel import RouterClosedError
 
 log = logging.getLogger("channels.telegram")
 

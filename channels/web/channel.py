@@ -43,7 +43,6 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
-from channels.base import Deliver, ReplySink
 from channels.web.convert import (
     BadRequest,
     conversation_id,
@@ -51,15 +50,12 @@ from channels.web.convert import (
     int_param,
     parse_chat,
 )
-from gateway.config import Settings
+from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
 from gateway.errors import ConfigError
+from gateway.history import History
 from gateway.hosts import host_of, is_loopback
+from gateway.ids import DEFAULT_TENANT
 from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.registry import ConversationRegistry
-from gateway.router import Accepted, RouterClosedError
-from sessions.errors import SessionNotFoundError
-from sessions.names import DEFAULT_TENANT
-from sessions.store import SessionStore
 
 log = logging.getLogger("channels.web")
 
@@ -130,7 +126,7 @@ class WebChannel:
     def __init__(
         self,
         *,
-        store: SessionStore,
+        history: History,
         host: str = "127.0.0.1",
         token: str | None = None,
         max_message_chars: int = 16_000,
@@ -138,7 +134,7 @@ class WebChannel:
         shutdown_grace: float = 10.0,
         tenant: str = DEFAULT_TENANT,
     ) -> None:
-        self.store = store
+        self.history = history
         self.host = host
         self.max_message_chars = max_message_chars
         self.reply_timeout = reply_timeout
@@ -151,20 +147,6 @@ class WebChannel:
         self._ids = itertools.count(1)
         self._requests = 0
         self._close_at: float | None = None
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, store: SessionStore, registry: ConversationRegistry
-    ) -> WebChannel:
-        """Build from settings (the registry is part of the factory signature; unused here)."""
-        del registry
-        token = settings.web_token.get_secret_value() if settings.web_token else None
-        return cls(
-            store=store, host=settings.host, token=token,
-            max_message_chars=settings.max_message_chars,
-            reply_timeout=settings.provider_timeout + 30.0,
-            shutdown_grace=settings.shutdown_grace,
-        )
 
     # -- Channel ------------------------------------------------------------------------------
 
@@ -364,20 +346,13 @@ class WebChannel:
         conversation = conversation_id(query.get("conversation"))
         offset = int_param(query, "offset", 0)
         limit = min(int_param(query, "limit", 50), MAX_HISTORY_PAGE)
-        label = ConversationKey(CHANNEL, conversation, tenant=self.tenant).label()
-        session = await self.store.latest_session(self.tenant, label)
-        empty: dict[str, Any] = {"session": None, "total": 0, "offset": offset, "messages": []}
-        if session is None:
-            return web.json_response(empty, dumps=_dumps)
-        try:
-            page = await self.store.message_page(self.tenant, session, offset, limit)
-        except SessionNotFoundError:
-            return web.json_response(empty, dumps=_dumps)
+        key = ConversationKey(CHANNEL, conversation, tenant=self.tenant)
+        page = await self.history.page(key, offset, limit)
         return web.json_response({
-            "session": session,
+            "session": page.session,
             "total": page.total,
             "offset": page.offset,
-            "messages": [history_item(entry) for entry in page.messages],
+            "messages": [history_item(item) for item in page.items],
         }, dumps=_dumps)
 
 

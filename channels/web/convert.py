@@ -12,9 +12,8 @@ from typing import Any
 
 import orjson
 
-from sessions.errors import InvalidNameError
-from sessions.names import validate_name
-from sessions.scan import message_text
+from gateway.history import HistoryItem
+from gateway.ids import InvalidIdError, valid_id
 
 MAX_NAME_CHARS = 80
 MAX_CLIENT_ID_CHARS = 128
@@ -90,24 +89,17 @@ def conversation_id(value: object) -> str:
     if not isinstance(value, str):
         raise BadRequest('"conversation" is required and must be a string')
     try:
-        return validate_name(value, "conversation id")
-    except InvalidNameError as exc:
+        return valid_id(value, "conversation id")
+    except InvalidIdError as exc:
         raise BadRequest(str(exc)) from exc
 
 
-def history_item(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """One message entry of a :class:`~sessions.store.MessagePage` as the API shows it.
+def history_item(item: HistoryItem) -> dict[str, Any]:
+    """One message of a history page as the API shows it.
 
     ``text`` is ``None`` for messages without text (tool calls and tool results).
     """
-    message = entry.get("message")
-    message = message if isinstance(message, Mapping) else {}
-    return {
-        "seq": entry.get("seq"),
-        "ts": entry.get("ts"),
-        "role": message.get("role"),
-        "text": message_text(message.get("content")),
-    }
+    return {"seq": item.seq, "ts": item.ts, "role": item.role, "text": item.text}
 
 
 

@@ -13,19 +13,21 @@ import aiohttp
 import orjson
 import pytest
 
+from app.cli import main as cli_main
+from app.compose import build_gateway
+from app.compose_channels import slack_channel
+from app.config import Settings
+from app.server import Gateway
 from channels.slack.adapter import SlackChannel
 from channels.slack.render import render_chunks
-from gateway.app import Gateway
-from gateway.cli import main as cli_main
-from gateway.compose import build_gateway
-from gateway.config import Settings
+from coordination.local import InProcessCoordinator
 from gateway.errors import ConfigError
 from gateway.metrics import Metrics
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.scripted import ScriptedProvider
 from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
 
 TEAM = "T0FAKETEAM"
@@ -397,9 +399,9 @@ def test_missing_settings_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     without_token = Settings(_env_file=None, **base)  # type: ignore[call-arg]
     without_secret = Settings(_env_file=None, SLACK_BOT_TOKEN="xoxb-1", **base)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
-        SlackChannel.from_settings(without_token, Metrics())
+        slack_channel(without_token, Metrics(), InProcessCoordinator())
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
-        SlackChannel.from_settings(without_secret, Metrics())
+        slack_channel(without_secret, Metrics(), InProcessCoordinator())
 
 
 async def test_turn_running_at_shutdown_still_replies(

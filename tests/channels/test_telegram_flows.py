@@ -14,11 +14,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.cli import main as cli_main
+from app.cli import main as cli_main
+from coordination.file_pairing import FilePairingState
 from gateway.pairing import PairingStore
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.offline import OfflineProvider
-from gateway.providers.scripted import ScriptedProvider
 from tests.channels.test_telegram_harness import (
     ALICE,
     replay_of,
@@ -30,6 +30,7 @@ from tests.channels.test_telegram_harness import (
     wait_until,
 )
 from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
 
 STRANGER = 777
@@ -57,7 +58,7 @@ async def test_pairing_end_to_end(fake: FakeTelegramServer, tmp_path: Path,
         assert match is not None
         code = match.group(1)
         assert await sessions(gateway) == []
-        PairingStore(tmp_path).approve(code)
+        PairingStore(FilePairingState.under(tmp_path)).approve(code)
         fake.user_message(STRANGER, "hello again")
         await settled(gateway, 1)
         assert await sessions(gateway) == [(f"telegram:{STRANGER}", "hello again")]

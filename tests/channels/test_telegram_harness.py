@@ -14,14 +14,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
 from channels.telegram.adapter import TelegramChannel
-from gateway.app import Gateway
-from gateway.compose import build_gateway
-from gateway.config import Settings
 from gateway.errors import ChannelError
 from gateway.providers.base import Provider
-from gateway.providers.scripted import ScriptedProvider
 from sessions.replay import Replay, replay_bytes
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer, SentCall
 
 ALICE = 1001

@@ -11,7 +11,6 @@ import pytest
 
 from channels.telegram.render import render_chunks
 from gateway.providers.offline import OfflineProvider
-from gateway.providers.scripted import ScriptedProvider
 from sessions.records import MessageDict
 from tests.channels.test_telegram_harness import (
     ALICE,
@@ -27,6 +26,7 @@ from tests.channels.test_telegram_harness import (
     user_texts,
     wait_until,
 )
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
 
 GROUP = -100123

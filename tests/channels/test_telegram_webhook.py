@@ -10,10 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.app import Gateway
-from gateway.compose import build_gateway
+from app.compose import build_gateway
+from app.server import Gateway
 from gateway.errors import ConfigError
-from gateway.providers.scripted import ScriptedProvider
 from tests.channels.test_telegram_harness import (
     ALICE,
     channel_of,
@@ -25,6 +24,7 @@ from tests.channels.test_telegram_harness import (
     telegram_settings,
     wait_until,
 )
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
 
 SECRET = "s3cret_Token-1"

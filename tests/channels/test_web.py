@@ -15,16 +15,16 @@ import aiohttp
 import orjson
 import pytest
 
+from app.compose import build_gateway
+from app.compose_channels import web_channel
+from app.config import Settings
+from app.server import Gateway
 from channels.web.channel import WebChannel
-from gateway.app import Gateway
-from gateway.compose import build_gateway
-from gateway.config import Settings
 from gateway.errors import ConfigError, ProviderUnavailable
+from gateway.history import StoreHistory
 from gateway.messages import Inbound
-from gateway.metrics import Metrics
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
 from gateway.providers.offline import OfflineProvider
-from gateway.registry import ConversationRegistry
 from sessions.jsonl import JsonlSessionStore
 
 TOKEN = "t0ken-for-tests"
@@ -299,7 +299,7 @@ async def test_provider_failure_is_502_and_an_error_event(start: Start) -> None:
 
 async def test_reply_wait_is_bounded(start: Start, tmp_path: Path) -> None:
     """No reply within the bound: 504 for JSON, an error event with status 504 for SSE."""
-    channel = WebChannel(store=JsonlSessionStore(tmp_path), reply_timeout=0.2)
+    channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=0.2)
     server = await start(provider=HangingProvider(), channel=channel)
     status, body = await server.post({"conversation": "c1", "text": "hi"})
     assert status == 504
@@ -312,7 +312,7 @@ async def test_reply_wait_is_bounded(start: Start, tmp_path: Path) -> None:
 
 async def test_shutdown_ends_waiting_requests_with_503(start: Start, tmp_path: Path) -> None:
     """Closing the gateway answers a request still waiting with 503 after the grace."""
-    channel = WebChannel(store=JsonlSessionStore(tmp_path), reply_timeout=60,
+    channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=60,
                          shutdown_grace=0.1)
     provider = HangingProvider()
     server = await start(provider=provider, channel=channel)
@@ -368,17 +368,15 @@ async def test_other_origins_and_hosts_are_refused_without_a_token(server: Serve
 async def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
     """Bound beyond loopback, the channel refuses to start without a token, starts with one."""
     store = JsonlSessionStore(tmp_path)
-    registry = ConversationRegistry(store, Metrics())
 
     async def deliver(inbound: Inbound) -> None:
         raise AssertionError("not reached")
 
-    channel = WebChannel.from_settings(settings(tmp_path, GATEWAY_HOST="0.0.0.0"), store,
-                                       registry)
+    channel = web_channel(settings(tmp_path, GATEWAY_HOST="0.0.0.0"), StoreHistory(store))
     with pytest.raises(ConfigError, match="GATEWAY_WEB_TOKEN"):
         await channel.start(deliver)
-    guarded = WebChannel.from_settings(
-        settings(tmp_path, GATEWAY_HOST="192.0.2.1", GATEWAY_WEB_TOKEN=TOKEN), store, registry
+    guarded = web_channel(
+        settings(tmp_path, GATEWAY_HOST="192.0.2.1", GATEWAY_WEB_TOKEN=TOKEN), StoreHistory(store)
     )
     await guarded.start(deliver)
     await guarded.aclose()

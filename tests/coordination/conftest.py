@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from tests.coordination.services import delete_prefix, new_prefix, redis_client
 from tests.sessions.pg import PG_URL, fresh_schema
 

@@ -10,9 +10,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from channels.memory import MemoryChannel
-from gateway.coordination.base import QueueItem
-from gateway.coordination.redis_coordinator import RedisCoordinator
+from coordination.redis_coordinator import RedisCoordinator
+from gateway.coordination import QueueItem
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
@@ -26,6 +25,7 @@ from gateway.turn import AgentLoop
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.coordination.services import REDIS_URL
+from tests.fakes.memory_channel import MemoryChannel
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109

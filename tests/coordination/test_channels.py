@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from app.compose import build_gateway
+from app.server import Gateway
 from channels.telegram.adapter import TelegramChannel
-from gateway.app import Gateway
-from gateway.compose import build_gateway
-from gateway.providers.scripted import ScriptedProvider
 from tests.channels.test_telegram_harness import ALICE, telegram_settings
 from tests.coordination.harness import wait_until
 from tests.coordination.services import REDIS_URL
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.sessions.pg import PG_URL
 

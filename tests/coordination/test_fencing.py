@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.coordination.base import LeaseLostError
-from gateway.coordination.keys import Keys
+from coordination.keys import Keys
+from gateway.coordination import LeaseLostError
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
-from gateway.providers.scripted import ScriptedProvider
 from gateway.registry import ConversationRegistry
 from sessions import entries
 from sessions.errors import StaleWriterError
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from tests.coordination.harness import (
     coordinator,
     item,
@@ -25,6 +24,7 @@ from tests.coordination.harness import (
     wait_until,
     worker,
 )
+from tests.fakes.scripted_provider import ScriptedProvider
 
 pytestmark = pytest.mark.services
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.coordination.keys import Keys
-from gateway.coordination.leader import RedisLeaderElector
-from gateway.coordination.tasks import stop
+from coordination.keys import Keys
+from coordination.leader import RedisLeaderElector
+from gateway.tasks import stop
 from tests.coordination.harness import coordinator, wait_until
 from tests.coordination.services import REDIS_URL
 
@@ -75,7 +75,7 @@ async def test_failover_after_the_leader_process_is_killed(
     """After SIGKILL of the leader the other elector leads only once the dead one's key lapses."""
     script = textwrap.dedent(f"""
         import asyncio
-        from gateway.coordination.redis_coordinator import RedisCoordinator
+        from coordination.redis_coordinator import RedisCoordinator
 
         async def main():
             async with RedisCoordinator({REDIS_URL!r}, prefix={prefix!r}, lease_ttl=1.5) as c:

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.coordination.base import Claim, LeaseLostError, Ticket
-from gateway.coordination.keys import Keys
-from gateway.coordination.redis_coordinator import RedisCoordinator
+from coordination.keys import Keys
+from coordination.redis_coordinator import RedisCoordinator
+from gateway.coordination import Claim, LeaseLostError, Ticket
 from tests.coordination.harness import coordinator, item
 from tests.coordination.services import REDIS_URL
 

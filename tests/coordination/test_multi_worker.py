@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from gateway.providers.base import ProviderRequest
 from gateway.providers.offline import OfflineProvider
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
 from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.services
 async def test_pairing_is_shared_by_workers(prefix: str, tmp_path: Path) -> None:
     """A code given on one worker is approved on another; bad codes count across workers."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
-        on_a = PairingStore(tmp_path / "a", state=a.pairing_state())
-        on_b = PairingStore(tmp_path / "b", state=b.pairing_state())
+        on_a = PairingStore(a.pairing_state())
+        on_b = PairingStore(b.pairing_state())
         code = on_a.request("telegram", "42", "Ann")
         assert on_b.request("telegram", "42", "Ann") == code  # the same pending code
         assert not on_a.is_approved("telegram", "42")
@@ -34,7 +34,7 @@ async def test_pairing_is_shared_by_workers(prefix: str, tmp_path: Path) -> None
 async def test_concurrent_requests_are_all_kept(prefix: str, tmp_path: Path) -> None:
     """Updates from many threads at once (optimistic transactions) lose nobody's code."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
-        stores = [PairingStore(tmp_path, state=c.pairing_state()) for c in (a, b)]
+        stores = [PairingStore(c.pairing_state()) for c in (a, b)]
         codes = await asyncio.gather(*(
             asyncio.to_thread(stores[n % 2].request, "slack", f"U{n}", None) for n in range(20)
         ))
@@ -47,13 +47,13 @@ async def test_cli_approval_reaches_the_workers(
     prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`gateway pairing approve` with GATEWAY_REDIS_URL set approves in the shared state."""
-    from gateway.cli import main
+    from app.cli import main
     from tests.coordination.services import REDIS_URL
 
     monkeypatch.setenv("GATEWAY_REDIS_URL", REDIS_URL)
     monkeypatch.setenv("GATEWAY_REDIS_PREFIX", prefix)
     async with coordinator(prefix) as worker:
-        on_worker = PairingStore(tmp_path / "w", state=worker.pairing_state())
+        on_worker = PairingStore(worker.pairing_state())
         code = on_worker.request("slack", "U9", None)
         status = await asyncio.to_thread(
             main, ["pairing", "--data-dir", str(tmp_path / "cli"), "approve", code])

@@ -7,13 +7,13 @@ from typing import Any
 
 import orjson
 
+from coordination.keys import Keys, decode_item, encode_item, key_of, member
 from gateway.conversation import Conversation
-from gateway.coordination.base import QueueItem
-from gateway.coordination.keys import Keys, decode_item, encode_item, key_of, member
-from gateway.coordination.resume import INTERRUPTED_TOOL, Found, locate, prepare_rerun
+from gateway.coordination import QueueItem
 from gateway.messages import ChannelContext, ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
+from gateway.takeover import INTERRUPTED_TOOL, Found, locate, prepare_rerun
 from sessions.store import SessionState
 
 USE = {"type": "tool_use", "id": "toolu_1", "name": "memory_write", "input": {"text": "x"}}

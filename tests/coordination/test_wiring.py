@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.compose import build_coordinator, build_gateway, build_store
-from gateway.config import Settings
-from gateway.coordination.local import InProcessCoordinator
-from gateway.coordination.redis_coordinator import RedisCoordinator
+from app.compose import build_coordinator, build_gateway, build_store
+from app.config import Settings
+from app.logs import RedactSecrets
+from coordination.local import InProcessCoordinator
+from coordination.redis_coordinator import RedisCoordinator
 from gateway.errors import ConfigError
-from gateway.logs import RedactSecrets
 from sessions.jsonl import JsonlSessionStore
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 
 REDIS = "redis://:s3cretpass@redis.internal:6379/2"
 STORE = "postgresql://gw@db.internal:5432/gateway"

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.coordination.redis_dedup import RedisDeduplicator
+from coordination.redis_dedup import RedisDeduplicator
+from gateway.channel import Accepted
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.scripted import ScriptedProvider
-from gateway.router import Accepted
 from sessions import entries
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from tests.coordination.harness import coordinator, log_of, transcript, wait_until, worker
+from tests.fakes.scripted_provider import ScriptedProvider
 
 pytestmark = pytest.mark.services
 

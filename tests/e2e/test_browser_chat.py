@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from gateway.app import Gateway
-from gateway.compose import build_gateway
-from gateway.config import Settings
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
 from gateway.providers.offline import OfflineProvider
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.providers.scripted import ScriptedProvider
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 from tests.sessions.pg import PG_URL, fresh_schema
 

@@ -15,10 +15,10 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.app import Gateway
-from gateway.cli import main as cli_main
-from gateway.compose import build_gateway
-from gateway.config import Settings
+from app.cli import main as cli_main
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider
 from gateway.providers.openai import OpenAIProvider

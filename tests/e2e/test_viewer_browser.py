@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
-from gateway.admin import Access, AdminSite
+from app.admin import Access, AdminSite
 from gateway.persona import seed_if_empty
-from gateway.providers.scripted import ScriptedProvider
 from sessions.jsonl import JsonlSessionStore
-from tests.admin.helpers import TOKEN, serve
+from tests.app.admin.helpers import TOKEN, serve
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from channels.memory import MemoryChannel
+from coordination.local import LocalConversations
+from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.metrics import Metrics
 from gateway.persona import PersonaWorkspace
@@ -20,6 +21,7 @@ from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
+from tests.fakes.memory_channel import MemoryChannel
 
 
 @dataclass
@@ -61,7 +63,8 @@ async def running_core(
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
     channel = MemoryChannel()
-    router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics)
+    router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
+                    dedup=MemoryDeduplicator(), conversations=LocalConversations())
     async with router:
         await channel.start(router.deliver)
         try:

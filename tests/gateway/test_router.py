@@ -6,13 +6,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from coordination.file_pairing import FilePairingState
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.pairing import PairingStore
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.scripted import ScriptedProvider
 from sessions.jsonl import JsonlSessionStore
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 
 
@@ -56,12 +57,14 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
 
 async def test_global_turn_cap(tmp_path: Path) -> None:
     """No more than max_concurrent_turns turns run at once."""
-    from channels.memory import MemoryChannel
+    from coordination.local import LocalConversations
+    from coordination.memory_dedup import MemoryDeduplicator
     from gateway.persona import PersonaWorkspace
     from gateway.registry import ConversationRegistry
     from gateway.router import Router
     from gateway.tools import ToolRegistry
     from gateway.turn import AgentLoop
+    from tests.fakes.memory_channel import MemoryChannel
 
     metrics = Metrics()
     provider = CountingProvider(delay=0.03)
@@ -70,7 +73,8 @@ async def test_global_turn_cap(tmp_path: Path) -> None:
     registry = ConversationRegistry(JsonlSessionStore(tmp_path / "d"), metrics)
     channel = MemoryChannel()
     async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
-                      max_concurrent_turns=2) as router:
+                      max_concurrent_turns=2, dedup=MemoryDeduplicator(),
+                      conversations=LocalConversations()) as router:
         await channel.start(router.deliver)
         for chat in range(6):
             await channel.say(f"c{chat}", "hi")
@@ -144,7 +148,7 @@ async def test_idle_rotation_starts_new_session_after_silence(tmp_path: Path) ->
 async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
     """An unknown DM user gets a pairing code and no session; once approved, they get answers."""
     store = JsonlSessionStore(tmp_path / "d")
-    pairing = PairingStore(tmp_path / "d")
+    pairing = PairingStore(FilePairingState.under(tmp_path / "d"))
     policy = AccessPolicy(rules={"memory": ChannelRules(users=frozenset({"boss"}))},
                           pairing=pairing, unrestricted=frozenset())
     provider = ScriptedProvider()

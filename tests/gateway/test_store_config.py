@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.compose import build_store
-from gateway.config import Settings
-from gateway.logs import RedactSecrets
+from app.compose import build_store
+from app.config import Settings
+from app.logs import RedactSecrets
 from sessions.jsonl import JsonlSessionStore
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 
 URL = "postgresql://gw:hunter2secret@db.internal:5432/gateway"
 

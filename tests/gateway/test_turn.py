@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gateway.errors import ProviderRateLimited
-from gateway.providers.scripted import ScriptedProvider
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NOTICE_CALL_UNRECORDED, Replay
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import FaultyStore
 from tests.gateway.harness import running_core
 

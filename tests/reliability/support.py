@@ -18,12 +18,12 @@ import orjson
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.app import Gateway
-from gateway.compose import build_gateway
-from gateway.config import Settings
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.scripted import ScriptedProvider
 from sessions.store import SessionStore
+from tests.fakes.scripted_provider import ScriptedProvider
 
 
 def web_settings(data_dir: Path, **extra: Any) -> Settings:

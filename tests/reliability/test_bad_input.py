@@ -28,15 +28,15 @@ import orjson
 import pytest
 import yarl
 
-from gateway.app import Gateway
-from gateway.cli import main as cli_main
-from gateway.compose import build_gateway
-from gateway.config import Settings
-from gateway.providers.scripted import ScriptedProvider
+from app.cli import main as cli_main
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
 from sessions.errors import InvalidNameError
 from sessions.jsonl import JsonlSessionStore
 from sessions.names import MAX_NAME_LENGTH
 from sessions.replay import replay_bytes
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.reliability.support import session_files, tree, wait_until

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from gateway.providers.scripted import ScriptedProvider
 from gateway.turn import APOLOGY
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore
 from tests.reliability.support import WebGateway, total, web_gateway, web_settings
 

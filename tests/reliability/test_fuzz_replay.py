@@ -104,13 +104,15 @@ class _Reply:
 
 async def _write_gateway_log(root: Path) -> bytes:
     """A log written by the real agent loop (persona prompt and tools, a tool round)."""
-    from gateway.compose import build_loop
-    from gateway.config import Settings
+    from app.compose import build_loop
+    from app.config import Settings
+    from coordination.local import LocalConversations
+    from coordination.memory_dedup import MemoryDeduplicator
     from gateway.messages import ConversationKey, Inbound, Sender
     from gateway.metrics import Metrics
-    from gateway.providers.scripted import ScriptedProvider
     from gateway.registry import ConversationRegistry
     from gateway.router import Router
+    from tests.fakes.scripted_provider import ScriptedProvider
 
     provider = ScriptedProvider()
     provider.script(
@@ -126,7 +128,8 @@ async def _write_gateway_log(root: Path) -> bytes:
     store = JsonlSessionStore(root, durability="none")
     registry = ConversationRegistry(store, metrics)
     router = Router(registry=registry, loop=build_loop(settings, provider, metrics),
-                    sink_for=lambda inbound: _Reply(), metrics=metrics)
+                    sink_for=lambda inbound: _Reply(), metrics=metrics,
+                    dedup=MemoryDeduplicator(), conversations=LocalConversations())
     key = ConversationKey("web", "c1")
     session = None
     async with router:

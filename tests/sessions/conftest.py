@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sessions.jsonl import JsonlSessionStore
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from sessions.store import SessionStore
 from tests.sessions.pg import PG_URL, fresh_schema
 

@@ -16,7 +16,7 @@ from typing import NoReturn
 import asyncpg
 import pytest
 
-from sessions import pg_schema
+from sessions.postgres import schema as pg_schema
 
 PG_URL = os.environ.get("GATEWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

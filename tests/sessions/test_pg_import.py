@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
-from sessions.pg_import import plan_import
+from sessions.postgres.importer import plan_import
 
 
 @pytest.mark.parametrize(

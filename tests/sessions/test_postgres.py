@@ -8,7 +8,6 @@ import time
 import orjson
 import pytest
 
-from sessions import pg_schema
 from sessions.errors import (
     SessionExistsError,
     SessionReadError,
@@ -16,7 +15,8 @@ from sessions.errors import (
     StaleWriterError,
 )
 from sessions.persist import persist_call
-from sessions.postgres import PostgresSessionStore, StoreUnavailableError, redact_url
+from sessions.postgres import schema as pg_schema
+from sessions.postgres.store import PostgresSessionStore, StoreUnavailableError, redact_url
 from sessions.replay import replay_bytes
 from sessions.replay_json import replay_json
 from tests.sessions.helpers import PROMPT_A, SEED_DIR, add, assistant, call_request, user

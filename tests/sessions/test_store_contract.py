@@ -18,7 +18,7 @@ from sessions.errors import (
 )
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
-from sessions.postgres import PostgresSessionStore
+from sessions.postgres.store import PostgresSessionStore
 from sessions.records import Outcome
 from sessions.replay import replay_bytes
 from sessions.replay_json import replay_json

@@ -1,0 +1,256 @@
+"""HTML of the pieces of a session: messages, prompt-change markers and provider calls.
+
+Pure functions from :class:`~sessions.replay.Replay` objects to :class:`Markup`; all session
+content goes through :func:`~app.admin.markup.tag`, which escapes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.admin import urls
+from app.admin.markup import Markup, join, tag
+from sessions.replay import Outcome, PromptVersion, Replay, Turn
+from sessions.scan import message_text
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Which session a piece belongs to, for the links it carries."""
+
+    session_id: str
+    tenant: str
+    home: str
+
+
+def pretty(value: Any) -> str:
+    """Indented JSON for display (anything orjson cannot encode is shown as its ``str``)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
+
+
+def compact(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+def _tool_result_text(content: Any) -> str:
+    text = message_text(content)
+    return text if text is not None else pretty(content)
+
+
+def block_view(block: Any) -> Markup:
+    """One content block: text, a tool call, a tool result, or anything else as JSON."""
+    if not isinstance(block, Mapping):
+        return tag("pre", pretty(block), class_="json")
+    kind = block.get("type")
+    if kind == "text":
+        return tag("div", str(block.get("text", "")), class_="text")
+    if kind == "tool_use":
+        return tag(
+            "div",
+            tag("div", tag("span", "tool call", class_="label"), " ",
+                tag("code", str(block.get("name"))), " ",
+                tag("span", str(block.get("id", "")), class_="muted"), class_="block-head"),
+            tag("pre", pretty(block.get("input")), class_="json"),
+            class_="tool-call",
+        )
+    if kind == "tool_result":
+        error = bool(block.get("is_error"))
+        return tag(
+            "div",
+            tag("div", tag("span", "tool error" if error else "tool result", class_="label"),
+                " for ", tag("span", str(block.get("tool_use_id", "")), class_="muted"),
+                class_="block-head"),
+            tag("pre", _tool_result_text(block.get("content")), class_="result"),
+            class_="tool-result error" if error else "tool-result",
+        )
+    return tag("details", tag("summary", f"{kind or 'unknown'} block"),
+               tag("pre", pretty(block), class_="json"), class_="block-other")
+
+
+def _role_class(message: Mapping[str, Any]) -> str:
+    role = str(message.get("role", "?"))
+    content = message.get("content")
+    if (role == "user" and isinstance(content, list) and content
+            and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content)):
+        return "tool"
+    return role if role in ("user", "assistant", "system") else "other"
+
+
+def message_view(message: Mapping[str, Any], *, index: int | None = None,
+                 ts: str | None = None, note: str | None = None) -> Markup:
+    """A message with its role, log position (1-based) and time."""
+    kind = _role_class(message)
+    label = "tool results" if kind == "tool" else str(message.get("role", "?"))
+    head = [tag("span", label, class_="role")]
+    if index is not None:
+        head.append(tag("span", f"#{index + 1}", class_="muted"))
+    if note:
+        head.append(tag("span", note, class_="badge"))
+    if ts:
+        head.append(tag("time", ts, class_="muted"))
+    content = message.get("content")
+    if isinstance(content, str):
+        body: Markup = tag("div", content, class_="text")
+    elif isinstance(content, list):
+        body = join(block_view(b) for b in content)
+    else:
+        body = tag("pre", pretty(content), class_="json")
+    return tag("article", tag("header", join(head, " ")), body, class_=f"msg msg-{kind}")
+
+
+# -- prompt versions ---------------------------------------------------------------------------
+
+
+def version_label(version: PromptVersion) -> str:
+    return f"prompt v{version.number}"
+
+
+def prompt_marker(version: PromptVersion, where: Where, *, first: bool = False) -> Markup:
+    """The line in the conversation where a new prompt version takes effect, and why."""
+    title = f"Prompt v{version.number}" if first else f"Prompt changed: v{version.number}"
+    parts: list[Markup | str] = [
+        tag("strong", title),
+        " ",
+        tag("span", version.reason or "no reason recorded", class_="reason"),
+        " ",
+        tag("code", version.fingerprint, class_="muted"),
+    ]
+    if version.number > 1:
+        parts += [" ", tag("a", f"diff v{version.number - 1} → v{version.number}",
+                           href=urls.diff(where.session_id, where.tenant, where.home,
+                                          version.number - 1, version.number))]
+    if not version.verified:
+        parts += [" ", tag("span", "unverified", class_="badge warn")]
+    return tag("div", *parts, class_="marker", id=f"prompt-v{version.number}",
+               data_reason=version.reason or "")
+
+
+def notice_marker(text: str) -> Markup:
+    return tag("div", tag("strong", "Prompt unknown: "), text, class_="marker notice")
+
+
+# -- provider calls ----------------------------------------------------------------------------
+
+
+def _usage_text(usage: Mapping[str, Any] | None) -> str | None:
+    if not usage:
+        return None
+    return ", ".join(f"{k} {v}" for k, v in usage.items())
+
+
+def turn_summary(replay: Replay, turn: Turn) -> Markup:
+    """The one-line summary of a call: number, model, prompt, stop reason, cost, error."""
+    outcome = replay.outcome_of(turn)
+    bits: list[Markup | str] = [tag("strong", f"Call {turn.index}")]
+    if turn.model:
+        bits.append(tag("span", turn.model))
+    bits.append(tag("span", version_label(turn.prompt) if turn.prompt else "prompt unknown"))
+    if outcome is not None:
+        if outcome.stop_reason:
+            bits.append(tag("span", outcome.stop_reason))
+        if outcome.latency_ms is not None:
+            bits.append(tag("span", f"{outcome.latency_ms:.0f} ms"))
+        usage = _usage_text(outcome.usage)
+        if usage:
+            bits.append(tag("span", usage, class_="muted"))
+        if outcome.error:
+            bits.append(tag("span", f"error {outcome.error.get('kind', '?')}", class_="badge bad"))
+    elif turn.assistant is None:
+        bits.append(tag("span", "no answer recorded", class_="badge warn"))
+    return join(bits, " · ")
+
+
+def _facts(rows: Sequence[tuple[str, Markup | str | None]]) -> Markup:
+    return tag("dl", [[tag("dt", k), tag("dd", v if v is not None else "—")] for k, v in rows],
+               class_="facts")
+
+
+def _outcome_rows(outcome: Outcome | None) -> list[tuple[str, Markup | str | None]]:
+    if outcome is None:
+        return [("outcome", "not recorded")]
+    return [
+        ("stop reason", outcome.stop_reason),
+        ("usage", _usage_text(outcome.usage)),
+        ("latency", f"{outcome.latency_ms:.1f} ms" if outcome.latency_ms is not None else None),
+        ("error", tag("code", compact(outcome.error)) if outcome.error else None),
+    ]
+
+
+def _window_text(replay: Replay, turn: Turn) -> str:
+    if turn.window is None:
+        return "not recorded"
+    ranges = ", ".join(f"#{a + 1} to #{b}" if b - a > 1 else f"#{b}"
+                       for a, b in turn.window if b > a) or "none"
+    extra = f" plus {len(turn.injected)} injected" if turn.injected else ""
+    return f"log messages {ranges}{extra}"
+
+
+def _sent_views(replay: Replay, turn: Turn) -> Markup:
+    if turn.window is None:
+        return tag("p", "The messages of this call were not recorded.", class_="muted")
+    indices: list[int | None] = [i for a, b in turn.window for i in range(a, b)]
+    for item in sorted(turn.injected, key=lambda i: i.position):
+        indices.insert(item.position, None)
+    sent = replay.sent(turn)
+    views = []
+    for index, message in zip(indices, sent, strict=True):
+        ts = None if index is None else replay.messages.entry(index).get("ts")
+        views.append(message_view(message, index=index, ts=ts if isinstance(ts, str) else None,
+                                  note="injected" if index is None else None))
+    return join(views)
+
+
+def _tools_view(replay: Replay, turn: Turn) -> Markup:
+    tools = replay.tools_of(turn)
+    if tools is None:
+        text = "not recorded" if turn.tools_fingerprint else "none sent"
+        return tag("p", text, class_="muted")
+    items = []
+    for schema in tools:
+        description = schema.get("description")
+        items.append(tag("li", tag(
+            "details",
+            tag("summary", tag("code", str(schema.get("name", "?"))),
+                tag("span", f" — {description}", class_="muted") if description else None),
+            tag("pre", pretty(schema), class_="json"),
+        )))
+    return tag("ul", items, class_="tools")
+
+
+def turn_request(replay: Replay, turn: Turn) -> Markup:
+    """Everything the provider received for ``turn``, verbatim, and what came back."""
+    prompt = turn.prompt
+    if prompt is None:
+        system: Markup = tag("p", turn.prompt_notice or "not recorded", class_="notice")
+    elif prompt.text is None:
+        system = tag("p", "The prompt text could not be rebuilt (see problems).", class_="notice")
+    else:
+        system = tag("pre", prompt.text, class_="prompt")
+    prompt_fact: Markup | str | None = None
+    if prompt is not None:
+        prompt_fact = join([f"v{prompt.number} ", tag("code", prompt.fingerprint),
+                            f" ({prompt.reason or 'no reason'})"])
+    tools = replay.tools_of(turn)
+    sent_count = len(replay.sent(turn)) if turn.window is not None else 0
+    return tag(
+        "div",
+        _facts([
+            ("provider", turn.provider), ("model", turn.model),
+            ("params", tag("code", compact(turn.params)) if turn.params is not None else None),
+            ("prompt", prompt_fact), ("window", _window_text(replay, turn)),
+            *_outcome_rows(replay.outcome_of(turn)),
+        ]),
+        tag("h4", "System prompt"), system,
+        tag("details", tag("summary", f"Messages sent ({sent_count})"),
+            _sent_views(replay, turn), class_="sent", open=True),
+        tag("details", tag("summary", f"Tools ({len(tools) if tools is not None else 0})"),
+            _tools_view(replay, turn), class_="tools-box"),
+        class_="request",
+    )

@@ -1,0 +1,287 @@
+"""The viewer's HTTP side: routes, the access guard, and the handlers behind each page.
+
+Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
+
+    GET  /admin/                            sessions list   ?tenant=&channel=&q=&page=
+    GET  /admin/session/{id}                one session     ?tenant=&metric=
+    GET  /admin/session/{id}/turn/{n}       one provider call (``&fragment=1``: just its body)
+    GET  /admin/session/{id}/diff?a=&b=     section diff of prompt versions a and b
+    GET  /admin/login, POST /admin/login    the token form; sets the login cookie
+    POST /admin/logout                      clears it
+    GET  /admin/static/{name}               admin.css, admin.js (package data)
+
+Bad input is a 400 page, an unknown session, call or version a 404 page, a log that cannot be
+replayed a 422 page; no input makes a 500. Pages are rendered in a worker thread: replaying a
+big log is CPU work that must not stall the gateway's channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from app.admin import urls
+from app.admin.auth import ALL_TENANTS, COOKIE, COOKIE_TTL, Access, Refused
+from app.admin.listing import ListQuery, list_page
+from app.admin.markup import Markup
+from app.admin.pages import Frame, error_page, login_page
+from app.admin.render import Where, turn_request
+from app.admin.session_pages import (
+    INLINE_BUDGET,
+    SessionView,
+    diff_page,
+    session_page,
+    turn_page,
+)
+from sessions.drift import DEFAULT_METRIC, METRICS, drift
+from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
+from sessions.names import validate_session_id
+from sessions.replay import replay_bytes
+from sessions.store import SessionInfo
+
+log = logging.getLogger("gateway.admin")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_ASSETS = {"admin.css": "text/css", "admin.js": "text/javascript"}
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # a same-origin form post must carry its Origin
+    "X-Frame-Options": "DENY",
+}
+MAX_QUERY_CHARS = 200
+
+
+class SessionSource(Protocol):
+    """The read side of a session store: all the viewer calls. It never writes a session."""
+
+    async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
+        """Sessions of one tenant (``None``: every tenant), newest first."""
+        ...
+
+    async def read_log(self, tenant: str, session_id: str) -> bytes:
+        """The whole log as bytes; :class:`SessionNotFoundError` when there is none."""
+        ...
+
+
+def html(markup: Markup, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(text=markup, status=status, content_type="text/html", charset="utf-8",
+                        headers={**_HEADERS, "Cache-Control": "no-store", **(headers or {})})
+
+
+def _int(raw: str | None, what: str, default: int | None = None) -> int:
+    if raw is None or raw == "":
+        if default is None:
+            raise Refused(400, f"{what} is required")
+        return default
+    if not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
+        raise Refused(400, f"{what} must be a whole number from 1")
+    return int(raw)
+
+
+def _see_other(location: str) -> web.Response:
+    return web.Response(status=303, headers={**_HEADERS, "Location": location,
+                                             "Cache-Control": "no-store"})
+
+
+def _safe_next(value: str | None) -> str:
+    """Only our own pages are a place to go back to after signing in (no open redirect)."""
+    if (value and value.startswith(f"{urls.PREFIX}/") and not value.startswith("//")
+            and "\\" not in value and urlsplit(value).netloc == ""):
+        return value
+    return urls.index()
+
+
+class AdminSite:
+    """The session viewer over a read-only :class:`SessionSource`, guarded by :class:`Access`."""
+
+    def __init__(self, source: SessionSource, access: Access, *,
+                 inline_budget: int = INLINE_BUDGET) -> None:
+        self.source = source
+        self.access = access
+        self.inline_budget = inline_budget
+        folder = resources.files("app.admin") / "static"
+        # two small files, read once when the gateway is composed, never per request
+        self._assets = {name: (folder / name).read_bytes() for name in _ASSETS}
+
+    def routes(self) -> list[web.RouteDef]:
+        p = urls.PREFIX
+        return [
+            web.get(p, self._to_index),
+            web.get(f"{p}/", self._guard(self._index)),
+            web.get(f"{p}/login", self._login_form),
+            web.post(f"{p}/login", self._login),
+            web.post(f"{p}/logout", self._logout),
+            web.get(f"{p}/static/{{name}}", self._static),
+            web.get(f"{p}/session/{{id}}", self._guard(self._session)),
+            web.get(f"{p}/session/{{id}}/diff", self._guard(self._diff)),
+            web.get(f"{p}/session/{{id}}/turn/{{n}}", self._guard(self._turn)),
+            web.get(f"{p}/{{tail:.*}}", self._guard(self._not_found)),
+        ]
+
+    def application(self) -> web.Application:
+        """A standalone app: these routes, and ``/`` sending the browser to ``/admin/``."""
+        app = web.Application()
+        app.router.add_get("/", self._to_index)
+        app.router.add_routes(self.routes())
+        return app
+
+    # -- guard ---------------------------------------------------------------------------------
+
+    def _frame(self, request: web.Request, tenant: str | None = None) -> Frame:
+        return Frame(tenant=tenant, signed_in=COOKIE in request.cookies)
+
+    def _guard(self, handler: Handler) -> Handler:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                self.access.authenticate(request.headers.get("Host", ""),
+                                         request.headers.get("Authorization", ""),
+                                         request.cookies.get(COOKIE))
+            except Refused as exc:
+                if exc.status == 401:
+                    return html(login_page(_safe_next(request.path_qs)), 401,
+                                {"WWW-Authenticate": 'Bearer realm="gateway admin"'})
+                return html(error_page(exc.status, str(exc)), exc.status)
+            try:
+                return await handler(request)
+            except Refused as exc:
+                return html(error_page(exc.status, str(exc), self._frame(request)), exc.status)
+            except InvalidNameError as exc:
+                return html(error_page(400, str(exc), self._frame(request)), 400)
+            except SessionNotFoundError:
+                return html(error_page(404, "No such session in this tenant.",
+                                       self._frame(request)), 404)
+            except SessionReadError as exc:
+                return html(error_page(422, f"This log cannot be replayed: {exc}",
+                                       self._frame(request)), 422)
+            except web.HTTPException:
+                raise
+            except Exception:
+                log.exception("admin: %s %s failed", request.method, request.path)
+                return html(error_page(500, "The viewer failed on this page; see the log."), 500)
+
+        return guarded
+
+    def _one_tenant(self, request: web.Request) -> str:
+        tenant = self.access.tenant_for(request.query.get("tenant"))
+        if tenant == ALL_TENANTS:
+            raise Refused(400, "a session belongs to one tenant: name it with ?tenant=")
+        return tenant
+
+    def _same_origin(self, request: web.Request) -> None:
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc.lower() != request.host.lower():
+            raise Refused(403, "cross-origin form posts are not allowed")
+
+    # -- login ---------------------------------------------------------------------------------
+
+    async def _to_index(self, request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(urls.index())
+
+    async def _login_form(self, request: web.Request) -> web.StreamResponse:
+        if self.access.token is None:
+            raise web.HTTPFound(urls.index())
+        return html(login_page(_safe_next(request.query.get("next"))))
+
+    async def _login(self, request: web.Request) -> web.StreamResponse:
+        if self.access.token is None:
+            return _see_other(urls.index())
+        try:
+            self._same_origin(request)
+        except Refused as exc:
+            return html(error_page(exc.status, str(exc)), exc.status)
+        form = await request.post()
+        given, target = form.get("token"), form.get("next")
+        target_url = _safe_next(target if isinstance(target, str) else None)
+        if not isinstance(given, str) or not self.access.token_matches(given):
+            return html(login_page(target_url, "That is not the admin token."), 401)
+        response = _see_other(target_url)
+        response.set_cookie(COOKIE, self.access.issue_cookie(), max_age=COOKIE_TTL,
+                            path=urls.PREFIX, httponly=True, samesite="Strict",
+                            secure=request.secure)
+        return response
+
+    async def _logout(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self._same_origin(request)
+        except Refused as exc:
+            return html(error_page(exc.status, str(exc)), exc.status)
+        response = _see_other(f"{urls.PREFIX}/login")
+        response.del_cookie(COOKIE, path=urls.PREFIX)
+        return response
+
+    async def _static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in self._assets:
+            return html(error_page(404, "No such file."), 404)
+        return web.Response(body=self._assets[name], content_type=_ASSETS[name], charset="utf-8",
+                            headers={**_HEADERS, "Cache-Control": "no-cache"})
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    async def _not_found(self, request: web.Request) -> web.StreamResponse:
+        return html(error_page(404, "No such page.", self._frame(request)), 404)
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        q = request.query
+        tenant = self.access.tenant_for(q.get("tenant"))
+        query = ListQuery(
+            tenant=tenant, home=self.access.home, channel=q.get("channel", "")[:MAX_QUERY_CHARS],
+            text=q.get("q", "").strip()[:MAX_QUERY_CHARS], page=_int(q.get("page"), "page", 1),
+            can_switch=self.access.pinned is None,
+        )
+        infos = await self.source.list_sessions(None if tenant == ALL_TENANTS else tenant)
+        markup = await asyncio.to_thread(list_page, query, infos, self._frame(request, tenant))
+        return html(markup)
+
+    async def _load(self, request: web.Request) -> SessionView:
+        tenant = self._one_tenant(request)
+        session_id = validate_session_id(request.match_info["id"])
+        data = await self.source.read_log(tenant, session_id)
+        replay = await asyncio.to_thread(replay_bytes, data)
+        return SessionView(replay, Where(session_id, tenant, self.access.home), len(data),
+                           self._frame(request, tenant))
+
+    async def _session(self, request: web.Request) -> web.StreamResponse:
+        metric = request.query.get("metric") or DEFAULT_METRIC
+        if metric not in METRICS:  # never a "module:function" path from a URL
+            raise Refused(400, f"unknown metric; choose one of {', '.join(METRICS)}")
+        view = await self._load(request)
+
+        def render() -> Markup:
+            points = drift(view.replay, metric=metric)
+            return session_page(view, points, metric, self.inline_budget)
+
+        return html(await asyncio.to_thread(render))
+
+    async def _turn(self, request: web.Request) -> web.StreamResponse:
+        number = _int(request.match_info["n"], "call number")
+        view = await self._load(request)
+        try:
+            turn = view.replay.turn(number)
+        except IndexError:
+            raise Refused(404, f"This session has no call {number} "
+                               f"(it has {len(view.replay.turns)}).") from None
+        if request.query.get("fragment"):
+            return html(await asyncio.to_thread(turn_request, view.replay, turn))
+        return html(await asyncio.to_thread(turn_page, view, turn))
+
+    async def _diff(self, request: web.Request) -> web.StreamResponse:
+        a = _int(request.query.get("a"), "version a")
+        b = _int(request.query.get("b"), "version b")
+        view = await self._load(request)
+        count = len(view.replay.prompts)
+        if a > count or b > count:
+            raise Refused(404, f"This session has {count} prompt version(s).")
+        old, new = view.replay.prompts[a - 1], view.replay.prompts[b - 1]
+        return html(await asyncio.to_thread(diff_page, view, old, new))

@@ -1,0 +1,58 @@
+"""``gateway chat``: talk to the agent in the terminal, recorded like any other channel.
+
+The gateway is built with only the console channel (its HTTP server on 127.0.0.1, port 0, for
+``/healthz``); it runs until ``/quit`` or the end of input. Logs go to stderr at WARNING unless
+``GATEWAY_LOG_LEVEL`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app import logs
+from app.commands.common import EXIT_USAGE, CommandError
+from app.commands.run import load_settings
+from app.compose import build_gateway, build_store
+from app.compose_channels import console_channel
+from gateway.errors import ConfigError
+from gateway.history import StoreHistory
+from gateway.ids import InvalidIdError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conversation", default="local", metavar="NAME",
+                        help="conversation name (default: local); same name, same session")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where sessions and the persona live (GATEWAY_DATA_DIR)")
+
+
+async def run(args: argparse.Namespace) -> int:
+    settings = load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
+                             GATEWAY_DATA_DIR=args.data_dir)
+    level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"
+    logs.configure(settings.log_format, level, settings.secrets())
+    replay = "gateway replay {session}"
+    if args.data_dir is not None:
+        replay += f" --data-dir {args.data_dir}"
+    store = build_store(settings)
+    try:
+        console = console_channel(settings, StoreHistory(store), conversation=args.conversation,
+                                  replay_command=replay)
+    except InvalidIdError as exc:
+        await store.aclose()
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    try:
+        gateway = build_gateway(settings, store=store, channels=[console])
+    except ConfigError as exc:
+        await store.aclose()
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    console.on_exit = gateway.request_stop
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")  # a reply must never crash an ASCII terminal
+    try:
+        await gateway.run_until_stopped()
+    except ConfigError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    return 0

@@ -1,0 +1,234 @@
+"""``gateway replay``: list sessions and rebuild every provider call of one, offline.
+
+Read-only: it never writes to a session (``--rerun``, in :mod:`app.commands.rerun`, sends a
+recorded call again and may save it to a separate log). Errors are one line starting
+``gateway replay:``; exit 2 for usage errors and unknown sessions, 1 for unreadable files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from app.commands import rerun as rerun_cmd
+from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
+from sessions.names import DEFAULT_TENANT
+from sessions.replay import Replay, Turn, replay_bytes
+from sessions.replay_json import replay_json, turn_json
+from sessions.scan import message_text
+from sessions.shapes import SHAPES
+from sessions.store import SessionStore
+
+PROG = "gateway replay"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", nargs="?", help="session id, or a path to a .jsonl file")
+    parser.add_argument("--list", action="store_true", help="list sessions, newest first")
+    parser.add_argument("--tenant", default=None, help=f"tenant (default: {DEFAULT_TENANT})")
+    parser.add_argument("--turn", type=int, metavar="N", help="show turn N (1-based) verbatim")
+    parser.add_argument("--request", type=int, metavar="N",
+                        help="print turn N's exact provider request body as JSON")
+    parser.add_argument("--shape", choices=SHAPES, default=None,
+                        help="request shape for --request (default: the recorded provider's)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    rerun_cmd.add_arguments(parser)
+
+
+async def load(store: SessionStore, target: str, tenant: str | None) -> Replay:
+    """Read and replay a session given by id (in ``tenant``) or by path."""
+    data = await _read(store, target, tenant or DEFAULT_TENANT)
+    try:
+        return replay_bytes(data)
+    except SessionReadError as exc:
+        raise CommandError(f"{target}: {exc}", EXIT_UNREADABLE) from exc
+
+
+async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
+    if target.endswith(".jsonl") or "/" in target:
+        path = Path(target)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError as exc:
+            raise CommandError(f"no such file: {target}", EXIT_USAGE) from exc
+        except OSError as exc:
+            raise CommandError(f"cannot read {target}: {exc.strerror}", EXIT_UNREADABLE) from exc
+    try:
+        return await store.read_log(tenant, target)
+    except InvalidNameError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    except SessionNotFoundError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    except OSError as exc:
+        raise CommandError(f"cannot read session {target}: {exc.strerror}",
+                           EXIT_UNREADABLE) from exc
+
+
+async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None,
+              data_dir: Path | None = None) -> int:
+    out = out or sys.stdout  # looked up per call, so redirect_stdout works
+    rerun_cmd.check_options(args)
+    if args.list:
+        return await _list(store, args.tenant, out, as_json=args.json)
+    if not args.session:
+        raise CommandError("give a session id (or --list)")
+    replay = await load(store, args.session, args.tenant)
+    if args.rerun is not None:  # the one mode that sends a request (never writes the session)
+        return await rerun_cmd.run(args, replay, out, data_dir)
+    if args.request is not None:
+        turn = _turn(replay, args.request)
+        _dump(replay.request(turn, args.shape), out)
+    elif args.turn is not None:
+        turn = _turn(replay, args.turn)
+        if args.json:
+            _dump(turn_json(replay, turn), out)
+        else:
+            _print_turn(replay, turn, out)
+    elif args.json:
+        _dump(replay_json(replay), out)
+    else:
+        _print_summary(replay, out)
+    return 0
+
+
+def _turn(replay: Replay, number: int) -> Turn:
+    try:
+        return replay.turn(number)
+    except IndexError as exc:
+        raise CommandError(
+            f"session {replay.session_id} has no turn {number} (it has {len(replay.turns)})"
+        ) from exc
+
+
+def _dump(value: Any, out: TextIO) -> None:
+    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+    out.write("\n")
+
+
+def short(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+async def _list(store: SessionStore, tenant: str | None, out: TextIO, *, as_json: bool) -> int:
+    try:
+        infos = await store.list_sessions(tenant)
+    except InvalidNameError as exc:
+        raise CommandError(str(exc)) from exc
+    if as_json:
+        _dump([{
+            "id": i.session_id, "tenant": i.tenant, "startedAt": i.started_at,
+            "channel": i.channel, "conversation": i.conversation, "version": i.version,
+            "messages": i.message_count, "firstUserText": i.first_user_text,
+            "bytes": i.size_bytes, "torn": i.torn, "error": i.error,
+        } for i in infos], out)
+        return 0
+    for info in infos:
+        flags = " (torn tail)" if info.torn else ""
+        flags += f" ({info.error})" if info.error else ""
+        tenant_col = f"  [{info.tenant}]" if info.tenant != DEFAULT_TENANT else ""
+        out.write(
+            f"{info.session_id}  {info.started_at or '-'}  {info.channel or '-'}  "
+            f"{info.message_count} msgs  {short(info.first_user_text, 50)!r}{tenant_col}{flags}\n"
+        )
+    return 0
+
+
+def describe(message: dict[str, Any]) -> str:
+    """One readable line for a message: text, tool calls and tool results."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "tool_use":
+            args = orjson.dumps(block.get("input")).decode()
+            parts.append(f"<tool_use {block.get('name')} {args}>")
+        elif kind == "tool_result":
+            result = message_text(block.get("content")) or ""
+            error = " error" if block.get("is_error") else ""
+            parts.append(f"<tool_result{error} {block.get('tool_use_id')}: {result}>")
+        else:
+            parts.append(f"<{kind}>")
+    return " ".join(parts)
+
+
+def _print_summary(replay: Replay, out: TextIO) -> None:
+    h = replay.header
+    w = out.write
+    w(f"session {replay.session_id}  (format v{replay.version})\n")
+    w(f"  started {h.get('startedAt', '-')}  channel {h.get('channel', '-')}  "
+      f"conversation {h.get('conversation', '-')}  tenant {h.get('tenant', DEFAULT_TENANT)}\n")
+    w(f"  messages {len(replay.messages)}  turns {len(replay.turns)}  "
+      f"prompts recorded: {'yes' if replay.prompts_recorded else 'no'}\n")
+    if replay.notice:
+        w(f"notice: {replay.notice}\n")
+    if replay.torn_tail:
+        w("note: the last line is torn (an interrupted write) and was skipped\n")
+    for problem in replay.problems:
+        w(f"problem: line {problem.line}: {problem.message}\n")
+    w("prompt timeline:\n")
+    if not replay.prompts:
+        w("  (none)\n")
+    for v in replay.prompts:
+        first = v.first_turn if v.first_turn is not None else "none"
+        names = ",".join(s.name for s in v.sections)
+        check = "" if v.verified else "  UNVERIFIED"
+        w(f"  #{v.number}  {v.ts or '-'}  {v.fingerprint}  {v.reason or '-'}  "
+          f"first turn {first}  [{names}]{check}\n")
+    w("turns:\n")
+    for t in replay.turns:
+        prompt = f"prompt #{t.prompt.number}" if t.prompt else "prompt -"
+        sent = f"{len(replay.sent(t))} msgs" if t.window is not None else "window -"
+        model = f"  {t.model}" if t.model else ""
+        answer = describe(replay.messages[t.assistant]) if t.assistant is not None else ""
+        outcome = replay.outcome_of(t)
+        if outcome is not None and outcome.error:
+            answer = f"[error {outcome.error.get('kind', '?')}] {answer}"
+        elif t.assistant is None:
+            answer = "[no answer recorded]"
+        w(f"  {t.index:>3}  {t.ts or '-'}  {prompt}  {sent}{model}  -> {short(answer)}\n")
+
+
+def _print_turn(replay: Replay, turn: Turn, out: TextIO) -> None:
+    w = out.write
+    w(f"=== turn {turn.index} of session {replay.session_id}\n")
+    if turn.model:
+        w(f"provider {turn.provider or '-'}  model {turn.model}  params "
+          f"{orjson.dumps(turn.params).decode()}\n")
+    if turn.prompt is not None:
+        v = turn.prompt
+        w(f"--- system prompt #{v.number} {v.fingerprint} ({v.reason or '-'})\n")
+        w(v.text if v.text is not None else "[prompt text could not be rebuilt; see problems]")
+        w("\n")
+    else:
+        w(f"--- system prompt: {turn.prompt_notice or 'not recorded'}\n")
+    tools = replay.tools_of(turn)
+    if tools is not None:
+        w(f"--- tools: {', '.join(str(t.get('name')) for t in tools)}\n")
+    if turn.window is None:
+        w("--- messages sent: not recorded\n")
+    else:
+        sent = replay.sent(turn)
+        w(f"--- messages sent ({len(sent)})\n")
+        for message in sent:
+            w(f"[{message.get('role')}] {describe(message)}\n")
+    w("--- assistant\n")
+    if turn.assistant is not None:
+        w(describe(replay.messages[turn.assistant]) + "\n")
+    else:
+        outcome = replay.outcome_of(turn)
+        w(f"[no answer: {outcome.error if outcome and outcome.error else 'not recorded'}]\n")

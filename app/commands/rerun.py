@@ -1,0 +1,416 @@
+"""``gateway replay ID --rerun N``: send a recorded call again, as recorded or ablated.
+
+The request is rebuilt from the log by :func:`sessions.ablation.rerun_request` (system prompt
+from its recorded sections, the recorded window of messages, tools, model and params), changed
+only as asked (``--drop-section``, ``--replace-section``, ``--model``, ``--provider``), sent
+once, and the new answer is printed after the recorded one. Tool calls in the new answer are
+shown and never executed, so nothing a tool could touch (the persona files) changes.
+
+It never writes to the original session. ``--save`` writes the rerun, exactly as a live call is
+persisted, into its own v3 log ``<data_dir>/reruns/<tenant>/<rerun-id>.jsonl`` (0600 files,
+0700 directories) whose header names the call it reruns (``rerunOf``) and the ablation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.commands.run import load_settings
+from app.compose import build_provider
+from app.config import Settings
+from gateway.errors import ConfigError, ProviderError
+from gateway.providers.base import Provider, ProviderRequest
+from sessions import entries
+from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
+from sessions.errors import InvalidNameError, SessionWriteError
+from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.fingerprint import fingerprint
+from sessions.jsonl import JsonlSessionWriter
+from sessions.names import DEFAULT_TENANT, new_session_id, utc_now_iso, validate_tenant
+from sessions.persist import persist_call
+from sessions.records import MessageDict, Outcome
+from sessions.replay import Replay
+from sessions.replay_json import outcome_json
+from sessions.store import SessionState
+
+PROVIDERS = ("anthropic", "openai", "offline")
+RERUNS_DIR = "reruns"
+EXIT_FAILED = 1
+_ERROR_TEXT_LIMIT = 300
+_CREATE_ATTEMPTS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rerun options of ``gateway replay``."""
+    group = parser.add_argument_group("counterfactual rerun")
+    group.add_argument("--rerun", type=int, metavar="N",
+                       help="send turn N's recorded request again and print both answers "
+                            "(tool calls are shown, never run)")
+    group.add_argument("--provider", choices=PROVIDERS, default=None,
+                       help="provider for --rerun (default: the recorded one when it is "
+                            "configured, else offline)")
+    group.add_argument("--model", default=None, help="model for --rerun (default: the recorded)")
+    group.add_argument("--drop-section", action="append", default=[], metavar="S",
+                       help="leave section S out of the system prompt (repeatable)")
+    group.add_argument("--replace-section", action="append", default=[], metavar="S=FILE",
+                       help="use FILE's text for section S (repeatable)")
+    group.add_argument("--save", action="store_true",
+                       help="write the rerun to <data-dir>/reruns/<tenant>/<id>.jsonl")
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Usage errors: rerun-only options without ``--rerun`` (never silently ignored), and
+    ``--rerun`` with another mode of ``gateway replay``."""
+    if args.rerun is None:
+        stray = [flag for flag, given in (
+            ("--provider", args.provider is not None), ("--model", args.model is not None),
+            ("--drop-section", bool(args.drop_section)),
+            ("--replace-section", bool(args.replace_section)), ("--save", args.save),
+        ) if given]
+        if stray:
+            raise CommandError(f"{', '.join(stray)} only apply with --rerun N")
+        return
+    conflicts = [flag for flag, given in (
+        ("--list", args.list), ("--turn", args.turn is not None),
+        ("--request", args.request is not None), ("--shape", args.shape is not None),
+    ) if given]
+    if conflicts:
+        raise CommandError(f"--rerun cannot be combined with {', '.join(conflicts)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the rerun call returned (``message`` is None when it failed)."""
+
+    message: MessageDict | None
+    stop_reason: str | None
+    usage: Mapping[str, int]
+    latency_ms: float
+    error: ProviderError | None
+
+
+async def run(
+    args: argparse.Namespace, replay: Replay, out: TextIO, data_dir: Path | None
+) -> int:
+    """Rerun turn ``args.rerun`` of ``replay`` (options already passed :func:`check_options`);
+    0 when the provider answered, 1 when it failed."""
+    try:
+        turn = replay.turn(args.rerun)
+    except IndexError as exc:
+        raise CommandError(f"session {replay.session_id} has no turn {args.rerun} "
+                           f"(it has {len(replay.turns)})") from exc
+    files = _replacement_files(args.replace_section)
+    ablation = Ablation(drop=tuple(args.drop_section),
+                        replace={name: text for name, (_, text) in files.items()})
+    try:
+        parts = rerun_request(replay, turn, ablation, model=args.model)
+    except RerunError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    if args.save and data_dir is None:
+        raise CommandError("--save needs a data directory (--data-dir or GATEWAY_DATA_DIR)")
+    provider, notes = _choose_provider(args.provider, parts.provider)
+    try:
+        same = provider.name == parts.provider
+        model = parts.model or provider.model
+        params = dict(parts.params) if same and parts.params is not None else provider.params()
+        notes += _notes(replay, parts, provider.name, same, args.model)
+        saved: Path | None = None
+        writer: JsonlSessionWriter | None = None
+        try:
+            if args.save:
+                assert data_dir is not None
+                writer = await _open_log(data_dir, replay, parts, args, files)
+                saved = writer.path
+                await persist_call(writer, parts.call_request(provider.name, model, params))
+            answer = await _send(provider, parts, model, params)
+            if writer is not None:
+                await _record(writer, answer)
+        except (SessionWriteError, OSError) as exc:
+            raise CommandError(f"cannot save the rerun: {exc}", EXIT_UNREADABLE) from exc
+        finally:
+            if writer is not None:
+                await writer.aclose()
+    finally:
+        await provider.aclose()
+    view = _view(replay, parts, provider.name, model, params, notes, files, answer, saved)
+    if args.json:
+        out.write(orjson.dumps(view, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print(view, out)
+    if answer.error is not None:
+        sys.stderr.write(f"gateway replay: rerun failed: {answer.error}\n")
+        return EXIT_FAILED
+    return 0
+
+
+def _replacement_files(specs: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``S=FILE`` options as section name -> (absolute file path, its text)."""
+    found: dict[str, tuple[str, str]] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not file:
+            raise CommandError(f"--replace-section wants S=FILE, got {spec!r}")
+        if name in found:
+            raise CommandError(f"--replace-section {name} given twice")
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise CommandError(f"no such file: {file}") from exc
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{file} is not UTF-8 text") from exc
+        except OSError as exc:
+            raise CommandError(f"cannot read {file}: {exc.strerror}", EXIT_UNREADABLE) from exc
+        found[name] = (str(Path(file).resolve()), text)
+    return found
+
+
+def _choose_provider(requested: str | None, recorded: str | None) -> tuple[Provider, list[str]]:
+    """The provider to rerun with, built from settings, and a note when the default (the
+    recorded provider) could not be used."""
+    notes: list[str] = []
+    if requested is not None:
+        name = requested
+    elif recorded not in PROVIDERS:
+        name = "offline"
+        notes.append(f"recorded provider {recorded or '(not recorded)'} cannot be built from "
+                     "settings; rerunning with offline")
+    else:
+        assert recorded is not None
+        missing = _unconfigured(load_settings(GATEWAY_PROVIDER=recorded), recorded)
+        name = recorded if missing is None else "offline"
+        if missing is not None:
+            notes.append(f"recorded provider {recorded} is not configured ({missing}); "
+                         "rerunning with offline")
+    settings = load_settings(GATEWAY_PROVIDER=name)
+    missing = _unconfigured(settings, name)
+    if missing is not None:  # only for an explicit --provider: never call a default URL keyless
+        raise CommandError(f"--provider {name}: {missing}")
+    try:
+        return build_provider(settings), notes
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def _unconfigured(settings: Settings, name: str) -> str | None:
+    """Why ``name`` cannot be built from ``settings``, or None when it can."""
+    if name == "anthropic" and settings.anthropic_api_key is None:
+        return "ANTHROPIC_API_KEY is not set"
+    if name == "openai" and settings.openai_api_key is None and not settings.openai_base_url:
+        return "neither OPENAI_API_KEY nor OPENAI_BASE_URL is set"
+    return None
+
+
+def _notes(replay: Replay, parts: RerunParts, provider: str, same: bool,
+           model_given: str | None) -> list[str]:
+    notes: list[str] = []
+    turn = replay.turn(parts.turn)
+    if turn.prompt is None:
+        notice = turn.prompt_notice or "not recorded"
+        notes.append(f"system prompt of this turn: {notice}; the rerun sends none")
+    elif not turn.prompt.verified:
+        notes.append("the recorded prompt does not match its fingerprint (see replay problems)")
+    if parts.params is None:
+        notes.append(f"params were not recorded; using {provider}'s own")
+    elif not same:
+        notes.append(f"params are {provider}'s own (the recorded ones are {parts.provider}'s)")
+    if not same and not model_given and parts.model is not None and provider != "offline":
+        notes.append(f"model {parts.model} is the recorded one; pass --model for {provider}")
+    return notes
+
+
+async def _send(provider: Provider, parts: RerunParts, model: str,
+                params: Mapping[str, Any]) -> Answer:
+    request = ProviderRequest(system=parts.prompt.text, messages=list(parts.messages),
+                              tools=parts.tools, model=model, params=params)
+    started = time.perf_counter()
+    try:
+        # No on_text: the answer is shown whole, next to the recorded one. A recorded
+        # "stream": true is still sent as is, so the body equals the recorded body.
+        response = await provider.complete(request)
+    except ProviderError as exc:
+        return Answer(None, None, {}, (time.perf_counter() - started) * 1000, exc)
+    return Answer(response.message, response.stop_reason, dict(response.usage),
+                  (time.perf_counter() - started) * 1000, None)
+
+
+# -- the rerun log ------------------------------------------------------------------------------
+
+
+async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
+                    args: argparse.Namespace,
+                    files: Mapping[str, tuple[str, str]]) -> JsonlSessionWriter:
+    """Create ``<data_dir>/reruns/<tenant>/<id>.jsonl`` with its header written."""
+    recorded_tenant = replay.header.get("tenant")
+    tenant = recorded_tenant if isinstance(recorded_tenant, str) else args.tenant
+    try:
+        tenant = validate_tenant(tenant or DEFAULT_TENANT)
+    except InvalidNameError as exc:
+        raise CommandError(str(exc)) from exc
+    directory = ensure_private_dir(ensure_private_dir(data_dir / RERUNS_DIR) / tenant)
+    for _ in range(_CREATE_ATTEMPTS):
+        rerun_id = new_session_id()
+        path = directory / f"{rerun_id}.jsonl"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError:
+            continue  # two reruns in the same second drew the same random suffix
+        break
+    else:
+        raise CommandError("cannot pick a fresh rerun id", EXIT_UNREADABLE)
+    writer = JsonlSessionWriter(path, fd, rerun_id, tenant, SessionState(), 0, "turn")
+    try:
+        os.fchmod(fd, FILE_MODE)  # exact, whatever the umask
+        extra = {
+            "rerunOf": {"session": replay.session_id, "tenant": tenant, "turn": parts.turn,
+                        "promptFingerprint": parts.recorded_fingerprint},
+            "ablation": {
+                "drop": list(parts.dropped),
+                "replace": {name: {"file": file, "hash": fingerprint(text)}
+                            for name, (file, text) in files.items()},
+            },
+        }
+        await writer.append([entries.header(
+            rerun_id, utc_now_iso(), tenant=tenant, channel="rerun",
+            conversation=replay.session_id or "-", extra=extra,
+        )])
+    except BaseException:
+        await writer.aclose()
+        path.unlink(missing_ok=True)
+        raise
+    return writer
+
+
+async def _record(writer: JsonlSessionWriter, answer: Answer) -> None:
+    """The answer and the call's outcome, as the agent loop records them."""
+    if answer.error is not None:
+        error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}
+        await writer.append([entries.outcome(Outcome(call=0, latency_ms=answer.latency_ms,
+                                                     error=error))])
+        return
+    assert answer.message is not None
+    outcome = Outcome(call=0, stop_reason=answer.stop_reason, usage=answer.usage,
+                      latency_ms=answer.latency_ms)
+    await writer.append([entries.message(answer.message), entries.outcome(outcome)])
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _tool_calls(message: MessageDict | None) -> list[dict[str, Any]]:
+    content = message.get("content") if message else None
+    if not isinstance(content, list):
+        return []
+    return [{"id": b.get("id"), "name": b.get("name"), "input": b.get("input")}
+            for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
+          params: Mapping[str, Any], notes: list[str], files: Mapping[str, tuple[str, str]],
+          answer: Answer, saved: Path | None) -> dict[str, Any]:
+    """Everything the rerun shows, as one JSON-ready dict (the ``--json`` output)."""
+    turn = replay.turn(parts.turn)
+    recorded = replay.messages[turn.assistant] if turn.assistant is not None else None
+    error = None
+    if answer.error is not None:
+        error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}
+    return {
+        "session": replay.session_id,
+        "turn": parts.turn,
+        "provider": {"recorded": parts.provider, "rerun": provider},
+        "model": {"recorded": turn.model or replay.header.get("model"), "rerun": model},
+        "params": dict(params),
+        "messages": len(parts.messages),
+        "tools": [str(t.get("name")) for t in parts.tools],
+        "prompt": {
+            "recorded": parts.recorded_fingerprint,
+            "rerun": parts.prompt.fingerprint,
+            "changed": parts.changed,
+            "dropped": list(parts.dropped),
+            "replaced": {name: file for name, (file, _) in files.items()},
+            "recordedSections": list(parts.recorded_sections),
+            "sections": [s.name for s in parts.prompt.sections],
+        },
+        "notes": notes,
+        "recorded": {"assistant": recorded, "outcome": outcome_json(replay.outcome_of(turn))},
+        "rerun": {
+            "assistant": answer.message,
+            "stopReason": answer.stop_reason,
+            "usage": dict(answer.usage),
+            "latencyMs": round(answer.latency_ms, 3),
+            "toolCalls": _tool_calls(answer.message),
+            "toolsExecuted": False,
+            "error": error,
+        },
+        "saved": str(saved) if saved is not None else None,
+    }
+
+
+def _answer_lines(message: MessageDict | None, tool_label: str) -> list[str]:
+    if message is None:
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    lines: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            if block["text"]:
+                lines.append(str(block["text"]))
+        elif kind == "tool_use":
+            args = orjson.dumps(block.get("input")).decode()
+            lines.append(f"[{tool_label}] {block.get('name')} {args}")
+        else:
+            lines.append(f"<{kind}>")
+    return lines
+
+
+def _print(view: Mapping[str, Any], out: TextIO) -> None:
+    w = out.write
+    prompt = view["prompt"]
+    w(f"=== rerun of turn {view['turn']} of session {view['session']}\n")
+    w(f"provider  {view['provider']['rerun']} (recorded: {view['provider']['recorded'] or '-'})\n")
+    w(f"model     {view['model']['rerun']} (recorded: {view['model']['recorded'] or '-'})\n")
+    w(f"params    {orjson.dumps(view['params']).decode()}\n")
+    count = view["messages"]
+    w(f"sent      {count} message{'' if count == 1 else 's'}; "
+      f"tools: {', '.join(view['tools']) or '(none)'}\n")
+    state = "changed" if prompt["changed"] else "unchanged"
+    w(f"prompt    recorded {prompt['recorded'] or '(not recorded)'} -> rerun "
+      f"{prompt['rerun']} ({state})\n")
+    if prompt["dropped"]:
+        w(f"          dropped: {', '.join(prompt['dropped'])}\n")
+    for name, file in prompt["replaced"].items():
+        w(f"          replaced: {name} (text from {file})\n")
+    w(f"sections  {', '.join(prompt['sections']) or '(none)'}\n")
+    for note in view["notes"]:
+        w(f"note: {note}\n")
+    recorded = view["recorded"]
+    stop = (recorded["outcome"] or {}).get("stopReason")
+    w(f"--- recorded answer{f' (stop {stop})' if stop else ''}\n")
+    lines = _answer_lines(recorded["assistant"], "tool call")
+    if not lines:
+        error = (recorded["outcome"] or {}).get("error")
+        lines = [f"[no answer: {error or 'not recorded'}]"]
+    w("".join(f"{line}\n" for line in lines))
+    rerun = view["rerun"]
+    if rerun["error"] is not None:
+        w(f"--- new answer: failed ({rerun['error']['kind']})\n{rerun['error']['message']}\n")
+    else:
+        shown = "; tool calls are shown, not executed" if rerun["toolCalls"] else ""
+        w(f"--- new answer (stop {rerun['stopReason'] or '-'}, {rerun['latencyMs']:.0f} ms"
+          f"{shown})\n")
+        w("".join(f"{line}\n" for line in _answer_lines(rerun["assistant"],
+                                                        "tool call, NOT executed")))
+    if view["saved"]:
+        w(f"saved     {view['saved']}\n")

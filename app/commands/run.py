@@ -1,0 +1,53 @@
+"""``gateway run``: serve the configured channels until SIGINT/SIGTERM.
+
+Settings come from the environment and ``.env``; ``--host``, ``--port`` and ``--data-dir``
+override them. A configuration problem is one line, ``gateway run: ...``, and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from app import logs
+from app.commands.common import EXIT_USAGE, CommandError
+from app.compose import build_gateway
+from app.config import Settings
+from gateway.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="address to bind (GATEWAY_HOST)")
+    parser.add_argument("--port", type=int, default=None, help="port to bind (GATEWAY_PORT)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where sessions and the persona live (GATEWAY_DATA_DIR)")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment and ``.env``; ``overrides`` (by variable name) win.
+
+    ``None`` overrides are dropped. Settings are keyed by their environment variable names
+    (``GATEWAY_PORT=...``): field names passed to ``Settings`` are ignored, not applied.
+    """
+    given = {name: value for name, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise CommandError(f"invalid setting {where}: {first['msg']}", EXIT_USAGE) from exc
+
+
+async def run(args: argparse.Namespace) -> int:
+    settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
+                             GATEWAY_DATA_DIR=args.data_dir)
+    logs.configure(settings.log_format, settings.log_level, settings.secrets())
+    try:
+        gateway = build_gateway(settings)
+        await gateway.run_until_stopped()
+    except ConfigError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    return 0

@@ -1,0 +1,92 @@
+"""``gateway viewer``: the session viewer as its own read-only server.
+
+Serves the pages of the gateway's ``/admin`` from a data directory, with no channel, provider
+or writer: it only lists and reads session logs. Bound to a loopback address (the default) it
+needs no token; if ``GATEWAY_ADMIN_TOKEN`` is set it asks for it anyway. Bound anywhere else it
+refuses to start without that token. ``--tenant T`` pins the viewer to tenant T (see
+:mod:`app.admin.auth` for the tenancy rule). Runs until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from aiohttp import web
+
+from app.admin import Access, AdminSite, SessionSource
+from app.commands.common import EXIT_USAGE, CommandError
+from app.commands.run import load_settings
+from gateway.hosts import is_loopback
+from sessions.errors import InvalidNameError
+
+DEFAULT_PORT = 8788
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where the sessions live (GATEWAY_DATA_DIR)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; others need a token)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port to bind (default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--tenant", default=None,
+                        help="show only this tenant (default: the default tenant, switchable)")
+
+
+def admin_token() -> str | None:
+    """``GATEWAY_ADMIN_TOKEN`` from the environment or ``.env`` (empty counts as unset)."""
+    settings = load_settings()
+    token = settings.admin_token.get_secret_value() if settings.admin_token else ""
+    return token or None
+
+
+def access_for(host: str, token: str | None, tenant: str | None) -> Access:
+    """The viewer's access rule; refuses a non-loopback bind without a token."""
+    if token is None and not is_loopback(host):
+        raise CommandError(
+            f"--host {host} is not a loopback address and GATEWAY_ADMIN_TOKEN is not set; "
+            "set a token to serve the viewer beyond this machine", EXIT_USAGE)
+    try:
+        return Access(token, pinned=tenant)
+    except InvalidNameError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+
+
+async def run(args: argparse.Namespace, source: SessionSource, data_dir: Path,
+              out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port} is not a port number", EXIT_USAGE)
+    access = access_for(args.host, admin_token(), args.tenant)
+    if not await asyncio.to_thread(data_dir.is_dir):
+        raise CommandError(f"no such data directory: {data_dir}", EXIT_USAGE)
+    runner = web.AppRunner(AdminSite(source, access).application(), access_log=None,
+                           handle_signals=False)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, args.host, args.port).start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {args.host}:{args.port}: "
+                               f"{exc.strerror or exc}", EXIT_USAGE) from exc
+        port = runner.addresses[0][1]
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        scope = f"tenant {access.pinned} only" if access.pinned else "default tenant"
+        auth = "token required" if access.token else "no token (loopback only)"
+        out.write(f"viewer on http://{host}:{port}/admin/  (read-only; {scope}; {auth})\n")
+        out.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0

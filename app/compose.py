@@ -1,0 +1,197 @@
+"""The composition root: the only module that picks concrete stores, providers and channels.
+
+``gateway run``, ``gateway chat`` and the tests build a :class:`~gateway.app.Gateway` here from
+:class:`~gateway.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
+gateway is one stateless worker among several: see :mod:`gateway.coordination`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from app.compose_channels import build_channels
+from app.config import Settings
+from app.server import Gateway
+from coordination.file_pairing import FilePairingState
+from coordination.local import InProcessCoordinator
+from gateway.access import AccessGate, AccessPolicy, ChannelRules
+from gateway.channel import Channel, ReplySink
+from gateway.coordination import Coordinator, supports_fencing
+from gateway.errors import ConfigError
+from gateway.history import StoreHistory
+from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+from gateway.pairing import PairingStore
+from gateway.persona import PersonaWorkspace
+from gateway.persona_tools import persona_tools
+from gateway.prompt import PromptSource
+from gateway.providers.base import Provider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from gateway.tools import ToolRegistry
+from gateway.turn import AgentLoop, LoopSettings
+from sessions.jsonl import JsonlSessionStore
+from sessions.postgres import schema as pg_schema
+from sessions.store import Durability, SessionStore
+
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini", "offline": "offline-1"}
+
+
+def build_store(settings: Settings) -> SessionStore:
+    """The one store factory: PostgreSQL when ``GATEWAY_STORE_URL`` is set, else JSONL files
+    under the data dir (with the durability setting). Every command uses it."""
+    return open_store(settings.data_dir, settings.store_url.get_secret_value()
+                      if settings.store_url is not None else None,
+                      schema=settings.store_schema, durability=settings.durability)
+
+
+def open_store(data_dir: Path, store_url: str | None = None, *,
+               schema: str = pg_schema.DEFAULT_SCHEMA,
+               durability: Durability = "turn") -> SessionStore:
+    """A store from its parts (operator commands whose flags override the settings)."""
+    if store_url is not None:
+        from sessions.postgres.store import PostgresSessionStore
+
+        return PostgresSessionStore(store_url, schema=schema)
+    return JsonlSessionStore(data_dir, durability=durability)
+
+
+def build_coordinator(settings: Settings) -> Coordinator:
+    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers), else this process alone."""
+    if settings.redis_url is None:
+        return InProcessCoordinator()
+    if settings.store_url is None:
+        raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
+                          "sessions through PostgreSQL")
+    from coordination.redis_coordinator import RedisCoordinator
+
+    return RedisCoordinator(settings.redis_url.get_secret_value(),
+                            prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl)
+
+
+def build_provider(settings: Settings) -> Provider:
+    name = settings.resolved_provider()
+    model = settings.model or DEFAULT_MODELS[name]
+    if name == "anthropic":
+        from gateway.providers.anthropic import AnthropicProvider
+
+        if settings.anthropic_api_key is None:
+            raise ConfigError("GATEWAY_PROVIDER=anthropic needs ANTHROPIC_API_KEY")
+        return AnthropicProvider(
+            api_key=settings.anthropic_api_key.get_secret_value(), model=model,
+            base_url=settings.anthropic_base_url, max_tokens=settings.max_tokens,
+            temperature=settings.temperature, stream=settings.stream,
+            timeout=settings.provider_timeout, max_retries=settings.provider_retries,
+        )
+    if name == "openai":
+        from gateway.providers.openai import OpenAIProvider
+
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
+        return OpenAIProvider(
+            api_key=key, model=model, base_url=settings.openai_base_url,
+            max_tokens=settings.max_tokens, temperature=settings.temperature,
+            stream=settings.stream, timeout=settings.provider_timeout,
+            max_retries=settings.provider_retries,
+        )
+    from gateway.providers.offline import OfflineProvider
+
+    return OfflineProvider(model=model)
+
+
+def build_loop(
+    settings: Settings,
+    provider: Provider,
+    metrics: Metrics,
+    *,
+    prompts: PromptSource | None = None,
+    tools: ToolRegistry | None = None,
+    hooks: Sequence[BeforeCallHook] | None = None,
+) -> AgentLoop:
+    if prompts is None or tools is None:
+        workspace = PersonaWorkspace(settings.persona_root)
+        prompts = prompts or workspace
+        tools = tools or ToolRegistry(persona_tools(workspace))
+    return AgentLoop(
+        provider=provider, prompts=prompts, tools=tools,
+        hooks=list(hooks) if hooks is not None else [prompt_persist_hook],
+        metrics=metrics,
+        settings=LoopSettings(max_iterations=settings.max_iterations,
+                              window_tokens=settings.window_tokens),
+    )
+
+
+def build_access(settings: Settings, coordinator: Coordinator | None = None) -> AccessPolicy:
+    """Allowlists per channel and DM pairing (see :mod:`gateway.access`)."""
+    rules = {
+        "telegram": ChannelRules(
+            users=Settings.id_list(settings.telegram_allowed_users),
+            chats=Settings.id_list(settings.telegram_allowed_chats),
+            pairing=settings.pairing,
+        ),
+        "slack": ChannelRules(
+            users=Settings.id_list(settings.slack_allowed_users),
+            chats=Settings.id_list(settings.slack_allowed_channels),
+            pairing=settings.pairing,
+        ),
+    }
+    state = coordinator.pairing_state() if coordinator is not None else None
+    return AccessPolicy(rules=rules,
+                        pairing=PairingStore(state or FilePairingState.under(settings.data_dir)))
+
+
+def build_admin_routes(settings: Settings, store: SessionStore) -> list[web.RouteDef]:
+    """The session viewer under ``/admin``, only when ``GATEWAY_ADMIN_TOKEN`` is set."""
+    if settings.admin_token is None or not settings.admin_token.get_secret_value():
+        return []
+    from app.admin import Access, AdminSite
+
+    return AdminSite(store, Access(settings.admin_token.get_secret_value())).routes()
+
+
+def build_gateway(
+    settings: Settings,
+    *,
+    store: SessionStore | None = None,
+    provider: Provider | None = None,
+    channels: Sequence[Channel] | None = None,
+    prompts: PromptSource | None = None,
+    tools: ToolRegistry | None = None,
+    hooks: Sequence[BeforeCallHook] | None = None,
+    access: AccessPolicy | None = None,
+    coordinator: Coordinator | None = None,
+) -> Gateway:
+    """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
+    metrics = Metrics()
+    coordinator = coordinator or build_coordinator(settings)
+    store = store or build_store(settings)
+    if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
+        raise ConfigError("several workers need a session store with fencing tokens "
+                          "(PostgreSQL: GATEWAY_STORE_URL)")
+    provider = provider or build_provider(settings)
+    loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks)
+    registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
+                                    max_open=settings.max_open_sessions,
+                                    idle_rotate=settings.idle_rotate)
+    gateway: Gateway
+    router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
+                    metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
+                    dedup=coordinator.dedup, conversations=coordinator.conversations)
+    chosen = (list(channels) if channels is not None
+              else build_channels(settings, StoreHistory(store), metrics, coordinator))
+
+    async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
+        await (sink or gateway.sink_for(inbound)).finish(text)
+
+    gate = AccessGate(access or build_access(settings, coordinator), router.deliver, notify,
+                      metrics)
+    gateway = Gateway(
+        store=store, provider=provider, router=router, registry=registry, channels=chosen,
+        metrics=metrics, host=settings.host, port=settings.port,
+        shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
+        extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
+    )
+    return gateway

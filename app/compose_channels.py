@@ -1,0 +1,127 @@
+"""The composition root, channel half: concrete channels built from settings.
+
+Channels depend on the core's seam only (:mod:`gateway.channel`); everything a channel needs
+from outside (settings values, a deduplicator, a leader elector, the history port) is chosen
+here and passed to its constructor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import TYPE_CHECKING
+
+from app.config import Settings
+from coordination.file_dedup import FileDeduplicator
+from gateway.channel import Channel
+from gateway.coordination import Coordinator
+from gateway.dedup import Deduplicator
+from gateway.errors import ConfigError
+from gateway.history import History
+from gateway.metrics import Metrics
+
+if TYPE_CHECKING:  # imported when built: a gateway without the channel never loads it
+    from channels.console.channel import ConsoleChannel
+
+
+def _dedup(settings: Settings, coordinator: Coordinator, namespace: str, file_name: str,
+           ttl: float) -> Deduplicator:
+    """The coordinator's shared dedup (several workers), else a restart-proof file."""
+    shared = coordinator.deduplicator(namespace, ttl)
+    return shared or FileDeduplicator(settings.data_dir / "state" / file_name, ttl=ttl)
+
+
+def web_channel(settings: Settings, history: History) -> Channel:
+    from channels.web.channel import WebChannel
+
+    token = settings.web_token.get_secret_value() if settings.web_token else None
+    return WebChannel(
+        history=history, host=settings.host, token=token,
+        max_message_chars=settings.max_message_chars,
+        reply_timeout=settings.provider_timeout + 30.0,
+        shutdown_grace=settings.shutdown_grace,
+    )
+
+
+def telegram_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator) -> Channel:
+    # PTB 22 warns on every RetryAfter unless told to use timedelta values (its documented
+    # opt-in); we want the new behaviour, not a warning per 429.
+    os.environ.setdefault("PTB_TIMEDELTA", "1")
+    from channels.telegram.adapter import DEDUP_TTL, TelegramChannel, TelegramOptions, build_bot
+
+    if settings.telegram_bot_token is None:
+        raise ConfigError("GATEWAY_CHANNELS=telegram needs TELEGRAM_BOT_TOKEN")
+    token = settings.telegram_bot_token.get_secret_value()
+    secret = settings.telegram_webhook_secret
+    options = TelegramOptions(
+        mode=settings.telegram_mode,
+        webhook_secret=secret.get_secret_value() if secret else None,
+        webhook_url=settings.telegram_webhook_url or None,
+        group_mode=settings.telegram_group_mode,
+        max_message_chars=settings.max_message_chars,
+        poll_timeout=settings.telegram_poll_timeout,
+        stall_seconds=settings.telegram_stall_seconds,
+        close_grace=settings.shutdown_grace,
+        typing_delay=settings.typing_delay,
+    )
+    rate_limited = settings.telegram_rate_limit == "on"
+    bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
+    dedup = _dedup(settings, coordinator, "telegram", "telegram-updates.jsonl", DEDUP_TTL)
+    # One election per bot (a hash of the token names it, never the token itself).
+    bot_hash = hashlib.sha256(token.encode()).hexdigest()[:16]
+    return TelegramChannel(bot, token=token, metrics=metrics, dedup=dedup, options=options,
+                           rate_limited=rate_limited,
+                           elector=coordinator.elector(f"telegram-poll:{bot_hash}"))
+
+
+def slack_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator, *,
+                  edit_interval: float = 1.0) -> Channel:
+    from channels.slack.adapter import DEDUP_TTL, SlackChannel
+
+    if settings.slack_bot_token is None:
+        raise ConfigError("GATEWAY_CHANNELS includes slack but SLACK_BOT_TOKEN is not set")
+    app_token = (settings.slack_app_token.get_secret_value()
+                 if settings.slack_app_token is not None else None)
+    signing = settings.slack_signing_secret
+    elector = None
+    if app_token:
+        # One election per app (a hash of its token names it, never the token itself).
+        app_hash = hashlib.sha256(app_token.encode()).hexdigest()[:16]
+        elector = coordinator.elector(f"slack-socket:{app_hash}")
+    return SlackChannel(
+        bot_token=settings.slack_bot_token.get_secret_value(),
+        signing_secret=signing.get_secret_value() if signing is not None else None,
+        app_token=app_token,
+        api_base_url=settings.slack_api_base_url,
+        metrics=metrics,
+        max_message_chars=settings.max_message_chars,
+        edit_interval=edit_interval,
+        typing_delay=settings.typing_delay,
+        dedup=_dedup(settings, coordinator, "slack", "slack-events.jsonl", DEDUP_TTL),
+        elector=elector,
+    )
+
+
+def console_channel(settings: Settings, history: History, *, conversation: str,
+                    replay_command: str) -> ConsoleChannel:
+    from channels.console.channel import ConsoleChannel
+
+    return ConsoleChannel(history=history, conversation=conversation,
+                          max_message_chars=settings.max_message_chars,
+                          replay_command=replay_command)
+
+
+def build_channels(settings: Settings, history: History, metrics: Metrics,
+                   coordinator: Coordinator) -> list[Channel]:
+    """The channels ``GATEWAY_CHANNELS`` names. Shared by workers: Telegram's and Slack's
+    redelivery checks use the coordinator's dedup, and long polling / Socket Mode run on the
+    elected leader."""
+    channels: list[Channel] = []
+    for name in settings.channel_names:
+        if name == "web":
+            channels.append(web_channel(settings, history))
+        elif name == "telegram":
+            channels.append(telegram_channel(settings, metrics, coordinator))
+        elif name == "slack":
+            channels.append(slack_channel(settings, metrics, coordinator))
+    return channels

@@ -1,0 +1,185 @@
+"""Settings, from the environment and ``.env`` (pydantic-settings).
+
+Every setting is documented in ``config.example.env``. Secrets are ``SecretStr`` so they never
+print in reprs, logs or error messages; a validation error names the setting, not its value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sessions.postgres import schema as pg_schema
+from sessions.store import Durability
+
+ProviderName = Literal["auto", "offline", "anthropic", "openai"]
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name)
+
+
+class Settings(BaseSettings):
+    """All gateway settings. Names are the environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=False,
+        hide_input_in_errors=True,
+    )
+
+    # -- core ---------------------------------------------------------------------------------
+    data_dir: Path = Field(Path("./data"), validation_alias=_env("GATEWAY_DATA_DIR"))
+    persona_dir: Path | None = Field(None, validation_alias=_env("GATEWAY_PERSONA_DIR"))
+    host: str = Field("127.0.0.1", validation_alias=_env("GATEWAY_HOST"))
+    port: int = Field(8787, ge=0, le=65535, validation_alias=_env("GATEWAY_PORT"))
+    channels: str = Field("web", validation_alias=_env("GATEWAY_CHANNELS"))
+    log_format: Literal["text", "json"] = Field("text", validation_alias=_env("GATEWAY_LOG_FORMAT"))
+    log_level: str = Field("INFO", validation_alias=_env("GATEWAY_LOG_LEVEL"))
+    durability: Durability = Field("turn", validation_alias=_env("GATEWAY_DURABILITY"))
+    # PostgreSQL session store (postgresql://user:password@host:port/db); unset: JSONL files.
+    # Secret: the URL may carry a password.
+    store_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_STORE_URL"))
+    # PostgreSQL schema of the session tables (several deployments can share a database).
+    store_schema: str = Field(pg_schema.DEFAULT_SCHEMA,
+                              validation_alias=_env("GATEWAY_STORE_SCHEMA"))
+    persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
+    shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
+    max_concurrent_turns: int = Field(32, ge=1,
+                                      validation_alias=_env("GATEWAY_MAX_CONCURRENT_TURNS"))
+    max_open_sessions: int = Field(256, ge=1, validation_alias=_env("GATEWAY_MAX_OPEN_SESSIONS"))
+    window_tokens: int = Field(16_000, ge=64, validation_alias=_env("GATEWAY_WINDOW_TOKENS"))
+    max_iterations: int = Field(8, ge=1, validation_alias=_env("GATEWAY_MAX_ITERATIONS"))
+    max_message_chars: int = Field(16_000, ge=1,
+                                   validation_alias=_env("GATEWAY_MAX_MESSAGE_CHARS"))
+    web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
+    admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
+
+    idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
+    typing_delay: float = Field(0.5, ge=0, validation_alias=_env("GATEWAY_TYPING_DELAY"))
+    pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
+
+    # -- several workers (see gateway.coordination) -----------------------------------------
+    # Redis shared by the workers (redis://[:password@]host:port/db); unset: one process.
+    # Secret: the URL may carry a password.
+    redis_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_REDIS_URL"))
+    redis_prefix: str = Field("gw:", min_length=1, max_length=64,
+                              validation_alias=_env("GATEWAY_REDIS_PREFIX"))
+    lease_ttl: float = Field(15.0, ge=1.0, le=30.0, validation_alias=_env("GATEWAY_LEASE_TTL"))
+
+    # -- telegram -----------------------------------------------------------------------------
+    telegram_bot_token: SecretStr | None = Field(None, validation_alias=_env("TELEGRAM_BOT_TOKEN"))
+    telegram_mode: Literal["polling", "webhook"] = Field(
+        "polling", validation_alias=_env("TELEGRAM_MODE"))
+    telegram_webhook_secret: SecretStr | None = Field(
+        None, validation_alias=_env("TELEGRAM_WEBHOOK_SECRET"))
+    telegram_webhook_url: str | None = Field(None, validation_alias=_env("TELEGRAM_WEBHOOK_URL"))
+    telegram_api_base_url: str | None = Field(None,
+                                              validation_alias=_env("TELEGRAM_API_BASE_URL"))
+    telegram_allowed_users: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_USERS"))
+    telegram_allowed_chats: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_CHATS"))
+    telegram_group_mode: Literal["mention", "all"] = Field(
+        "mention", validation_alias=_env("TELEGRAM_GROUP_MODE"))
+    telegram_rate_limit: Literal["on", "off"] = Field(
+        "on", validation_alias=_env("TELEGRAM_RATE_LIMIT"))
+    telegram_poll_timeout: int = Field(30, ge=0, le=50,
+                                       validation_alias=_env("TELEGRAM_POLL_TIMEOUT"))
+    telegram_stall_seconds: float = Field(90.0, gt=0,
+                                          validation_alias=_env("TELEGRAM_STALL_SECONDS"))
+
+    # -- slack --------------------------------------------------------------------------------
+    slack_bot_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: SecretStr | None = Field(
+        None, validation_alias=_env("SLACK_SIGNING_SECRET"))
+    slack_app_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_api_base_url: str | None = Field(None, validation_alias=_env("SLACK_API_BASE_URL"))
+    slack_allowed_users: str = Field("", validation_alias=_env("SLACK_ALLOWED_USERS"))
+    slack_allowed_channels: str = Field("", validation_alias=_env("SLACK_ALLOWED_CHANNELS"))
+
+    # -- provider -----------------------------------------------------------------------------
+    provider: ProviderName = Field("auto", validation_alias=_env("GATEWAY_PROVIDER"))
+    model: str | None = Field(None, validation_alias=_env("GATEWAY_MODEL"))
+    max_tokens: int = Field(1024, ge=1, validation_alias=_env("GATEWAY_MAX_TOKENS"))
+    temperature: float | None = Field(None, validation_alias=_env("GATEWAY_TEMPERATURE"))
+    provider_timeout: float = Field(60.0, gt=0, validation_alias=_env("GATEWAY_PROVIDER_TIMEOUT"))
+    provider_retries: int = Field(2, ge=0, validation_alias=_env("GATEWAY_PROVIDER_RETRIES"))
+    stream: bool = Field(True, validation_alias=_env("GATEWAY_STREAM"))
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias=_env("ANTHROPIC_API_KEY"))
+    anthropic_base_url: str | None = Field(None, validation_alias=_env("ANTHROPIC_BASE_URL"))
+    openai_api_key: SecretStr | None = Field(None, validation_alias=_env("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(None, validation_alias=_env("OPENAI_BASE_URL"))
+
+    @field_validator("channels")
+    @classmethod
+    def _known_channels(cls, value: str) -> str:
+        known = {"web", "telegram", "slack"}
+        names = [c.strip() for c in value.split(",") if c.strip()]
+        unknown = [c for c in names if c not in known]
+        if unknown:
+            raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: {sorted(known)}")
+        return ",".join(names)
+
+    @field_validator("store_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")  # never echo it: it may hold a password
+        return value
+
+    @field_validator("store_schema")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        return pg_schema.validate_schema(value)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if not value.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")  # never echo it
+        return value
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [c for c in self.channels.split(",") if c]
+
+    @staticmethod
+    def id_list(value: str) -> frozenset[str]:
+        """A comma-separated allowlist setting as a set (ids or @usernames, trimmed)."""
+        return frozenset(v.strip() for v in value.split(",") if v.strip())
+
+    @property
+    def persona_root(self) -> Path:
+        return self.persona_dir or self.data_dir / "persona"
+
+    def resolved_provider(self) -> str:
+        """``auto`` picks anthropic, then openai, when a key is set; else offline."""
+        if self.provider != "auto":
+            return self.provider
+        if self.anthropic_api_key is not None:
+            return "anthropic"
+        if self.openai_api_key is not None or self.openai_base_url:
+            return "openai"
+        return "offline"
+
+    def secrets(self) -> list[str]:
+        """Every configured secret value, for the log redaction filter."""
+        values = []
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, SecretStr) and value.get_secret_value():
+                values.append(value.get_secret_value())
+            del field
+        for url in (self.store_url, self.redis_url):
+            if url is None:
+                continue
+            password = urlsplit(url.get_secret_value()).password
+            if password:
+                values.extend({password, unquote(password)})
+        return values

@@ -1,0 +1,167 @@
+"""The running gateway: owns the lifecycle of the server, channels, router and store.
+
+Start order: coordinator (Redis, when workers share one), router, HTTP server (``/healthz``,
+``/metrics`` and channel routes), channels. Stop order (SIGINT/SIGTERM or
+:meth:`Gateway.aclose`): channels stop taking input, in-flight turns get ``shutdown_grace``
+seconds, then are cancelled (a worker hands its queued conversations to the others); sessions
+are flushed and closed, then the coordinator, store, provider and server. ``aclose`` is
+idempotent and closes everything even if a step fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
+from gateway.coordination import Coordinator
+from gateway.messages import Inbound
+from gateway.metrics import Metrics
+from gateway.providers.base import Provider
+from gateway.registry import ConversationRegistry
+from gateway.router import Router
+from sessions.store import SessionStore
+
+log = logging.getLogger("gateway.app")
+
+
+class Gateway:
+    """All the long-lived parts, wired by :mod:`app.compose`."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        provider: Provider,
+        router: Router,
+        registry: ConversationRegistry,
+        channels: Sequence[Channel],
+        metrics: Metrics,
+        host: str,
+        port: int,
+        shutdown_grace: float,
+        extra_routes: Iterable[web.AbstractRouteDef] = (),
+        health_extra: dict[str, Any] | None = None,
+        deliver: Deliver | None = None,
+        coordinator: Coordinator,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        self.router = router
+        self.registry = registry
+        self.channels = list(channels)
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self.shutdown_grace = shutdown_grace
+        self.extra_routes = list(extra_routes)
+        self.health_extra = health_extra or {}
+        self.web_app = web.Application(client_max_size=2 * 1024 * 1024)
+        self.deliver: Deliver = deliver or router.deliver
+        """What channels hand inbound messages to: the access gate in front of the router."""
+        self.coordinator = coordinator
+        self._runner: web.AppRunner | None = None
+        self._closed = False
+        self._stop = asyncio.Event()
+
+    def sink_for(self, inbound: Inbound) -> ReplySink:
+        for channel in self.channels:
+            if channel.name == inbound.key.channel:
+                return channel.reply_sink(inbound)
+        raise LookupError(f"no channel named {inbound.key.channel!r}")
+
+    @property
+    def bound_port(self) -> int:
+        """The real port (useful when ``port`` was 0)."""
+        assert self._runner is not None
+        for site in self._runner.sites:
+            server = getattr(site, "_server", None)
+            if server is not None and server.sockets:
+                return int(server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def start(self) -> None:
+        await self.coordinator.__aenter__()
+        await self.router.__aenter__()
+        app = self.web_app
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
+        for channel in self.channels:
+            if isinstance(channel, HttpChannel):
+                app.router.add_routes(list(channel.routes()))
+        app.router.add_routes(self.extra_routes)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        for channel in self.channels:
+            await channel.start(self.deliver)
+        log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",
+                 self.host, self.bound_port, ", ".join(c.name for c in self.channels),
+                 self.provider.name)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        channels = {c.name: dict(c.health()) for c in self.channels}
+        ok = all(v.get("ok", True) for v in channels.values())
+        body = {
+            "ok": ok,
+            "channels": channels,
+            "provider": self.provider.name,
+            "open_conversations": len(self.registry),
+            "queued": self.router.queued,
+            "coordination": dict(self.coordinator.health()),
+            **self.health_extra,
+        }
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics.queue_depth.set(self.router.queued)
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_stopped(self) -> None:
+        """Serve until SIGINT/SIGTERM (or :meth:`request_stop`), then shut down cleanly."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._stop.set)
+        try:
+            await self.start()
+            await self._stop.wait()
+            log.info("stopping: finishing in-flight turns (up to %.0f s)", self.shutdown_grace)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # The router stops taking input first (channels get RouterClosedError and leave the
+        # platform to redeliver), in-flight turns finish and reply through still-open channels,
+        # then the channels close.
+        await self.router.drain(self.shutdown_grace)
+        for channel in self.channels:
+            await _quietly(channel.aclose(), f"channel {channel.name}")
+        await _quietly(self.router.__aexit__(None, None, None), "router")
+        await _quietly(self.registry.aclose(), "sessions")
+        await _quietly(self.coordinator.aclose(), "coordinator")
+        await _quietly(self.store.aclose(), "store")
+        await _quietly(self.provider.aclose(), "provider")
+        if self._runner is not None:
+            await _quietly(self._runner.cleanup(), "http server")
+
+
+async def _quietly(work: Any, what: str) -> None:
+    try:
+        await work
+    except Exception as exc:  # shutdown goes on; one line per failed step
+        log.warning("shutdown: %s failed to close (%s)", what, type(exc).__name__)

@@ -1,0 +1,127 @@
+"""Redis key names and the wire form of queued items (pure: no I/O).
+
+Every key starts with the configured prefix (``GATEWAY_REDIS_PREFIX``, default ``gw:``), so
+several deployments, or the test suite's throw-away prefixes, share one Redis::
+
+    {p}conv:{<tenant>:<conversation>}:lease     owner id of the worker serving it (PX ttl)
+    {p}conv:{<tenant>:<conversation>}:fence     fencing-token counter (INCR per acquisition)
+    {p}conv:{<tenant>:<conversation>}:queue     list of items in arrival order; the head is
+                                                the one being served, removed once answered
+    {p}conv:{<tenant>:<conversation>}:inflight  id of the head item once a holder started it
+    {p}active                                   set of conversations with a queue (for adoption)
+    {p}dedup:<namespace>:<id>                   seen platform ids (SET NX EX)
+    {p}inbox:<worker>                           replies relayed to the worker holding the request
+    {p}leader:<job>                             owner id of the elected worker (PX ttl)
+    {p}pairing                                  the pairing document (JSON)
+
+The braces are Redis Cluster hash tags (a conversation's keys share a slot); the scripts also
+touch ``{p}active``, so a deployment runs on one Redis primary, not a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.coordination import QueueItem
+from gateway.messages import ConversationKey, Inbound, Sender
+
+DEFAULT_PREFIX = "gw:"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def _conv(self, key: ConversationKey, part: str) -> str:
+        return f"{self.prefix}conv:{{{key.tenant}:{key.label()}}}:{part}"
+
+    def lease(self, key: ConversationKey) -> str:
+        return self._conv(key, "lease")
+
+    def fence(self, key: ConversationKey) -> str:
+        return self._conv(key, "fence")
+
+    def queue(self, key: ConversationKey) -> str:
+        return self._conv(key, "queue")
+
+    def inflight(self, key: ConversationKey) -> str:
+        return self._conv(key, "inflight")
+
+    @property
+    def active(self) -> str:
+        return f"{self.prefix}active"
+
+    def dedup(self, namespace: str, item: str) -> str:
+        return f"{self.prefix}dedup:{namespace}:{item}"
+
+    def inbox(self, worker: str) -> str:
+        return f"{self.prefix}inbox:{worker}"
+
+    def leader(self, job: str) -> str:
+        return f"{self.prefix}leader:{job}"
+
+    @property
+    def pairing(self) -> str:
+        return f"{self.prefix}pairing"
+
+
+def member(key: ConversationKey) -> str:
+    """A conversation as a member of the ``active`` set (the whole key, so it can be rebuilt)."""
+    return orjson.dumps([key.channel, key.chat, key.tenant, key.thread]).decode()
+
+
+def key_of(value: str) -> ConversationKey:
+    channel, chat, tenant, thread = orjson.loads(value)
+    return ConversationKey(str(channel), str(chat), str(tenant),
+                           None if thread is None else str(thread))
+
+
+@dataclass(frozen=True, slots=True)
+class WireItem:
+    """A queued item as read back from Redis: who received it and whether it waits for a relay."""
+
+    item: QueueItem
+    origin: str
+    relay: bool
+
+
+def encode_item(item: QueueItem, origin: str) -> str:
+    """``<id> <json>``: the id first, so the scripts can read it without decoding JSON."""
+    inbound = item.inbound
+    body = {
+        "kind": item.kind,
+        "origin": origin,
+        "relay": item.sink is not None,
+        "key": [inbound.key.channel, inbound.key.chat, inbound.key.tenant, inbound.key.thread],
+        "sender": [inbound.sender.id, inbound.sender.name],
+        "text": inbound.text,
+        "platform_id": inbound.platform_id,
+        "chat_type": inbound.chat_type,
+        "received_at": inbound.received_at,
+        "meta": dict(inbound.meta),
+    }
+    # Channel meta is plain data; anything else is kept as text rather than refused.
+    return f"{item.id} {orjson.dumps(body, default=str).decode()}"
+
+
+def decode_item(raw: str, *, resumed: bool = False) -> WireItem:
+    item_id, _, text = raw.partition(" ")
+    body: dict[str, Any] = orjson.loads(text)
+    channel, chat, tenant, thread = body["key"]
+    sender_id, sender_name = body["sender"]
+    inbound = Inbound(
+        key=ConversationKey(channel, chat, tenant, thread),
+        sender=Sender(sender_id, sender_name),
+        text=body["text"],
+        platform_id=body.get("platform_id"),
+        chat_type=body.get("chat_type", "private"),
+        received_at=float(body.get("received_at") or 0.0),
+        meta=body.get("meta") or {},
+    )
+    item = QueueItem(inbound, kind=body.get("kind", "message"), id=item_id, resumed=resumed)
+    return WireItem(item, str(body.get("origin", "")), bool(body.get("relay")))

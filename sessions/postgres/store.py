@@ -1,0 +1,447 @@
+"""The PostgreSQL session store: the logs of :mod:`sessions.jsonl`, one table row per line.
+
+Each entry is stored as the exact line the JSONL writer writes (same orjson encoding, same key
+order: ``type``, ``seq``, ``ts``, then the body) in ``entries.line``, with ``seq`` and ``type``
+beside it for queries. :meth:`PostgresSessionStore.read_log` joins the lines in ``seq`` order,
+so replay, drift and export read a database session exactly as they read a file, and a session
+exported as JSONL replays the same. Tables and migrations: :mod:`sessions.postgres.schema`.
+
+**Sequence numbers.** Every append is one call of the SQL function ``append_entries()``: in one
+statement it locks the session row and inserts the batch only if it starts right after the
+last stored ``seq``; the primary key ``(tenant, session_id, seq)`` refuses duplicates too. A gap
+or a duplicate is never accepted: the append raises ``SessionWriteError(kind="SEQ_CONFLICT")``.
+
+**One writer per session, by fencing.** Each session row carries a ``fence`` token. ``open()``
+advances it (``fence=None``) or raises it to a token the caller brings (``fence=N``: a lease's
+fencing token, e.g. from Redis; a token below the current one raises
+:class:`~sessions.errors.StaleWriterError`, an equal one is the same holder re-opening). The
+writer sends its token with every append; once another ``open()`` has superseded it, its
+appends raise :class:`~sessions.errors.StaleWriterError`. So, unlike the JSONL store's
+``flock``, a second ``open()`` does not fail: it takes the session over, and the old writer
+finds out at its next append, with nothing of it written after the takeover.
+
+**Durability.** An append returns once PostgreSQL has committed it (durable with the server's
+default ``synchronous_commit``); :meth:`PostgresSessionWriter.sync` has nothing left to do.
+
+**Failures.** Per the writer contract, entries are accepted (``seq`` given, state advanced)
+before they are sent; if the database cannot be reached (``kind="CONNECTION"``) or refuses
+(``kind`` = the SQLSTATE), they are kept and sent, with their original ``seq`` and ``ts``,
+ahead of the next append. A retry after a lost reply (committed, but the answer never came) is
+recognised by comparing the stored lines, so it is not reported as a conflict. Reads that
+cannot reach the database raise :class:`StoreUnavailableError`.
+
+The URL may hold a password: it is never logged or put in an error; ``repr`` redacts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import orjson
+
+from sessions import entries
+from sessions.errors import (
+    InvalidNameError,
+    SessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionReadError,
+    SessionWriteError,
+    StaleWriterError,
+)
+from sessions.names import (
+    DEFAULT_TENANT,
+    new_session_id,
+    utc_now_iso,
+    validate_session_id,
+    validate_tenant,
+)
+from sessions.postgres import schema as pg_schema
+from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
+from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
+from sessions.scan import recover_state
+from sessions.store import MessagePage, SessionInfo, SessionState
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+__all__ = [
+    "ImportPlan",
+    "ImportResult",
+    "PostgresSessionStore",
+    "PostgresSessionWriter",
+    "StoreUnavailableError",
+    "plan_import",
+    "redact_url",
+]
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds :meth:`PostgresSessionStore.aclose` waits for busy connections before cutting them."""
+
+
+class StoreUnavailableError(SessionError, OSError):
+    """A read could not be served: the database is unreachable or failed the query.
+
+    ``kind`` is ``CONNECTION`` or the SQLSTATE, as for :class:`SessionWriteError`.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(errno.EIO, f"session database unavailable ({kind}): {detail}")
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and reprs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    except ValueError:
+        return "<unparsable database URL>"
+
+
+class PostgresSessionStore:
+    """Sessions in PostgreSQL. See :class:`sessions.store.SessionStore` and the module doc.
+
+    The connection pool is made on first use (or by :meth:`connect`), and the schema version
+    is checked then: a schema other than :data:`sessions.pg_schema.LATEST` raises
+    :class:`~sessions.pg_schema.SchemaVersionError` telling to run ``gateway db upgrade``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = pg_schema.DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+        command_timeout: float | None = 30.0,
+    ) -> None:
+        self._url = url
+        self.schema = pg_schema.validate_schema(schema)
+        self._pool_args: dict[str, Any] = {
+            "min_size": min_size, "max_size": max_size, "timeout": connect_timeout,
+            "command_timeout": command_timeout,
+        }
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._pool_lock = asyncio.Lock()
+        self._closed = False
+        self._q = pg_schema.quoted(schema)
+
+    @classmethod
+    async def connect(cls, url: str, **options: Any) -> PostgresSessionStore:
+        """A store whose pool is open and whose schema version was checked."""
+        store = cls(url, **options)
+        await store.connect_pool()
+        return store
+
+    async def connect_pool(self) -> None:
+        """Open the pool and check the schema now rather than on first use."""
+        try:
+            await self.pool()
+        except SessionError:
+            raise
+        except DB_ERRORS as exc:
+            raise StoreUnavailableError(error_kind(exc), type(exc).__name__) from exc
+
+    async def __aenter__(self) -> PostgresSessionStore:
+        await self.connect_pool()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"PostgresSessionStore({redact_url(self._url)!r}, schema={self.schema!r})"
+
+    async def pool(self) -> asyncpg.Pool[asyncpg.Record]:
+        """The connection pool, made (and the schema checked) on first use."""
+        if self._pool is not None:
+            return self._pool
+        async with self._pool_lock:
+            if self._closed:
+                raise StoreUnavailableError("CLOSED", "the store is closed")
+            if self._pool is None:
+                pool = await asyncpg.create_pool(self._url, **self._pool_args)
+                try:
+                    async with pool.acquire() as conn:
+                        await pg_schema.check(conn, self.schema)
+                except BaseException:
+                    pool.terminate()  # nothing runs on it yet: no grace needed
+                    raise
+                self._pool = pool
+        return self._pool
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        try:
+            pool = await self.pool()
+            async with pool.acquire() as conn:
+                yield conn
+        except SessionError:
+            raise  # ours (not found, exists, stale...), though some are OSErrors too
+        except DB_ERRORS as exc:
+            raise StoreUnavailableError(error_kind(exc), type(exc).__name__) from exc
+
+    @asynccontextmanager
+    async def _writing(self, session_id: str) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        try:
+            pool = await self.pool()
+            async with pool.acquire() as conn:
+                yield conn
+        except SessionError:
+            raise  # ours (not found, exists, stale...), though some are OSErrors too
+        except DB_ERRORS as exc:
+            raise SessionWriteError(session_id, error_kind(exc), type(exc).__name__) from exc
+
+    # -- writers -----------------------------------------------------------------------------
+
+    def _writer(self, sid: str, tenant: str, state: SessionState,
+                fence: int) -> PostgresSessionWriter:
+        return PostgresSessionWriter(self.pool, self._q, sid, tenant, state, fence)
+
+    async def create(
+        self,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        channel: str,
+        conversation: str,
+        session_id: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        fence: int | None = None,
+    ) -> PostgresSessionWriter:
+        """Start a session (header row written) whose writer holds ``fence`` (default 1)."""
+        validate_tenant(tenant)
+        sid = validate_session_id(session_id) if session_id is not None else new_session_id()
+        token = 1 if fence is None else _token(fence)
+        now = utc_now_iso()
+        head = entries.header(sid, now, tenant=tenant, channel=channel,
+                              conversation=conversation, extra=extra)
+        line = entries.encode_line(head, 0, now)
+        async with self._writing(sid) as conn:
+            try:
+                await conn.execute(
+                    f"WITH s AS (INSERT INTO {self._q}.sessions (tenant, id, started_at,"
+                    " channel, conversation, version, header, fence, next_seq, size_bytes)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 1, $9) RETURNING tenant, id)"
+                    f" INSERT INTO {self._q}.entries (tenant, session_id, seq, type, line)"
+                    " SELECT tenant, id, 0, 'session', $10 FROM s",
+                    tenant, sid, head["startedAt"], channel, conversation,
+                    entries.FORMAT_VERSION, line.decode(), token, len(line) + 1, line,
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise SessionExistsError(f"session {sid} already exists") from exc
+        return self._writer(sid, tenant, SessionState(next_seq=1), token)
+
+    async def open(
+        self, tenant: str, session_id: str, fence: int | None = None
+    ) -> PostgresSessionWriter:
+        """Take over a session for appending; every earlier writer becomes stale.
+
+        ``fence=None`` advances the session's token by one. ``fence=N`` (a lease's fencing
+        token) sets it to ``N``; ``N`` below the current token raises
+        :class:`~sessions.errors.StaleWriterError` and changes nothing.
+        """
+        validate_tenant(tenant)
+        validate_session_id(session_id)
+        wanted = None if fence is None else _token(fence)
+        async with self._writing(session_id) as conn, conn.transaction():
+            row = await conn.fetchrow(
+                f"SELECT version, fence, next_seq, message_count FROM {self._q}.sessions"
+                " WHERE tenant = $1 AND id = $2 FOR UPDATE",
+                tenant, session_id,
+            )
+            if row is None:
+                raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
+            if row["version"] != entries.FORMAT_VERSION:
+                raise SessionReadError(
+                    f"session {session_id} is format version {row['version']}; only version "
+                    f"{entries.FORMAT_VERSION} sessions can be resumed for writing"
+                )
+            current = int(row["fence"])
+            if wanted is not None and wanted < current:
+                raise StaleWriterError(session_id, wanted, current)
+            token = current + 1 if wanted is None else wanted
+            await conn.execute(
+                f"UPDATE {self._q}.sessions SET fence = $3 WHERE tenant = $1 AND id = $2",
+                tenant, session_id, token,
+            )
+            # Messages only count; the rest (sections, prompts, tools, calls) rebuilds state.
+            lines = await conn.fetch(
+                f"SELECT line FROM {self._q}.entries WHERE tenant = $1 AND session_id = $2"
+                " AND type IS DISTINCT FROM 'message' ORDER BY seq",
+                tenant, session_id,
+            )
+        state = recover_state([bytes(r["line"]) for r in lines])
+        state.next_seq = int(row["next_seq"])
+        state.message_count = int(row["message_count"])
+        return self._writer(session_id, tenant, state, token)
+
+    async def import_log(
+        self,
+        tenant: str,
+        data: bytes,
+        *,
+        session_id: str | None = None,
+        fallback_id: str | None = None,
+    ) -> ImportResult:
+        """Store a JSONL log (any format version) line for line; see :func:`plan_import`.
+
+        The session id is ``session_id``, else the header's ``id`` if it is a valid name, else
+        ``fallback_id`` (a file name, say). Imported sessions have fence 0, so any ``open()``
+        takes them over.
+        """
+        validate_tenant(tenant)
+        plan = plan_import(data)
+        head = plan.header
+        sid = validate_session_id(session_id if session_id is not None
+                                  else _header_id(head, fallback_id))
+        version = head.get("version") if isinstance(head.get("version"), int) else None
+        async with self._writing(sid) as conn, conn.transaction():
+            try:
+                await conn.execute(
+                    f"INSERT INTO {self._q}.sessions (tenant, id, started_at, channel,"
+                    " conversation, version, header, fence, next_seq, message_count,"
+                    " first_user_text, size_bytes)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, 0, $8, $9, $10, $11)",
+                    tenant, sid, _str(head.get("startedAt")), _str(head.get("channel")),
+                    _str(head.get("conversation")), version, plan.rows[0][2].decode(),
+                    len(plan.rows), plan.summary.message_count, plan.summary.first_user_text,
+                    plan.size,
+                )
+            except asyncpg.UniqueViolationError as exc:
+                raise SessionExistsError(f"session {sid} already exists") from exc
+            await conn.copy_records_to_table(
+                "entries", schema_name=self.schema,
+                columns=("tenant", "session_id", "seq", "type", "line"),
+                records=[(tenant, sid, seq, kind, line) for seq, kind, line in plan.rows],
+            )
+        return ImportResult(sid, tenant, version, len(plan.rows), plan.size, len(plan.torn))
+
+    # -- readers -----------------------------------------------------------------------------
+
+    async def exists(self, tenant: str, session_id: str) -> bool:
+        validate_tenant(tenant)
+        validate_session_id(session_id)
+        async with self._reading() as conn:
+            found = await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {self._q}.sessions WHERE tenant = $1 AND id = $2)",
+                tenant, session_id,
+            )
+        return bool(found)
+
+    async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        validate_tenant(tenant)
+        async with self._reading() as conn:
+            found = await conn.fetchval(
+                f"SELECT id FROM {self._q}.sessions WHERE tenant = $1 AND conversation = $2"
+                ' AND started_at IS NOT NULL ORDER BY started_at COLLATE "C" DESC,'
+                ' id COLLATE "C" DESC LIMIT 1',
+                tenant, conversation,
+            )
+        return None if found is None else str(found)
+
+    async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
+        if tenant is not None:
+            validate_tenant(tenant)
+        async with self._reading() as conn:
+            rows = await conn.fetch(
+                "SELECT tenant, id, started_at, channel, conversation, version, message_count,"
+                " first_user_text, size_bytes, extract(epoch FROM modified_at)::float8 AS mtime"
+                f" FROM {self._q}.sessions WHERE $1::text IS NULL OR tenant = $1"
+                " ORDER BY coalesce(started_at, '') COLLATE \"C\" DESC, modified_at DESC",
+                tenant,
+            )
+        return [
+            SessionInfo(
+                session_id=r["id"], tenant=r["tenant"], started_at=r["started_at"],
+                channel=r["channel"], conversation=r["conversation"], version=r["version"],
+                message_count=int(r["message_count"]), first_user_text=r["first_user_text"],
+                size_bytes=int(r["size_bytes"]), modified=float(r["mtime"]),
+            )
+            for r in rows
+        ]
+
+    async def read_log(self, tenant: str, session_id: str) -> bytes:
+        validate_tenant(tenant)
+        validate_session_id(session_id)
+        async with self._reading() as conn:
+            data = await conn.fetchval(
+                "SELECT string_agg(line || '\\x0a'::bytea, ''::bytea ORDER BY seq)"
+                f" FROM {self._q}.entries WHERE tenant = $1 AND session_id = $2",
+                tenant, session_id,
+            )
+        if data is None:  # every session has its header row
+            raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
+        return bytes(data)
+
+    async def message_page(
+        self, tenant: str, session_id: str, offset: int = 0, limit: int = 50
+    ) -> MessagePage:
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be >= 0")
+        validate_tenant(tenant)
+        validate_session_id(session_id)
+        async with self._reading() as conn, conn.transaction(isolation="repeatable_read",
+                                                             readonly=True):
+            total = await conn.fetchval(
+                f"SELECT message_count FROM {self._q}.sessions WHERE tenant = $1 AND id = $2",
+                tenant, session_id,
+            )
+            if total is None:
+                raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
+            rows = await conn.fetch(
+                f"SELECT line FROM {self._q}.entries WHERE tenant = $1 AND session_id = $2"
+                " AND type = 'message' ORDER BY seq OFFSET $3 LIMIT $4",
+                tenant, session_id, offset, limit,
+            )
+        messages: list[dict[str, Any]] = []
+        for r in rows:
+            entry = orjson.loads(r["line"])
+            messages.append(
+                {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry.get("message")}
+            )
+        return MessagePage(session_id=session_id, total=int(total), offset=offset,
+                           messages=tuple(messages))
+
+    async def aclose(self) -> None:
+        """Close the pool (idempotent); connections still busy after a grace are cut."""
+        async with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT)
+        except TimeoutError:
+            pool.terminate()
+
+
+def _token(fence: object) -> int:
+    if not isinstance(fence, int) or isinstance(fence, bool) or fence < 1:
+        raise ValueError("a fencing token is an int >= 1")
+    return fence
+
+
+def _header_id(header: Mapping[str, Any], fallback: str | None) -> object:
+    try:
+        return validate_session_id(header.get("id"))
+    except InvalidNameError:
+        return fallback if fallback is not None else header.get("id")
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,103 @@
+"""``gateway db upgrade|status``: idempotent upgrades, status, URLs and one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from app.cli import main
+from sessions.postgres import schema as pg_schema
+from tests.sessions.pg import PG_URL, connect, create_schema, drop_schema
+
+pytestmark = pytest.mark.services
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int | str | None
+    out: str
+    err: str
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """The name of a schema that does not exist yet (dropped after the test)."""
+    name = asyncio.run(create_schema(migrate=False))
+    yield name
+    asyncio.run(drop_schema(name))
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """``gateway db <args>`` in-process through ``gateway.cli.main``."""
+    def run(*argv: str) -> Result:
+        try:
+            code: int | str | None = main(["db", *argv])
+        except SystemExit as exc:  # argparse usage errors exit this way, as from the shell
+            code = exc.code
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
+
+
+async def version_of(schema: str) -> int:
+    conn = await connect()
+    try:
+        return await pg_schema.current_version(conn, schema)
+    finally:
+        await conn.close()
+
+
+def test_upgrade_is_idempotent(cli: Callable[..., Result], schema: str) -> None:
+    """The first upgrade migrates from 0; running it again changes nothing and says so."""
+    where = f"{PG_URL} schema {schema}"
+    first = cli("upgrade", "--url", PG_URL, "--schema", schema)
+    second = cli("upgrade", "--url", PG_URL, "--schema", schema)
+    assert [(r.code, r.out, r.err) for r in (first, second)] == [
+        (0, f"{where}: version {pg_schema.LATEST} (upgraded from 0)\n", ""),
+        (0, f"{where}: version {pg_schema.LATEST} (already up to date)\n", ""),
+    ]
+    status = cli("status", "--url", PG_URL, "--schema", schema)
+    lines = status.out.splitlines()
+    assert (status.code, lines[0]) == (0, f"{where}: version 1 of 1 (up to date)")
+    assert lines[1].split()[0] == "1"
+    assert lines[1].endswith(pg_schema.MIGRATIONS[0].description)
+    assert asyncio.run(version_of(schema)) == pg_schema.LATEST
+
+
+def test_status_changes_nothing(cli: Callable[..., Result], schema: str,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """status on an empty schema says an upgrade is needed and creates nothing (URL from env)."""
+    monkeypatch.setenv("GATEWAY_STORE_URL", PG_URL)
+    result = cli("status", "--schema", schema)
+    assert (result.code, result.out, result.err) == (
+        0, f"{PG_URL} schema {schema}: version 0 of 1 (needs `gateway db upgrade`)\n", "")
+    assert asyncio.run(version_of(schema)) == 0
+
+
+def test_without_url_is_a_usage_error(cli: Callable[..., Result],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --url and no GATEWAY_STORE_URL: one line, exit 2."""
+    monkeypatch.delenv("GATEWAY_STORE_URL", raising=False)
+    result = cli("upgrade")
+    assert (result.code, result.out, result.err) == (
+        2, "", "gateway db: no database: give --url or set GATEWAY_STORE_URL\n")
+
+
+def test_unreachable_database_hides_the_password(cli: Callable[..., Result]) -> None:
+    """A refused connection is one line, exit 1, with the password masked."""
+    result = cli("upgrade", "--url", "postgresql://gw:hunter2secret@127.0.0.1:1/test")
+    assert (result.code, result.out, result.err.count("\n")) == (1, "", 1)
+    assert result.err.startswith("gateway db: cannot connect to postgresql://gw:***@127.0.0.1:1/")
+    assert "hunter2secret" not in result.err
+
+
+def test_bad_schema_name_is_a_usage_error(cli: Callable[..., Result]) -> None:
+    """A schema that is not a plain identifier is refused by the parser, before connecting."""
+    result = cli("upgrade", "--url", PG_URL, "--schema", 'x"; DROP TABLE y')
+    assert (result.code, result.out) == (2, "")
+    assert "not a plain identifier" in result.err
