@@ -20,6 +20,7 @@ test: lint unit
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 unit: $(STAMP)
 	$(PY) -m pytest -q

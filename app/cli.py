@@ -1,4 +1,4 @@
-"""The ``gateway`` command: the composition root, the only place that wires concrete parts.
+"""The ``gateway`` command: parses arguments and dispatches to :mod:`app.commands`.
 
 Subcommands: ``run`` (serve the channels), ``chat`` (talk in the terminal), ``replay`` (with
 ``--rerun``), ``drift``, ``export``, ``sessions``, ``viewer``, ``pairing``, ``db``. Every
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from app import compose
 from app.commands import chat as chat_cmd
 from app.commands import db as db_cmd
 from app.commands import drift as drift_cmd
@@ -26,8 +27,6 @@ from app.commands import sessions_db as sessions_db_cmd
 from app.commands import viewer as viewer_cmd
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
 from sessions.errors import SessionError
-from sessions.jsonl import JsonlSessionStore
-from sessions.postgres import schema as pg_schema
 from sessions.store import SessionStore
 
 
@@ -36,15 +35,13 @@ def default_data_dir() -> Path:
 
 
 def open_store(data_dir: Path, store_url: str | None = None,
-               schema: str = pg_schema.DEFAULT_SCHEMA) -> SessionStore:
+               schema: str | None = None) -> SessionStore:
     """The store for read-side commands: PostgreSQL when ``--store-url`` or
     ``GATEWAY_STORE_URL`` names a database, else JSONL under ``data_dir``."""
     url = db_cmd.store_url(store_url)
-    if url is not None:
-        from sessions.postgres.store import PostgresSessionStore
-
-        return PostgresSessionStore(url, schema=schema)
-    return JsonlSessionStore(data_dir)
+    if schema is None:
+        return compose.open_store(data_dir, url)
+    return compose.open_store(data_dir, url, schema=schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from gateway.history import StoreHistory
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
-from gateway.pairing import PairingStore
+from gateway.pairing import PairingState, PairingStore
 from gateway.persona import PersonaWorkspace
 from gateway.persona_tools import persona_tools
 from gateway.prompt import PromptSource
@@ -47,6 +47,15 @@ def build_store(settings: Settings) -> SessionStore:
     return open_store(settings.data_dir, settings.store_url.get_secret_value()
                       if settings.store_url is not None else None,
                       schema=settings.store_schema, durability=settings.durability)
+
+
+RERUNS_DIR = "reruns"
+"""Where ``gateway replay --rerun --save`` keeps its logs: ``<data>/reruns/<tenant>/``."""
+
+
+def rerun_store(data_dir: Path) -> SessionStore:
+    """The store of rerun logs (JSONL, beside the sessions, never mixed with them)."""
+    return JsonlSessionStore(data_dir, durability="turn", folder=RERUNS_DIR)
 
 
 def open_store(data_dir: Path, store_url: str | None = None, *,
@@ -122,6 +131,18 @@ def build_loop(
         settings=LoopSettings(max_iterations=settings.max_iterations,
                               window_tokens=settings.window_tokens),
     )
+
+
+def pairing_state(data_dir: Path, redis_url: str | None,
+                  redis_prefix: str | None = None) -> PairingState:
+    """Where pairing codes and approvals live for the CLI: the workers' Redis when they share
+    one (so an approval reaches every worker), else the gateway's private file."""
+    if redis_url is None:
+        return FilePairingState.under(data_dir)
+    from coordination.keys import Keys
+    from coordination.redis_pairing import RedisPairingState
+
+    return RedisPairingState(redis_url, Keys(redis_prefix or Keys().prefix).pairing)
 
 
 def build_access(settings: Settings, coordinator: Coordinator | None = None) -> AccessPolicy:

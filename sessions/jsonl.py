@@ -199,10 +199,14 @@ class JsonlSessionWriter:
 class JsonlSessionStore:
     """JSONL files under ``data_dir``. See :class:`sessions.store.SessionStore`."""
 
-    def __init__(self, data_dir: Path | str, durability: Durability = "turn") -> None:
+    def __init__(self, data_dir: Path | str, durability: Durability = "turn", *,
+                 folder: str | None = None) -> None:
+        """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
+        instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
+        self.folder = folder
         self.durability: Durability = durability
         # tenant -> conversation label -> newest session id; built from headers on first use.
         self._latest: dict[str, dict[str, tuple[str, str]]] = {}
@@ -213,6 +217,8 @@ class JsonlSessionStore:
 
     def sessions_dir(self, tenant: str) -> Path:
         validate_tenant(tenant)
+        if self.folder is not None:
+            return self.data_dir / self.folder / tenant
         if tenant == DEFAULT_TENANT:
             return self.data_dir / "sessions"
         return self.data_dir / "tenants" / tenant / "sessions"
@@ -224,12 +230,17 @@ class JsonlSessionStore:
         # Validate before any mkdir/chmod: a tenant like "../../x" must not touch the disk.
         validate_tenant(tenant)
         ensure_private_dir(self.data_dir)
-        if tenant != DEFAULT_TENANT:
+        if self.folder is not None:
+            ensure_private_dir(self.data_dir / self.folder)
+        elif tenant != DEFAULT_TENANT:
             ensure_private_dir(self.data_dir / "tenants")
             ensure_private_dir(self.data_dir / "tenants" / tenant)
         return ensure_private_dir(self.sessions_dir(tenant))
 
     def tenants(self) -> list[str]:
+        if self.folder is not None:
+            root = self.data_dir / self.folder
+            return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         found = [DEFAULT_TENANT] if (self.data_dir / "sessions").is_dir() else []
         root = self.data_dir / "tenants"
         if root.is_dir():

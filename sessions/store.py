@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Durability = Literal["none", "turn", "always"]
 DURABILITY_LEVELS: tuple[Durability, ...] = ("none", "turn", "always")
@@ -101,6 +101,14 @@ class SessionWriter(Protocol):
     async def sync(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class LogImporter(Protocol):
+    """A store that can take whole JSONL logs (``gateway sessions import``)."""
+
+    async def import_log(self, tenant: str, data: bytes, *,
+                         fallback_id: str | None = None) -> Any: ...
 
 
 class SessionStore(Protocol):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from app.commands.common import EXIT_USAGE, CommandError
-from coordination.file_pairing import FilePairingState
+from app.compose import pairing_state
 from gateway.pairing import CODE_TTL, PairingError, PairingStore
 
 
@@ -29,14 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def pairing_store(data_dir: Path) -> PairingStore:
     """The file state, or the workers' shared Redis state when GATEWAY_REDIS_URL is set
     (so an approval reaches every worker)."""
-    url = os.environ.get("GATEWAY_REDIS_URL")
-    if not url:
-        return PairingStore(FilePairingState.under(data_dir))
-    from coordination.keys import Keys
-    from coordination.redis_pairing import RedisPairingState
-
-    prefix = os.environ.get("GATEWAY_REDIS_PREFIX") or Keys().prefix
-    return PairingStore(RedisPairingState(url, Keys(prefix).pairing))
+    return PairingStore(pairing_state(data_dir, os.environ.get("GATEWAY_REDIS_URL") or None,
+                                      os.environ.get("GATEWAY_REDIS_PREFIX") or None))
 
 
 def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None) -> int:

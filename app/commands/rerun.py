@@ -14,7 +14,6 @@ persisted, into its own v3 log ``<data_dir>/reruns/<tenant>/<rerun-id>.jsonl`` (
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -26,25 +25,22 @@ import orjson
 
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.run import load_settings
-from app.compose import build_provider
+from app.compose import RERUNS_DIR, build_provider, rerun_store
 from app.config import Settings
 from gateway.errors import ConfigError, ProviderError
 from gateway.providers.base import Provider, ProviderRequest
 from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
-from sessions.errors import InvalidNameError, SessionWriteError
-from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.errors import InvalidNameError, SessionExistsError, SessionWriteError
 from sessions.fingerprint import fingerprint
-from sessions.jsonl import JsonlSessionWriter
-from sessions.names import DEFAULT_TENANT, new_session_id, utc_now_iso, validate_tenant
+from sessions.names import DEFAULT_TENANT, validate_tenant
 from sessions.persist import persist_call
 from sessions.records import MessageDict, Outcome
 from sessions.replay import Replay
 from sessions.replay_json import outcome_json
-from sessions.store import SessionState
+from sessions.store import SessionStore, SessionWriter
 
 PROVIDERS = ("anthropic", "openai", "offline")
-RERUNS_DIR = "reruns"
 EXIT_FAILED = 1
 _ERROR_TEXT_LIMIT = 300
 _CREATE_ATTEMPTS = 5
@@ -125,12 +121,13 @@ async def run(
         params = dict(parts.params) if same and parts.params is not None else provider.params()
         notes += _notes(replay, parts, provider.name, same, args.model)
         saved: Path | None = None
-        writer: JsonlSessionWriter | None = None
+        writer: SessionWriter | None = None
+        store: SessionStore | None = None
         try:
             if args.save:
                 assert data_dir is not None
-                writer = await _open_log(data_dir, replay, parts, args, files)
-                saved = writer.path
+                store, writer = await _open_log(data_dir, replay, parts, args, files)
+                saved = data_dir / RERUNS_DIR / writer.tenant / f"{writer.session_id}.jsonl"
                 await persist_call(writer, parts.call_request(provider.name, model, params))
             answer = await _send(provider, parts, model, params)
             if writer is not None:
@@ -140,6 +137,8 @@ async def run(
         finally:
             if writer is not None:
                 await writer.aclose()
+            if store is not None:
+                await store.aclose()
     finally:
         await provider.aclose()
     view = _view(replay, parts, provider.name, model, params, notes, files, answer, saved)
@@ -248,7 +247,7 @@ async def _send(provider: Provider, parts: RerunParts, model: str,
 
 async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
                     args: argparse.Namespace,
-                    files: Mapping[str, tuple[str, str]]) -> JsonlSessionWriter:
+                    files: Mapping[str, tuple[str, str]]) -> tuple[SessionStore, SessionWriter]:
     """Create ``<data_dir>/reruns/<tenant>/<id>.jsonl`` with its header written."""
     recorded_tenant = replay.header.get("tenant")
     tenant = recorded_tenant if isinstance(recorded_tenant, str) else args.tenant
@@ -256,41 +255,32 @@ async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
         tenant = validate_tenant(tenant or DEFAULT_TENANT)
     except InvalidNameError as exc:
         raise CommandError(str(exc)) from exc
-    directory = ensure_private_dir(ensure_private_dir(data_dir / RERUNS_DIR) / tenant)
-    for _ in range(_CREATE_ATTEMPTS):
-        rerun_id = new_session_id()
-        path = directory / f"{rerun_id}.jsonl"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        except FileExistsError:
-            continue  # two reruns in the same second drew the same random suffix
-        break
-    else:
-        raise CommandError("cannot pick a fresh rerun id", EXIT_UNREADABLE)
-    writer = JsonlSessionWriter(path, fd, rerun_id, tenant, SessionState(), 0, "turn")
+    store = rerun_store(data_dir)
+    extra = {
+        "rerunOf": {"session": replay.session_id, "tenant": tenant, "turn": parts.turn,
+                    "promptFingerprint": parts.recorded_fingerprint},
+        "ablation": {
+            "drop": list(parts.dropped),
+            "replace": {name: {"file": file, "hash": fingerprint(text)}
+                        for name, (file, text) in files.items()},
+        },
+    }
     try:
-        os.fchmod(fd, FILE_MODE)  # exact, whatever the umask
-        extra = {
-            "rerunOf": {"session": replay.session_id, "tenant": tenant, "turn": parts.turn,
-                        "promptFingerprint": parts.recorded_fingerprint},
-            "ablation": {
-                "drop": list(parts.dropped),
-                "replace": {name: {"file": file, "hash": fingerprint(text)}
-                            for name, (file, text) in files.items()},
-            },
-        }
-        await writer.append([entries.header(
-            rerun_id, utc_now_iso(), tenant=tenant, channel="rerun",
-            conversation=replay.session_id or "-", extra=extra,
-        )])
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                writer = await store.create(tenant=tenant, channel="rerun",
+                                            conversation=replay.session_id or "-", extra=extra)
+            except SessionExistsError:
+                continue  # two reruns in the same second drew the same random suffix
+            return store, writer
     except BaseException:
-        await writer.aclose()
-        path.unlink(missing_ok=True)
+        await store.aclose()
         raise
-    return writer
+    await store.aclose()
+    raise CommandError("cannot pick a fresh rerun id", EXIT_UNREADABLE)
 
 
-async def _record(writer: JsonlSessionWriter, answer: Answer) -> None:
+async def _record(writer: SessionWriter, answer: Answer) -> None:
     """The answer and the call's outcome, as the agent loop records them."""
     if answer.error is not None:
         error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}

@@ -28,7 +28,7 @@ from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandErr
 from app.commands.db import add_schema_argument
 from sessions.errors import InvalidNameError, SessionError, SessionNotFoundError
 from sessions.names import DEFAULT_TENANT, validate_session_id, validate_tenant
-from sessions.store import SessionStore
+from sessions.store import LogImporter, SessionStore
 
 ACTIONS = ("export-jsonl", "import")
 FILE_MODE = 0o600
@@ -111,9 +111,7 @@ def _write_new(path: Path, data: bytes) -> None:
 
 async def _import(store: SessionStore, tenant: str, files: list[Path], out: TextIO,
                   err: TextIO) -> int:
-    from sessions.postgres.store import PostgresSessionStore
-
-    if not isinstance(store, PostgresSessionStore):
+    if not isinstance(store, LogImporter):
         raise CommandError("import needs a PostgreSQL store: give --store-url or set "
                            "GATEWAY_STORE_URL", EXIT_USAGE)
     failed = 0
