@@ -11,7 +11,8 @@ One tree, so callers can catch at the level they care about::
     ├── StaleWriterError        a writer whose lease/fence has been superseded tried to append
     └── SessionReadError        a log that cannot be read as a session (replay's documented error)
         ├── EmptySessionError   no bytes, or only a torn header
-        └── CorruptHeaderError  line 1 is not a session header
+        ├── CorruptHeaderError  line 1 is not a session header
+        └── NotARegularFileError  a directory, FIFO, device or symlink where a log should be
 
 Replay never raises anything outside ``SessionReadError`` for bad input: a corrupt line in the
 middle of a file is reported as a :class:`Problem` with its line number, not raised.
@@ -77,3 +78,8 @@ class EmptySessionError(SessionReadError):
 
 class CorruptHeaderError(SessionReadError):
     """Line 1 is present but is not a valid ``session`` header."""
+
+
+class NotARegularFileError(SessionReadError):
+    """What should be a log is a directory, FIFO, socket, device or symlink (never opened for
+    reading beyond a non-blocking ``open``), or starts with an absurdly long line."""

@@ -23,7 +23,7 @@ import errno
 import fcntl
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,16 @@ from sessions.errors import (
     SessionReadError,
     SessionWriteError,
 )
-from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.files import (
+    FILE_MODE,
+    describe_entry,
+    ensure_private_dir,
+    read_first_line,
+    read_regular,
+)
 from sessions.names import (
     DEFAULT_TENANT,
+    create_with_fresh_id,
     new_session_id,
     utc_now_iso,
     validate_session_id,
@@ -200,18 +207,22 @@ class JsonlSessionStore:
     """JSONL files under ``data_dir``. See :class:`sessions.store.SessionStore`."""
 
     def __init__(self, data_dir: Path | str, durability: Durability = "turn", *,
-                 folder: str | None = None) -> None:
+                 folder: str | None = None,
+                 new_id: Callable[[], str] = new_session_id) -> None:
         """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
-        instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``)."""
+        instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``).
+        ``new_id`` draws the ids of sessions created without one (tests force collisions)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
         self.folder = folder
+        self.new_id = new_id
         self.durability: Durability = durability
         # tenant -> conversation label -> newest session id; built from headers on first use.
         self._latest: dict[str, dict[str, tuple[str, str]]] = {}
         self._created: dict[str, dict[str, tuple[str, str]]] = {}  # created before the index
         self._index_locks: dict[str, asyncio.Lock] = {}
+        self._reported: set[tuple[str, str]] = set()  # (tenant, file name) skipped by the index
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -258,7 +269,15 @@ class JsonlSessionStore:
         session_id: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> JsonlSessionWriter:
-        sid = validate_session_id(session_id) if session_id is not None else new_session_id()
+        if session_id is None:
+            return await create_with_fresh_id(
+                lambda sid: self._create(validate_session_id(sid), tenant, channel, conversation,
+                                     extra), self.new_id)
+        return await self._create(validate_session_id(session_id), tenant, channel,
+                                  conversation, extra)
+
+    async def _create(self, sid: str, tenant: str, channel: str, conversation: str,
+                      extra: Mapping[str, Any] | None) -> JsonlSessionWriter:
         directory = self._private_sessions_dir(tenant)
         path = directory / f"{sid}.jsonl"
         # The header is written under a temporary name and the file linked into place with it:
@@ -356,16 +375,23 @@ class JsonlSessionStore:
             index[conversation] = key
 
     def _index_headers(self, tenant: str) -> dict[str, tuple[str, str]]:
+        """conversation -> (start time, id) of its newest session, from the header lines.
+
+        A file that is not a readable session log (not a regular file, no JSON object header,
+        an absurd first line) is skipped and reported once, with the reason: one bad file
+        must not keep a tenant's conversations from starting or resuming."""
         index: dict[str, tuple[str, str]] = {}
         directory = self.sessions_dir(tenant)
-        if not directory.is_dir():
-            return index
-        for path in directory.glob("*.jsonl"):
-            with path.open("rb") as fh:
-                first = fh.readline()
+        for path in _session_paths(directory):
             try:
-                head = orjson.loads(first)
-            except orjson.JSONDecodeError:
+                head = _header_of(read_first_line(path))
+            except FileNotFoundError:
+                continue  # deleted since the directory was listed (gateway sessions prune)
+            except (OSError, SessionReadError) as exc:
+                self._skipped(tenant, path, _reason(exc))
+                continue
+            if head is None:
+                self._skipped(tenant, path, "its first line is not a session header")
                 continue
             conv, started = head.get("conversation"), head.get("startedAt")
             if isinstance(conv, str) and isinstance(started, str):
@@ -374,10 +400,17 @@ class JsonlSessionStore:
                     index[conv] = key
         return index
 
+    def _skipped(self, tenant: str, path: Path, reason: str) -> None:
+        """Report a file the index skips, once per store (the index is built once a tenant)."""
+        if (tenant, path.name) in self._reported:
+            return
+        self._reported.add((tenant, path.name))
+        log.warning("sessions: skipped %r in tenant %s: %s", path.name, tenant, reason)
+
     async def read_log(self, tenant: str, session_id: str) -> bytes:
         path = self.path_of(tenant, session_id)
         try:
-            return await asyncio.to_thread(path.read_bytes)
+            return await asyncio.to_thread(read_regular, path)
         except FileNotFoundError as exc:
             raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}") from exc
 
@@ -388,11 +421,10 @@ class JsonlSessionStore:
     def _list_sync(self, tenants: list[str]) -> list[SessionInfo]:
         infos: list[SessionInfo] = []
         for name in tenants:
-            directory = self.sessions_dir(name)
-            if not directory.is_dir():
-                continue
-            for path in directory.glob("*.jsonl"):
-                infos.append(_info(path, name))
+            for path in _session_paths(self.sessions_dir(name)):
+                info = _info(path, name)
+                if info is not None:
+                    infos.append(info)
         infos.sort(key=lambda i: (i.started_at or "", i.modified), reverse=True)
         return infos
 
@@ -445,13 +477,48 @@ def _check_writable_header(lines: list[bytes], session_id: str) -> None:
         )
 
 
-def _info(path: Path, tenant: str) -> SessionInfo:
-    st = path.stat()
+def _session_paths(directory: Path) -> list[Path]:
+    """``*.jsonl`` names in ``directory`` (none when it is missing or not a directory)."""
     try:
-        summary = summarise(path.read_bytes())
-    except OSError as exc:
+        with os.scandir(directory) as found:
+            return [directory / e.name for e in found
+                    if e.name.endswith(".jsonl") and not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _header_of(first: bytes) -> dict[str, Any] | None:
+    try:
+        head = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return None
+    return head if isinstance(head, dict) and head.get("type") == "session" else None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    return str(exc)
+
+
+def _info(path: Path, tenant: str) -> SessionInfo | None:
+    """A listing row; a row with ``error`` for a file that cannot be a session, None for one
+    that vanished since the directory was listed."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    odd = describe_entry(st.st_mode)
+    if odd is not None:
         return SessionInfo(path.stem, tenant, None, None, None, None, 0, None, st.st_size,
-                           st.st_mtime, error=str(exc))
+                           st.st_mtime, error=odd)
+    try:
+        summary = summarise(read_regular(path))
+    except FileNotFoundError:
+        return None
+    except (OSError, SessionReadError) as exc:
+        return SessionInfo(path.stem, tenant, None, None, None, None, 0, None, st.st_size,
+                           st.st_mtime, error=_reason(exc))
     head = summary.header or {}
     return SessionInfo(
         session_id=path.stem,

@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
-from sessions.errors import InvalidNameError
+from sessions.errors import InvalidNameError, SessionExistsError
+
+T = TypeVar("T")
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_NAME_LENGTH = 128
@@ -42,10 +46,30 @@ def validate_tenant(value: object) -> str:
     return validate_name(value, "tenant")
 
 
+ID_RANDOM_BYTES = 6
+"""Random bytes in a generated id (12 hex digits). Ids generated before had 3 (6 digits);
+both match the same name pattern, so old logs read and resume as before."""
+MAX_ID_TRIES = 5
+
+
 def new_session_id(now: datetime | None = None) -> str:
-    """A sortable id: UTC start time plus random hex, like the seed project's ids."""
+    """A sortable id: UTC start time plus random hex, ``YYYYMMDD-HHMMSS-xxxxxxxxxxxx``."""
     moment = now or datetime.now(UTC)
-    return f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    return f"{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(ID_RANDOM_BYTES)}"
+
+
+async def create_with_fresh_id(create: Callable[[str], Awaitable[T]],
+                               new_id: Callable[[], str] = new_session_id) -> T:
+    """``create(id)`` with generated ids until one is not taken: a collision (two sessions
+    started in the same second drew the same suffix) is retried with a new id, not an error.
+    Gives up with :class:`SessionExistsError` after :data:`MAX_ID_TRIES` taken ids."""
+    for attempt in range(MAX_ID_TRIES):
+        try:
+            return await create(new_id())
+        except SessionExistsError:
+            if attempt == MAX_ID_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 _second_cache: tuple[int, str] = (-1, "")

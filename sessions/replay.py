@@ -7,7 +7,8 @@ entry, and the messages sent are all earlier messages.
 
 Honesty rules: turns before the first prompt entry keep a null prompt (never back-filled); a v1
 log says its prompt was not recorded; a v2/v3 log with turns but no prompt entry says prompt
-persistence likely failed. A torn last line is tolerated; a corrupt line elsewhere becomes a
+persistence likely failed. A torn last line (one with no newline after it: a write that was
+interrupted) is tolerated; a corrupt complete line, the last one included, becomes a
 :class:`Problem` with its line number. An empty file or a bad header raises
 :class:`~sessions.errors.SessionReadError` (the only error replay raises for bad input).
 
@@ -544,9 +545,8 @@ def _replay(data: bytes) -> Replay:
         try:
             entry = loads(view[pos:end])
         except orjson.JSONDecodeError:
-            if end + 1 >= size:
-                torn = True  # a final line cut mid-write, even if a newline follows it
-                break
+            # Torn means unterminated (handled above): a newline-terminated line that does not
+            # parse was written whole and is corrupt, wherever it is, the last line included.
             if end > pos:
                 builder.problem(line, "not valid JSON")
             pos = end + 1

@@ -5,7 +5,8 @@ a ``.jsonl`` file); ``--all`` exports every session (every tenant unless ``--ten
 first, optionally only those started at or after ``--since DATE`` (``YYYY-MM-DD`` or ISO 8601;
 a session whose start time is unknown is left out). Record shapes: :mod:`sessions.export`.
 
-Read-only for sessions. Errors are one line starting ``gateway export:``; exit 2 for usage
+Read-only for sessions. ``FILE`` and its checkpoint are created 0600 (they hold whole
+transcripts, as the logs do). Errors are one line starting ``gateway export:``; exit 2 for usage
 errors, 1 when a log is unreadable (``--all`` goes on with the others and exits 1 at the end).
 
 Resuming ``--all --out FILE``
@@ -32,11 +33,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 import orjson
 from rich.console import Console
@@ -46,6 +48,7 @@ from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandErr
 from app.commands.replay import load
 from sessions.errors import InvalidNameError, SessionError
 from sessions.export import EXPORT_FORMATS, records
+from sessions.files import FILE_MODE
 from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionInfo, SessionStore
@@ -217,7 +220,7 @@ def _sink(path: Path | None, out: TextIO) -> Iterator[Callable[[bytes], None]]:
         yield _text_writer(out)
         return
     try:
-        fh = path.open("wb")
+        fh = private_open(path, "wb")
     except OSError as exc:
         raise CommandError(f"cannot write {path}: {exc.strerror}", EXIT_USAGE) from exc
     def write(data: bytes) -> None:
@@ -225,6 +228,24 @@ def _sink(path: Path | None, out: TextIO) -> Iterator[Callable[[bytes], None]]:
 
     with fh:
         yield write
+
+
+_OPEN_FLAGS = {"wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+               "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "r+b": os.O_RDWR}
+
+
+def private_open(path: Path, mode: str) -> BinaryIO:
+    """Open an export file for writing, created 0600: it holds whole transcripts, as the
+    session logs do. An existing regular file is tightened to 0600 as well (never a device or
+    a pipe such as ``/dev/stdout``)."""
+    fd = os.open(path, _OPEN_FLAGS[mode] | os.O_CLOEXEC, FILE_MODE)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+        return cast(BinaryIO, os.fdopen(fd, mode))  # a binary mode gives a binary file
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class Checkpoint:
@@ -250,13 +271,13 @@ class Checkpoint:
                         f"{self.out} is shorter than {self.path} records; delete "
                         f"{self.path} to start over"
                     )
-                self._out = self.out.open("r+b" if self.out.exists() else "wb")
+                self._out = private_open(self.out, "r+b" if self.out.exists() else "wb")
                 self._out.truncate(offset)  # drop what an interrupted run left past the mark
                 self._out.seek(offset)
-                self._log = self.path.open("ab")
+                self._log = private_open(self.path, "ab")
             else:
-                self._out = self.out.open("wb")
-                self._log = self.path.open("wb")
+                self._out = private_open(self.out, "wb")
+                self._log = private_open(self.path, "wb")
                 self._append_log(self.options)
         except OSError as exc:
             self.close()

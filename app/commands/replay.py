@@ -17,7 +17,13 @@ import orjson
 
 from app.commands import rerun as rerun_cmd
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
-from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
+from sessions.errors import (
+    InvalidNameError,
+    NotARegularFileError,
+    SessionNotFoundError,
+    SessionReadError,
+)
+from sessions.files import read_regular
 from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, Turn, replay_bytes
 from sessions.replay_json import replay_json, turn_json
@@ -54,9 +60,13 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
     if target.endswith(".jsonl") or "/" in target:
         path = Path(target)
         try:
-            return await asyncio.to_thread(path.read_bytes)
+            # The operator named this path, so a symlink is followed; a FIFO or a device is
+            # still refused (one would hang the read, the other never end it).
+            return await asyncio.to_thread(read_regular, path, follow=True)
         except FileNotFoundError as exc:
             raise CommandError(f"no such file: {target}", EXIT_USAGE) from exc
+        except NotARegularFileError as exc:
+            raise CommandError(f"cannot read {target}: {exc}", EXIT_UNREADABLE) from exc
         except OSError as exc:
             raise CommandError(f"cannot read {target}: {exc.strerror}", EXIT_UNREADABLE) from exc
     try:
@@ -65,6 +75,8 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     except SessionNotFoundError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
+    except SessionReadError as exc:
+        raise CommandError(f"cannot read session {target}: {exc}", EXIT_UNREADABLE) from exc
     except OSError as exc:
         raise CommandError(f"cannot read session {target}: {exc.strerror}",
                            EXIT_UNREADABLE) from exc

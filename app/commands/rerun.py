@@ -43,7 +43,6 @@ from sessions.store import SessionStore, SessionWriter
 PROVIDERS = ("anthropic", "openai", "offline")
 EXIT_FAILED = 1
 _ERROR_TEXT_LIMIT = 300
-_CREATE_ATTEMPTS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -266,18 +265,16 @@ async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
         },
     }
     try:
-        for _ in range(_CREATE_ATTEMPTS):
-            try:
-                writer = await store.create(tenant=tenant, channel="rerun",
-                                            conversation=replay.session_id or "-", extra=extra)
-            except SessionExistsError:
-                continue  # two reruns in the same second drew the same random suffix
-            return store, writer
+        # The store retries an id two reruns in the same second both drew.
+        writer = await store.create(tenant=tenant, channel="rerun",
+                                    conversation=replay.session_id or "-", extra=extra)
+    except SessionExistsError as exc:
+        await store.aclose()
+        raise CommandError("cannot pick a fresh rerun id", EXIT_UNREADABLE) from exc
     except BaseException:
         await store.aclose()
         raise
-    await store.aclose()
-    raise CommandError("cannot pick a fresh rerun id", EXIT_UNREADABLE)
+    return store, writer
 
 
 async def _record(writer: SessionWriter, answer: Answer) -> None:

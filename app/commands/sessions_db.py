@@ -27,6 +27,7 @@ from typing import BinaryIO, TextIO
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.db import add_schema_argument
 from sessions.errors import InvalidNameError, SessionError, SessionNotFoundError
+from sessions.files import read_regular
 from sessions.names import DEFAULT_TENANT, validate_session_id, validate_tenant
 from sessions.store import LogImporter, SessionStore
 
@@ -117,7 +118,7 @@ async def _import(store: SessionStore, tenant: str, files: list[Path], out: Text
     failed = 0
     for path in files:
         try:
-            data = await asyncio.to_thread(path.read_bytes)
+            data = await asyncio.to_thread(read_regular, path, follow=True)
             result = await store.import_log(tenant, data, fallback_id=path.stem)
         except (SessionError, OSError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

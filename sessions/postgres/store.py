@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,6 +57,7 @@ from sessions.errors import (
 )
 from sessions.names import (
     DEFAULT_TENANT,
+    create_with_fresh_id,
     new_session_id,
     utc_now_iso,
     validate_session_id,
@@ -129,8 +130,11 @@ class PostgresSessionStore:
         max_size: int = 10,
         connect_timeout: float = 10.0,
         command_timeout: float | None = 30.0,
+        new_id: Callable[[], str] = new_session_id,
     ) -> None:
+        """``new_id`` draws the ids of sessions created without one (tests force collisions)."""
         self._url = url
+        self.new_id = new_id
         self.schema = pg_schema.validate_schema(schema)
         self._pool_args: dict[str, Any] = {
             "min_size": min_size, "max_size": max_size, "timeout": connect_timeout,
@@ -225,7 +229,16 @@ class PostgresSessionStore:
     ) -> PostgresSessionWriter:
         """Start a session (header row written) whose writer holds ``fence`` (default 1)."""
         validate_tenant(tenant)
-        sid = validate_session_id(session_id) if session_id is not None else new_session_id()
+        if session_id is None:
+            return await create_with_fresh_id(
+                lambda sid: self._create(validate_session_id(sid), tenant, channel,
+                                         conversation, extra, fence), self.new_id)
+        return await self._create(validate_session_id(session_id), tenant, channel,
+                                  conversation, extra, fence)
+
+    async def _create(self, sid: str, tenant: str, channel: str, conversation: str,
+                      extra: Mapping[str, Any] | None,
+                      fence: int | None) -> PostgresSessionWriter:
         token = 1 if fence is None else _token(fence)
         now = utc_now_iso()
         head = entries.header(sid, now, tenant=tenant, channel=channel,

@@ -63,7 +63,7 @@ async def test_generated_session_id_is_sortable_and_valid(store: JsonlSessionSto
     """create() without an id makes a UTC-time-prefixed id and names the file after it."""
     writer = await store.create(channel="console", conversation="c")
     await writer.aclose()
-    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", writer.session_id)
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{12}", writer.session_id)
     assert writer.path.name == f"{writer.session_id}.jsonl"
 
 

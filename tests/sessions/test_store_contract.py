@@ -116,6 +116,25 @@ async def test_create_with_taken_id_raises_session_exists(store: SessionStore) -
     assert await store.read_log("default", "s1") == before
 
 
+async def test_a_generated_id_that_is_taken_is_retried(store: SessionStore) -> None:
+    """A generated id that is already taken is retried with a fresh one (the session is
+    created, not a SessionExistsError); only MAX_ID_TRIES taken ids in a row give up."""
+    assert isinstance(store, JsonlSessionStore | PostgresSessionStore)
+    writer = await store.create(tenant="default", channel="console", conversation="a",
+                                session_id="20260101-000000-aa")
+    await writer.aclose()
+    drawn = iter(["20260101-000000-aa", "20260101-000000-aa", "20260101-000000-bb"])
+    store.new_id = lambda: next(drawn)
+    writer = await store.create(tenant="default", channel="console", conversation="b")
+    await writer.aclose()
+    assert writer.session_id == "20260101-000000-bb"
+    store.new_id = lambda: "20260101-000000-aa"
+    with pytest.raises(SessionExistsError):
+        await store.create(tenant="default", channel="console", conversation="c")
+    assert sorted(i.session_id for i in await store.list_sessions("default")) \
+        == ["20260101-000000-aa", "20260101-000000-bb"]
+
+
 async def test_missing_session_is_not_found(store: SessionStore) -> None:
     """open(), read_log() and message_page() of an unknown id raise SessionNotFoundError."""
     assert await store.exists("default", "nope") is False
