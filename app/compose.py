@@ -25,6 +25,7 @@ from gateway.history import StoreHistory
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
+from gateway.observe import NO_OBSERVER, TurnObserver
 from gateway.pairing import PairingState, PairingStore
 from gateway.persona import PersonaWorkspace
 from gateway.persona_tools import persona_tools
@@ -111,6 +112,21 @@ def build_provider(settings: Settings) -> Provider:
     return OfflineProvider(model=model)
 
 
+def build_observer(settings: Settings) -> TurnObserver:
+    """Live OpenTelemetry traces over OTLP/HTTP when an endpoint is configured, else none."""
+    endpoint = settings.traces_endpoint()
+    if endpoint is None:
+        return NO_OBSERVER
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from app.telemetry import TraceOptions, otlp_observer
+
+    address, port = settings.provider_server()
+    options = TraceOptions(capture_content=settings.otel_capture_content,
+                           server_address=address, server_port=port)
+    return otlp_observer(OTLPSpanExporter(endpoint=endpoint), options)
+
+
 def build_loop(
     settings: Settings,
     provider: Provider,
@@ -119,6 +135,7 @@ def build_loop(
     prompts: PromptSource | None = None,
     tools: ToolRegistry | None = None,
     hooks: Sequence[BeforeCallHook] | None = None,
+    observer: TurnObserver = NO_OBSERVER,
 ) -> AgentLoop:
     if prompts is None or tools is None:
         workspace = PersonaWorkspace(settings.persona_root)
@@ -130,6 +147,7 @@ def build_loop(
         metrics=metrics,
         settings=LoopSettings(max_iterations=settings.max_iterations,
                               window_tokens=settings.window_tokens),
+        observer=observer,
     )
 
 
@@ -184,16 +202,19 @@ def build_gateway(
     hooks: Sequence[BeforeCallHook] | None = None,
     access: AccessPolicy | None = None,
     coordinator: Coordinator | None = None,
+    observer: TurnObserver | None = None,
 ) -> Gateway:
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
+    observer = observer or build_observer(settings)
     coordinator = coordinator or build_coordinator(settings)
     store = store or build_store(settings)
     if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
         raise ConfigError("several workers need a session store with fencing tokens "
                           "(PostgreSQL: GATEWAY_STORE_URL)")
     provider = provider or build_provider(settings)
-    loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks)
+    loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
+                      observer=observer)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
@@ -214,5 +235,6 @@ def build_gateway(
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
         extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
+        observer=observer,
     )
     return gateway

@@ -6,6 +6,7 @@ print in reprs, logs or error messages; a validation error names the setting, no
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
@@ -13,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.logs import parse_levels
 from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
 
@@ -39,6 +41,8 @@ class Settings(BaseSettings):
     channels: str = Field("web", validation_alias=_env("GATEWAY_CHANNELS"))
     log_format: Literal["text", "json"] = Field("text", validation_alias=_env("GATEWAY_LOG_FORMAT"))
     log_level: str = Field("INFO", validation_alias=_env("GATEWAY_LOG_LEVEL"))
+    # Per-logger levels (httpx2=DEBUG,openai=INFO); client libraries stay at WARNING otherwise.
+    log_levels: str = Field("", validation_alias=_env("GATEWAY_LOG_LEVELS"))
     durability: Durability = Field("turn", validation_alias=_env("GATEWAY_DURABILITY"))
     # PostgreSQL session store (postgresql://user:password@host:port/db); unset: JSONL files.
     # Secret: the URL may carry a password.
@@ -69,6 +73,15 @@ class Settings(BaseSettings):
     redis_prefix: str = Field("gw:", min_length=1, max_length=64,
                               validation_alias=_env("GATEWAY_REDIS_PREFIX"))
     lease_ttl: float = Field(15.0, ge=1.0, le=30.0, validation_alias=_env("GATEWAY_LEASE_TTL"))
+
+    # -- OpenTelemetry (the standard variables; live traces when an endpoint is set) -------
+    otel_endpoint: str | None = Field(None, validation_alias=_env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    otel_traces_endpoint: str | None = Field(
+        None, validation_alias=_env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    otel_traces_exporter: str = Field("otlp", validation_alias=_env("OTEL_TRACES_EXPORTER"))
+    otel_sdk_disabled: bool = Field(False, validation_alias=_env("OTEL_SDK_DISABLED"))
+    otel_capture_content: bool = Field(
+        False, validation_alias=_env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
 
     # -- telegram -----------------------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, validation_alias=_env("TELEGRAM_BOT_TOKEN"))
@@ -122,6 +135,19 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: {sorted(known)}")
         return ",".join(names)
 
+    @field_validator("log_level")
+    @classmethod
+    def _level_name(cls, value: str) -> str:
+        if value.strip().upper() not in logging.getLevelNamesMapping():
+            raise ValueError("give DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return value.strip().upper()
+
+    @field_validator("log_levels")
+    @classmethod
+    def _logger_levels(cls, value: str) -> str:
+        parse_levels(value)
+        return value
+
     @field_validator("store_url")
     @classmethod
     def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -157,6 +183,30 @@ class Settings(BaseSettings):
     @property
     def persona_root(self) -> Path:
         return self.persona_dir or self.data_dir / "persona"
+
+    def traces_endpoint(self) -> str | None:
+        """Where live traces go (OTLP/HTTP), or None when tracing is off."""
+        if self.otel_sdk_disabled or self.otel_traces_exporter.strip().lower() == "none":
+            return None
+        if self.otel_traces_endpoint:
+            return self.otel_traces_endpoint
+        if self.otel_endpoint:  # the base endpoint: the signal's path is added (OTLP spec)
+            return self.otel_endpoint.rstrip("/") + "/v1/traces"
+        return None
+
+    def provider_server(self) -> tuple[str | None, int | None]:
+        """Host and port the provider's API is reached at (``server.address`` on spans)."""
+        name = self.resolved_provider()
+        base = {"anthropic": self.anthropic_base_url or "https://api.anthropic.com",
+                "openai": self.openai_base_url or "https://api.openai.com/v1"}.get(name)
+        if base is None:
+            return None, None
+        parts = urlsplit(base)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        return parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
     def resolved_provider(self) -> str:
         """``auto`` picks anthropic, then openai, when a key is set; else offline."""

@@ -18,11 +18,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
 from gateway.coordination import Coordinator
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
+from gateway.observe import NO_OBSERVER, TurnObserver
 from gateway.providers.base import Provider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
@@ -50,6 +52,7 @@ class Gateway:
         health_extra: dict[str, Any] | None = None,
         deliver: Deliver | None = None,
         coordinator: Coordinator,
+        observer: TurnObserver = NO_OBSERVER,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -66,6 +69,9 @@ class Gateway:
         self.deliver: Deliver = deliver or router.deliver
         """What channels hand inbound messages to: the access gate in front of the router."""
         self.coordinator = coordinator
+        self.observer = observer
+        """Flushed at shutdown, after the last turn ended (its spans are the last ones)."""
+        self._exposition = make_aiohttp_handler(metrics.registry)
         self._runner: web.AppRunner | None = None
         self._closed = False
         self._stop = asyncio.Event()
@@ -120,10 +126,11 @@ class Gateway:
         }
         return web.json_response(body, status=200 if ok else 503)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
         self.metrics.queue_depth.set(self.router.queued)
-        return web.Response(body=self.metrics.render(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        # The client library's own exposition: content negotiation (OpenMetrics when the
+        # scraper asks), ``name[]`` filters and gzip, all as Prometheus expects them.
+        return await self._exposition(request)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -156,6 +163,7 @@ class Gateway:
         await _quietly(self.coordinator.aclose(), "coordinator")
         await _quietly(self.store.aclose(), "store")
         await _quietly(self.provider.aclose(), "provider")
+        await _quietly(self.observer.aclose(), "traces")
         if self._runner is not None:
             await _quietly(self._runner.cleanup(), "http server")
 

@@ -140,7 +140,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
         SLACK_SIGNING_SECRET=cfg["signing_secret"], SLACK_API_BASE_URL=cfg["api_base_url"],
         SLACK_ALLOWED_USERS=cfg["allowed"],
     )
-    logs.configure(settings.log_format, settings.log_level, settings.secrets())
+    logs.configure_from(settings)
     gateway = build_gateway(settings, provider=ScriptedProvider(keep_bodies=False))
     try:
         await gateway.start()

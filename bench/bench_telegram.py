@@ -114,7 +114,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
         TELEGRAM_API_BASE_URL=cfg["base_url"], TELEGRAM_RATE_LIMIT="off",
         TELEGRAM_POLL_TIMEOUT=cfg["poll_timeout"], TELEGRAM_ALLOWED_USERS=cfg["allowed"],
     )
-    logs.configure(settings.log_format, settings.log_level, settings.secrets())
+    logs.configure_from(settings)
     gateway = build_gateway(settings, provider=ScriptedProvider(keep_bodies=False))
     try:
         await gateway.start()

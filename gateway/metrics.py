@@ -1,8 +1,23 @@
-"""Prometheus metrics of one gateway instance (own registry, so tests and workers don't share)."""
+"""Prometheus metrics of one gateway instance (own registry, so tests and workers don't share).
+
+Every family is named ``gateway_...``, the client library's process collector included
+(``gateway_process_cpu_seconds_total``, ``gateway_process_resident_memory_bytes``, open fds...:
+the standard process metrics under our prefix, so two programs on one host never collide).
+Words: a *turn* answers one inbound message, a *call* is one provider request.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+
+LATENCY_BUCKETS = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class Metrics:
@@ -11,16 +26,22 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(namespace="gateway", registry=r)  # reads /proc on each scrape
         self.turns = Counter("gateway_turns_total", "Turns finished", ["channel", "outcome"],
                              registry=r)
+        self.turn_latency = Histogram(
+            "gateway_turn_latency_seconds",
+            "Time to answer one inbound message (every call and tool run of the turn)",
+            ["channel", "outcome"], registry=r, buckets=LATENCY_BUCKETS,
+        )
         self.provider_calls = Counter("gateway_provider_calls_total", "Provider calls",
-                                      ["provider", "outcome"], registry=r)
+                                      ["provider", "model", "outcome"], registry=r)
         self.provider_latency = Histogram(
-            "gateway_provider_latency_seconds", "Provider call latency", ["provider"], registry=r,
-            buckets=(0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            "gateway_provider_latency_seconds", "Latency of one provider call",
+            ["provider", "model", "outcome"], registry=r, buckets=LATENCY_BUCKETS,
         )
         self.persist_failures = Counter(
-            "persist_failures_total", "Session writes that failed or timed out", ["kind"],
+            "gateway_persist_failures_total", "Session writes that failed or timed out", ["kind"],
             registry=r,
         )
         self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for a turn",

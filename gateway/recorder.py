@@ -1,8 +1,8 @@
 """Failure-isolated writes to a session: the prompt-persist hook and message recording.
 
 By design (STYLE rule 8) a session write never breaks a live turn: an error or a write that
-takes longer than ``timeout`` is counted in ``persist_failures_total`` and logged as **one**
-warning line (session id and error kind, never content) when a failure episode starts; later
+takes longer than ``timeout`` is counted in ``gateway_persist_failures_total`` and logged as
+**one** warning line (session id and error kind, never content) when a failure episode starts; later
 failures of the same episode are counted but not logged again, and the first success after
 them logs one recovery line. The turn goes on and the user still gets the answer.
 """

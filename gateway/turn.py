@@ -1,27 +1,45 @@
 """The agent loop: one turn = provider calls and tool runs until a final answer.
 
-Per iteration: refresh the system prompt (cheap when unchanged), choose the message window,
-run the before-call hooks (the prompt-persist hook among them), call the provider, record the
-answer, run the tools it asked for, record their results. The loop knows nothing about
+Words used everywhere: a **turn** answers one inbound message; a **call** is one provider
+request (a turn with a tool round makes two or more calls). Per iteration: refresh the
+system prompt (cheap when unchanged), choose the message window, run the before-call hooks
+(the prompt-persist hook among them), call the provider, record the answer, run the tools it
+asked for, record their results. The loop knows nothing about
 platforms or files: channel sink, store (through the conversation's recorder), provider, prompt
-source and tools are all injected.
+source and tools are all injected. What tracers see goes through the observer seam
+(:mod:`gateway.observe`); the log context (:mod:`gateway.logctx`) names the tenant, channel,
+conversation and session for the whole turn and the call number during each call.
+
+Streamed text and the final reply agree: the final joins the calls' texts with a blank line,
+so a call whose text follows an earlier call's text streams that blank line first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import logctx
 from gateway.channel import ReplySink
 from gateway.conversation import Conversation
 from gateway.errors import ProviderError
 from gateway.hooks import BeforeCallHook, CallContext, run_hooks
 from gateway.metrics import Metrics
+from gateway.observe import (
+    NO_OBSERVER,
+    CallResult,
+    ToolInfo,
+    TurnHandle,
+    TurnInfo,
+    TurnObserver,
+)
+from gateway.observe import CallInfo as ObservedCall
 from gateway.prompt import PromptSource
-from gateway.providers.base import Provider, ProviderRequest
+from gateway.providers.base import Provider, ProviderRequest, TextSink
 from gateway.tools import ToolRegistry
 from sessions.records import CallRequest, Outcome, window_messages
 from sessions.scan import message_text
@@ -31,6 +49,8 @@ log = logging.getLogger("gateway.turn")
 APOLOGY = "Sorry, I couldn't reach my language model just now. Please try again in a moment."
 CAPPED = "I stopped after too many steps without a final answer."
 """The answer of a turn stopped at the iteration cap without any text."""
+SEPARATOR = "\n\n"
+"""Between the texts of a turn's calls, in the final reply and in the stream alike."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +81,7 @@ class AgentLoop:
         hooks: Sequence[BeforeCallHook],
         metrics: Metrics,
         settings: LoopSettings | None = None,
+        observer: TurnObserver = NO_OBSERVER,
     ) -> None:
         self.provider = provider
         self.prompts = prompts
@@ -68,9 +89,34 @@ class AgentLoop:
         self.hooks = tuple(hooks)
         self.metrics = metrics
         self.settings = settings or LoopSettings()
+        self.observer = observer
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log)."""
+        key = conv.key
+        info = TurnInfo(tenant=key.tenant, channel=key.channel, conversation=key.label(),
+                        session=conv.session_id)
+        with logctx.bound(tenant=info.tenant, channel=info.channel,
+                          conversation=info.conversation, session=info.session):
+            turn = self.observer.turn_started(info)
+            started = time.perf_counter()
+            status = "error"
+            try:
+                result = await self._run(conv, inbound_index, sink, turn)
+                status = result.status
+                return result
+            except asyncio.CancelledError:
+                status = "cancelled"
+                raise
+            finally:
+                latency = time.perf_counter() - started
+                self.metrics.turn_latency.labels(channel=info.channel,
+                                                 outcome=status).observe(latency)
+                turn.finished(status, latency)
+                log.debug("turn %s in %.0f ms", status, latency * 1000)
+
+    async def _run(self, conv: Conversation, inbound_index: int, sink: ReplySink,
+                   turn: TurnHandle) -> TurnResult:
         conv.begin(inbound_index)
         await sink.typing()
         texts: list[str] = []
@@ -94,64 +140,101 @@ class AgentLoop:
             )
             state = conv.recorder.writer.state
             call_index = state.call_count
-            await run_hooks(self.hooks, CallContext(conv.recorder, request))
-            recorded = state.call_count == call_index + 1
-            conv.last_prompt = prompt.fingerprint
-            started = time.perf_counter()
-            try:
-                response = await self.provider.complete(
-                    ProviderRequest(
-                        system=prompt.text,
-                        messages=window_messages(conv.messages, window),
-                        tools=self.tools.schemas,
-                        model=self.provider.model,
-                        params=params,
-                    ),
-                    on_text=sink.delta,
+            with logctx.bound(call=call_index + 1):
+                await run_hooks(self.hooks, CallContext(conv.recorder, request))
+                recorded = state.call_count == call_index + 1
+                conv.last_prompt = prompt.fingerprint
+                sent = ProviderRequest(
+                    system=prompt.text,
+                    messages=window_messages(conv.messages, window),
+                    tools=self.tools.schemas,
+                    model=self.provider.model,
+                    params=params,
                 )
-            except ProviderError as exc:
+                observed = turn.call_started(ObservedCall(
+                    index=call_index + 1, provider=self.provider.name, model=sent.model,
+                    params=params, system=sent.system, messages=sent.messages,
+                    tools=sent.tools))
+                started = time.perf_counter()
+                try:
+                    response = await self.provider.complete(
+                        sent, on_text=_separated(sink, first=not texts))
+                except ProviderError as exc:
+                    latency = time.perf_counter() - started
+                    self._count_call("error", latency)
+                    observed.finished(CallResult(latency=latency, error=exc.kind))
+                    log.warning("provider call failed (%s)", exc.kind)
+                    if recorded:
+                        await conv.add_outcome(Outcome(
+                            call=call_index, latency_ms=latency * 1000,
+                            error={"kind": exc.kind, "message": _safe(str(exc))},
+                        ))
+                    await sink.fail(self.settings.apology)
+                    await conv.recorder.sync()
+                    return TurnResult("apologised", self.settings.apology, calls)
+                except BaseException as exc:  # cancelled or a bug: the span still ends
+                    observed.finished(CallResult(latency=time.perf_counter() - started,
+                                                 error=type(exc).__name__))
+                    raise
                 latency = time.perf_counter() - started
-                self._count_call("error", latency)
-                log.warning("session %s: provider call failed (%s)", conv.session_id, exc.kind)
-                if recorded:
-                    await conv.add_outcome(Outcome(
-                        call=call_index, latency_ms=latency * 1000,
-                        error={"kind": exc.kind, "message": _safe(str(exc))},
-                    ))
-                await sink.fail(self.settings.apology)
-                await conv.recorder.sync()
-                return TurnResult("apologised", self.settings.apology, calls)
-            latency = time.perf_counter() - started
-            self._count_call("ok", latency)
+                self._count_call("ok", latency)
+                observed.finished(CallResult(
+                    latency=latency, message=response.message,
+                    stop_reason=response.stop_reason, usage=response.usage,
+                    response_id=response.response_id,
+                    response_model=response.response_model))
             outcome = Outcome(call=call_index, stop_reason=response.stop_reason,
-                              usage=response.usage, latency_ms=latency * 1000) if recorded else None
+                              usage=response.usage, latency_ms=latency * 1000,
+                              response_id=response.response_id,
+                              response_model=response.response_model) if recorded else None
             await conv.add_assistant(response.message, outcome)
             text = message_text(response.message["content"]) or ""
             if text:
                 texts.append(text)
             uses = _tool_uses(response.message)
             if not uses:
-                final = "\n\n".join(texts)
+                final = SEPARATOR.join(texts)
                 await sink.finish(final)
                 await conv.recorder.sync()
                 return TurnResult("answered", final, calls)
             results = []
             for use in uses:
-                result = await self.tools.run(use["name"], use.get("input") or {}, conv.context)
+                args = use.get("input") or {}
+                tool = turn.tool_started(ToolInfo(name=use["name"], call_id=use["id"],
+                                                  arguments=args))
+                result = await self.tools.run(use["name"], args, conv.context)
+                tool.finished(result.text, is_error=result.is_error)
                 block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"],
                                          "content": result.text}
                 if result.is_error:
                     block["is_error"] = True
                 results.append(block)
             await conv.add_tool_results({"role": "user", "content": results})
-        final = "\n\n".join(texts) or CAPPED
+        final = SEPARATOR.join(texts) or CAPPED
         await sink.finish(final)
         await conv.recorder.sync()
         return TurnResult("iteration_cap", final, calls)
 
     def _count_call(self, outcome: str, latency: float) -> None:
-        self.metrics.provider_calls.labels(provider=self.provider.name, outcome=outcome).inc()
-        self.metrics.provider_latency.labels(provider=self.provider.name).observe(latency)
+        labels = {"provider": self.provider.name, "model": self.provider.model,
+                  "outcome": outcome}
+        self.metrics.provider_calls.labels(**labels).inc()
+        self.metrics.provider_latency.labels(**labels).observe(latency)
+
+
+def _separated(sink: ReplySink, *, first: bool) -> TextSink:
+    """The sink's ``delta``, with :data:`SEPARATOR` streamed ahead of this call's text when an
+    earlier call of the turn already streamed text (so the stream equals the final reply)."""
+    pending = not first
+
+    async def delta(text: str) -> None:
+        nonlocal pending
+        if pending and text:
+            pending = False
+            await sink.delta(SEPARATOR)
+        await sink.delta(text)
+
+    return delta
 
 
 def _tool_uses(message: dict[str, Any]) -> list[dict[str, Any]]:

@@ -95,6 +95,10 @@ def outcome(result: Outcome) -> dict[str, Any]:
         body["latency_ms"] = round(result.latency_ms, 3)
     if result.error is not None:
         body["error"] = dict(result.error)
+    if result.response_id is not None:
+        body["response_id"] = result.response_id
+    if result.response_model is not None:
+        body["response_model"] = result.response_model
     return body
 
 

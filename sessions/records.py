@@ -84,6 +84,10 @@ class Outcome:
     usage: Mapping[str, int] = field(default_factory=dict)
     latency_ms: float | None = None
     error: Mapping[str, str] | None = None
+    response_id: str | None = None
+    """The provider's id of its answer (``msg_...``, ``chatcmpl-...``), when it sent one."""
+    response_model: str | None = None
+    """The model version that answered, as the provider named it."""
 
 
 def window_messages(

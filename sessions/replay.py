@@ -75,6 +75,8 @@ class Outcome:
     usage: Mapping[str, Any] | None
     latency_ms: float | None
     error: Mapping[str, Any] | None
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,11 +359,13 @@ class _Builder:
         if not isinstance(call, int):
             return
         usage, error, latency = entry.get("usage"), entry.get("error"), entry.get("latency_ms")
-        self.outcomes[call] = Outcome(  # stop_reason, usage, latency_ms, error
+        self.outcomes[call] = Outcome(  # stop_reason, usage, latency_ms, error, response
             _str_or_none(entry.get("stop_reason")),
             usage if isinstance(usage, dict) else None,
             float(latency) if isinstance(latency, (int, float)) else None,
             error if isinstance(error, dict) else None,
+            _str_or_none(entry.get("response_id")),
+            _str_or_none(entry.get("response_model")),
         )
 
     def check_seq(self, entry: dict[str, Any], line: int) -> None:

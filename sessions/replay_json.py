@@ -20,6 +20,8 @@ def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
         "usage": outcome.usage,
         "latencyMs": outcome.latency_ms,
         "error": outcome.error,
+        "responseId": outcome.response_id,
+        "responseModel": outcome.response_model,
     }
 
 

@@ -32,7 +32,7 @@ async def run(args: argparse.Namespace) -> int:
     settings = load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
                              GATEWAY_DATA_DIR=args.data_dir)
     level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"
-    logs.configure(settings.log_format, level, settings.secrets())
+    logs.configure_from(settings, level)
     replay = "gateway replay {session}"
     if args.data_dir is not None:
         replay += f" --data-dir {args.data_dir}"

@@ -1,6 +1,6 @@
-"""``gateway export``: every provider call of a session as OpenTelemetry GenAI spans or JSONL.
+"""``gateway export``: every provider call of a session as OTLP/JSON traces or JSONL.
 
-``gateway export ID --format otel|jsonl [--out FILE]`` exports one session (an id, or a path to
+``gateway export ID --format otlp-json|jsonl [--out FILE]`` exports one session (an id, or a path to
 a ``.jsonl`` file); ``--all`` exports every session (every tenant unless ``--tenant``), oldest
 first, optionally only those started at or after ``--since DATE`` (``YYYY-MM-DD`` or ISO 8601;
 a session whose start time is unknown is left out). Record shapes: :mod:`sessions.export`.
@@ -69,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", metavar="DATE",
                         help="with --all: sessions started at/after DATE (YYYY-MM-DD or ISO)")
     parser.add_argument("--format", choices=tuple(EXPORT_FORMATS), required=True,
-                        help="otel: GenAI semantic-convention spans; jsonl: request/response")
+                        help="otlp-json: OpenTelemetry traces (one TracesData per line, GenAI "
+                             "conventions) for a collector's file receiver; jsonl: one "
+                             "request/response record per call")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here (default: stdout)")
     parser.add_argument("--tenant", default=None,
                         help=f"tenant (default: {DEFAULT_TENANT}; with --all: every tenant)")

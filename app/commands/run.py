@@ -44,7 +44,7 @@ def load_settings(**overrides: Any) -> Settings:
 async def run(args: argparse.Namespace) -> int:
     settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
                              GATEWAY_DATA_DIR=args.data_dir)
-    logs.configure(settings.log_format, settings.log_level, settings.secrets())
+    logs.configure_from(settings)
     try:
         gateway = build_gateway(settings)
         await gateway.run_until_stopped()

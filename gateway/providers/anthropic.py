@@ -100,6 +100,8 @@ class AnthropicProvider:
                     "input_tokens": result.usage.input_tokens,
                     "output_tokens": result.usage.output_tokens,
                 },
+                response_id=result.id or None,
+                response_model=result.model or None,
             )
         async with result, aclosing(_events(result)) as events:
             return await _assemble(events, on_text)
@@ -145,9 +147,13 @@ async def _assemble(
     json_parts: dict[int, list[str]] = {}
     usage: dict[str, int] = {}
     stop_reason: str | None = None
+    response_id: str | None = None
+    response_model: str | None = None
     finished = False
     async for event in events:
         if event.type == "message_start":
+            response_id = event.message.id or None
+            response_model = event.message.model or None
             usage["input_tokens"] = event.message.usage.input_tokens
             usage["output_tokens"] = event.message.usage.output_tokens
         elif event.type == "content_block_start":
@@ -176,6 +182,8 @@ async def _assemble(
         message={"role": "assistant", "content": [blocks[i] for i in sorted(blocks)]},
         stop_reason=stop_reason,
         usage=usage,
+        response_id=response_id,
+        response_model=response_model,
     )
 
 

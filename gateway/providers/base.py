@@ -30,11 +30,16 @@ class ProviderRequest:
 
 @dataclass(frozen=True, slots=True)
 class ProviderResponse:
-    """The assistant message in stored (Anthropic block) form, plus what the outcome records."""
+    """The assistant message in stored (Anthropic block) form, plus what the outcome records.
+
+    ``response_id`` and ``response_model`` are what the API said it was (``msg_...``/
+    ``chatcmpl-...`` and the exact model version), for tracing; None when it did not say."""
 
     message: MessageDict
     stop_reason: str | None
     usage: Mapping[str, int] = field(default_factory=dict)
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 class Provider(Protocol):

@@ -139,6 +139,8 @@ def _from_completion(completion: ChatCompletion) -> ProviderResponse:
         message=_message(choice.message.content or "", calls),
         stop_reason=_stop_reason(choice.finish_reason),
         usage=_usage(completion.usage),
+        response_id=completion.id or None,
+        response_model=completion.model or None,
     )
 
 
@@ -164,7 +166,11 @@ async def _assemble(
     calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
     finish_reason: str | None = None
     usage: CompletionUsage | None = None
+    response_id: str | None = None
+    response_model: str | None = None
     async for chunk in chunks:
+        response_id = response_id or chunk.id or None
+        response_model = response_model or chunk.model or None
         if chunk.usage is not None:
             usage = chunk.usage
         if not chunk.choices:
@@ -191,6 +197,8 @@ async def _assemble(
         message=_message("".join(text), ordered),
         stop_reason=_stop_reason(finish_reason),
         usage=_usage(usage),
+        response_id=response_id,
+        response_model=response_model,
     )
 
 

@@ -408,7 +408,7 @@ async def test_healthz_and_metrics(server: Server) -> None:
         text = await resp.text()
     assert resp.status == 200
     assert "gateway_turns_total" in text
-    assert "persist_failures_total" in text
+    assert "gateway_persist_failures_total" in text
 
 
 def test_gateway_run_refuses_non_loopback_without_token(tmp_path: Path) -> None:

@@ -18,11 +18,16 @@ from sessions.shapes import Shape, request_body
 
 
 class ScriptedProvider:
-    """Provider fake. ``script(...)`` queues replies: a text, a message dict, or an exception."""
+    """Provider fake. ``script(...)`` queues replies: a text, a message dict, or an exception.
+
+    A text reply is streamed whole; a message dict's text blocks only with ``stream_blocks``
+    (as a real streaming API would), which the older tests did not expect."""
 
     def __init__(self, *, name: str = "scripted", shape: Shape = "anthropic",
                  model: str = "scripted-1", params: Mapping[str, Any] | None = None,
-                 delay: float = 0.0, keep_bodies: bool = True) -> None:
+                 delay: float = 0.0, keep_bodies: bool = True,
+                 stream_blocks: bool = False) -> None:
+        self.stream_blocks = stream_blocks
         self.name = name
         self.shape: Shape = shape
         self.model = model
@@ -55,6 +60,9 @@ class ScriptedProvider:
                                     "content": [{"type": "text", "text": reply}]}
         else:
             message = reply
+            for block in message["content"] if self.stream_blocks else ():
+                if on_text is not None and block.get("type") == "text" and block["text"]:
+                    await on_text(block["text"])
         uses = any(b.get("type") == "tool_use" for b in message["content"])
         return ProviderResponse(message=message, stop_reason="tool_use" if uses else "end_turn",
                                 usage={"input_tokens": 1, "output_tokens": 1})

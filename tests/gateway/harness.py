@@ -12,6 +12,7 @@ from coordination.local import LocalConversations
 from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.metrics import Metrics
+from gateway.observe import NO_OBSERVER, TurnObserver
 from gateway.persona import PersonaWorkspace
 from gateway.persona_tools import persona_tools
 from gateway.providers.base import Provider
@@ -53,6 +54,7 @@ async def running_core(
     persist_timeout: float = 2.0,
     hooks: Sequence[BeforeCallHook] | None = None,
     max_iterations: int = 8,
+    observer: TurnObserver = NO_OBSERVER,
 ) -> AsyncIterator[Core]:
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
@@ -60,6 +62,7 @@ async def running_core(
         provider=provider, prompts=workspace, tools=ToolRegistry(persona_tools(workspace)),
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook], metrics=metrics,
         settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations),
+        observer=observer,
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
     channel = MemoryChannel()

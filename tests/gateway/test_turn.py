@@ -13,6 +13,7 @@ import pytest
 from gateway.errors import ProviderRateLimited
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NOTICE_CALL_UNRECORDED, Replay
+from tests.fakes.observer import RecordingObserver
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import FaultyStore
 from tests.gateway.harness import running_core
@@ -219,3 +220,63 @@ async def test_iteration_cap_stops_a_tool_loop(tmp_path: Path) -> None:
     assert replies[0][1] == "finish"
     assert len(provider.bodies) == 3
     assert_replay_equals(replay, provider.bodies)
+
+
+async def test_streamed_text_equals_the_final_reply_in_a_tool_round(tmp_path: Path) -> None:
+    """Deltas of a turn with a tool round add up to exactly the final reply (blank line too)."""
+    provider = ScriptedProvider(stream_blocks=True)
+    provider.script(tool_use("memory_write", {"text": "likes tea"}, "t1"), "Done: saved")
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
+        await core.channel.say("c1", "remember that I like tea")
+        replies = await core.channel.wait_replies(1)
+    streamed = "".join(text for _, kind, text in core.channel.events if kind == "delta")
+    assert replies == [("c1", "finish", "one moment\n\nDone: saved")]
+    assert streamed == "one moment\n\nDone: saved"
+
+
+async def test_observer_sees_the_turn_its_calls_and_tools_in_order(tmp_path: Path) -> None:
+    """The observer hears turn, call 1, tool, call 2 and their ends in order, inside the
+    turn's log context (session bound for the turn, call number bound for each call)."""
+    observer = RecordingObserver()
+    provider = ScriptedProvider()
+    provider.script(tool_use("memory_write", {"text": "likes tea"}, "t1"), "noted")
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            observer=observer) as core:
+        accepted = await core.channel.say("c1", "remember that I like tea")
+        await core.channel.wait_replies(1)
+        await core.idle()
+    assert accepted is not None
+    session = accepted.session_id
+    assert observer.events == [
+        ("turn", session, {"tenant": "default", "channel": "memory",
+                           "conversation": "memory:c1", "session": session}),
+        ("call", 1, "1"), ("call end", 1, None),
+        ("tool", "memory_write", "t1"), ("tool end", "memory_write", False),
+        ("call", 2, "2"), ("call end", 2, None),
+        ("turn end", "answered"),
+    ]
+    assert [c.model for c in observer.calls] == ["scripted-1", "scripted-1"]
+    assert observer.calls[1].messages[-1]["content"][0]["type"] == "tool_result"
+    assert [r.stop_reason for r in observer.results] == ["tool_use", "end_turn"]
+
+
+async def test_a_failed_call_ends_its_span_with_the_error_kind(tmp_path: Path) -> None:
+    """A provider error finishes the call with its kind and the turn as apologised, and the
+    turn-latency histogram counts the turn under that outcome."""
+    observer = RecordingObserver()
+    provider = ScriptedProvider()
+    provider.script(ProviderRateLimited("scripted: 429"))
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            observer=observer) as core:
+        await core.channel.say("c1", "hi")
+        await core.channel.wait_replies(1)
+        await core.idle()
+        metrics = core.metrics
+    assert observer.events[1:] == [("call", 1, "1"), ("call end", 1, "rate_limited"),
+                                   ("turn end", "apologised")]
+    count = metrics.registry.get_sample_value(
+        "gateway_turn_latency_seconds_count", {"channel": "memory", "outcome": "apologised"})
+    calls = metrics.registry.get_sample_value(
+        "gateway_provider_latency_seconds_count",
+        {"provider": "scripted", "model": "scripted-1", "outcome": "error"})
+    assert (count, calls) == (1.0, 1.0)

@@ -523,7 +523,7 @@ async def test_lone_surrogate_from_slack_is_dropped_not_a_failed_write(stack: St
         "Content-Type": "application/json", **stack.slack.sign(body)})
     assert status == 200
     await wait_until(lambda: stack.slack_turns() == 1)
-    assert metric(stack.gateway, "persist_failures_total") == 0
+    assert metric(stack.gateway, "gateway_persist_failures_total") == 0
     [path] = session_files(stack.data_dir)
     replay = replay_bytes(path.read_bytes())
     assert [m["content"] for m in replay.messages][:1] == ["before"]

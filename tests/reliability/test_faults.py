@@ -78,7 +78,7 @@ async def test_failing_store_never_stops_the_answers(
     assert max(seconds for result in results for *_, seconds in result) < bound
     assert health
     assert set(health) == {200}
-    assert total(during, "persist_failures_total", kind=kind) >= CONVERSATIONS * MESSAGES
+    assert total(during, "gateway_persist_failures_total", kind=kind) >= CONVERSATIONS * MESSAGES
     assert total(during, "gateway_turns_total", outcome="answered") == 1 + CONVERSATIONS * MESSAGES
     assert store.faults_raised >= CONVERSATIONS * MESSAGES
     assert after == (200, {"session": after[1]["session"], "reply": "ok"})

@@ -52,7 +52,7 @@ async def test_thousand_concurrent_conversations_keep_order_and_lose_nothing(
     assert len(expected) == CONVERSATIONS
     assert result.replies == expected
     assert total(samples, "gateway_turns_total", outcome="answered") == CONVERSATIONS * MESSAGES
-    assert total(samples, "persist_failures_total") == 0
+    assert total(samples, "gateway_persist_failures_total") == 0
     assert open_now <= settings.max_open_sessions
     logs = {}
     for path in session_files(tmp_path / "data"):
@@ -84,7 +84,7 @@ async def test_more_concurrent_conversations_than_open_sessions_lose_nothing(
         samples = await web.metrics()
     assert result.replies == {c: [(200, f"echo: {message_text(c, n)}") for n in range(MESSAGES)]
                               for c in result.replies}
-    assert total(samples, "persist_failures_total") == 0
+    assert total(samples, "gateway_persist_failures_total") == 0
     for path in session_files(tmp_path / "data"):
         replay = replay_bytes(path.read_bytes())
         assert replay.problems == ()
@@ -145,4 +145,4 @@ async def test_soak_memory_stays_flat(tmp_path: Path) -> None:
           f"{ys[-1] / 1e6:.1f} MB, trend {growth / 1e6:+.2f} MB over the steady phase")
     assert turns > SOAK_SECONDS * SOAK_POOL  # steady traffic flowed (over 1 msg/s each)
     assert growth < 8 * 1024 * 1024, f"RSS grew {growth / 1e6:.1f} MB over the steady phase"
-    assert total(samples_metrics, "persist_failures_total") == 0
+    assert total(samples_metrics, "gateway_persist_failures_total") == 0

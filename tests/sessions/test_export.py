@@ -1,26 +1,28 @@
-"""Export records: OpenTelemetry GenAI field names and part shapes, ids, times, JSONL records."""
+"""Export records: OTLP/JSON lines opentelemetry-proto parses, GenAI attributes and part
+shapes, ids, times, JSONL records."""
 
 from __future__ import annotations
 
+import base64
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
 from sessions.export import (
     JSONL_KEYS,
-    UNKNOWN_PROVIDER,
-    finish_reason,
-    genai_messages,
     jsonl_record,
-    otel_record,
+    otlp_record,
     records,
     span_id,
     trace_id,
 )
+from sessions.genai import UNKNOWN_PROVIDER, finish_reason, genai_messages
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Outcome
@@ -46,16 +48,13 @@ NOON = assistant("It is noon.")
 THANKS = user("thanks")
 PARAMS = {"max_tokens": 256, "temperature": 0.2}
 
-SPAN_KEYS = {
-    "name", "kind", "trace_id", "span_id", "start_time", "end_time", "start_time_unix_nano",
-    "end_time_unix_nano", "status", "attributes",
-}
 FULL_ATTRIBUTES = {
-    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system", "gen_ai.conversation.id",
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.conversation.id",
     "gen_ai.request.model", "gen_ai.request.max_tokens", "gen_ai.request.temperature",
+    "gen_ai.response.id", "gen_ai.response.model",
     "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.system_instructions",
     "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.response.finish_reasons",
-    "gen_ai.tool.definitions", "gateway.tenant", "gateway.turn", "gateway.prompt.fingerprint",
+    "gen_ai.tool.definitions", "gateway.tenant", "gateway.call", "gateway.prompt.fingerprint",
 }
 PART_KEYS = {
     "text": {"type", "content"},
@@ -84,7 +83,8 @@ async def build_export_session(
     await add(writer, NOON)
     await record_outcome(writer, Outcome(call=1, stop_reason="end_turn",
                                          usage={"input_tokens": 30, "output_tokens": 7},
-                                         latency_ms=80.0))
+                                         latency_ms=80.0, response_id="msg_2",
+                                         response_model="claude-test-20261201"))
     await add(writer, THANKS)
     await persist_call(writer, call_request(PROMPT_B, ((0, 5),), reason="rebuilt",
                                             provider="openai", model="gpt-test", params={}))
@@ -111,43 +111,117 @@ def assert_genai_messages(messages: list[dict[str, Any]], *, output: bool) -> No
             assert set(part) == PART_KEYS[part["type"]]
 
 
+ID_FIELDS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}
+
+
+def as_proto_json(record: Any) -> Any:
+    """OTLP/JSON differs from protobuf's JSON mapping in one way: ids are hex, not base64.
+    Checks the ids are hex of the right length and re-encodes them, so ``json_format`` (strict:
+    an unknown field or a wrong type fails) can parse everything else as it is."""
+    if isinstance(record, list):
+        return [as_proto_json(v) for v in record]
+    if not isinstance(record, dict):
+        return record
+    out = {}
+    for key, value in record.items():
+        if key in ID_FIELDS:
+            assert re.fullmatch(f"[0-9a-f]{{{ID_FIELDS[key]}}}", value), (key, value)
+            out[key] = base64.b64encode(bytes.fromhex(value)).decode()
+        else:
+            out[key] = as_proto_json(value)
+    return out
+
+
+def parse_line(line: bytes) -> TracesData:
+    return json_format.ParseDict(as_proto_json(orjson.loads(line)), TracesData())
+
+
+def parsed(record: dict[str, Any]) -> ParsedSpan:
+    """The record parsed strictly by opentelemetry-proto, as its one span with attributes
+    turned back into Python values."""
+    data = parse_line(orjson.dumps(record))
+    (resource,) = data.resource_spans
+    (scope,) = resource.scope_spans
+    (span,) = scope.spans
+    assert [(a.key, a.value.string_value) for a in resource.resource.attributes] == [
+        ("service.name", "gateway")]
+    attrs = {a.key: _value(a.value) for a in span.attributes}
+    return ParsedSpan(span, attrs)
+
+
+class ParsedSpan:
+    def __init__(self, span: Any, attrs: dict[str, Any]) -> None:
+        self.span, self.attrs = span, attrs
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind)
+
+
+def content(attrs: dict[str, Any], key: str) -> Any:
+    """A structured GenAI attribute, decoded from its JSON-string form."""
+    return orjson.loads(attrs[key])
+
+
+async def test_every_line_parses_as_otlp_traces_data(replay: Replay) -> None:
+    """Each otlp-json line is one TracesData that opentelemetry-proto parses strictly."""
+    lines = [orjson.dumps(r) for r in records(replay, "otlp-json")]
+    assert len(lines) == 3
+    for line in lines:
+        parse_line(line)
+
+
 async def test_span_fields_and_required_attributes(replay: Replay) -> None:
-    """A successful call carries exactly the span keys and the full set of GenAI attributes."""
-    span = otel_record(replay, replay.turn(2))
-    assert set(span) == SPAN_KEYS
-    assert (span["name"], span["kind"], span["status"]) == (
-        "chat claude-test", "CLIENT", {"code": "UNSET"})
-    attrs = span["attributes"]
+    """A successful call is a CLIENT span carrying the full set of GenAI attributes, with
+    gen_ai.provider.name and never the deprecated gen_ai.system."""
+    got = parsed(otlp_record(replay, replay.turn(2)))
+    span, attrs = got.span, got.attrs
+    assert (span.name, span.kind, span.status.code) == (
+        "chat claude-test", Span.SpanKind.SPAN_KIND_CLIENT, Status.StatusCode.STATUS_CODE_UNSET)
     assert set(attrs) == FULL_ATTRIBUTES
+    assert "gen_ai.system" not in attrs
     assert {k: attrs[k] for k in FULL_ATTRIBUTES - {
         "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions",
         "gen_ai.system_instructions"}} == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "anthropic",
-        "gen_ai.system": "anthropic",
         "gen_ai.conversation.id": "s1",
         "gen_ai.request.model": "claude-test",
         "gen_ai.request.max_tokens": 256,
         "gen_ai.request.temperature": 0.2,
+        "gen_ai.response.id": "msg_2",
+        "gen_ai.response.model": "claude-test-20261201",
         "gen_ai.usage.input_tokens": 30,
         "gen_ai.usage.output_tokens": 7,
         "gen_ai.response.finish_reasons": ["stop"],
         "gateway.tenant": "default",
-        "gateway.turn": 2,
+        "gateway.call": 2,
         "gateway.prompt.fingerprint": PROMPT_A.fingerprint,
     }
-    assert attrs["gen_ai.system_instructions"] == [{"type": "text", "content": PROMPT_A.text}]
-    assert attrs["gen_ai.tool.definitions"] == [{
+    assert content(attrs, "gen_ai.system_instructions") == [
+        {"type": "text", "content": PROMPT_A.text}]
+    assert content(attrs, "gen_ai.tool.definitions") == [{
         "type": "function", "name": "get_time", "description": TOOL_TIME["description"],
         "parameters": TOOL_TIME["input_schema"],
     }]
     assert TOOLS_A == (TOOL_TIME,)
 
 
+async def test_without_content_no_prompt_or_message_leaves(replay: Replay) -> None:
+    """content=False keeps ids, model and usage but drops prompts, messages and tools."""
+    attrs = parsed(otlp_record(replay, replay.turn(2), content=False)).attrs
+    assert not {"gen_ai.system_instructions", "gen_ai.input.messages",
+                "gen_ai.output.messages", "gen_ai.tool.definitions"} & set(attrs)
+    assert attrs["gen_ai.usage.output_tokens"] == 7
+
+
 async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay) -> None:
     """Text, tool_call and tool_call_response parts; tool results in a "tool" message."""
-    attrs = otel_record(replay, replay.turn(2))["attributes"]
-    assert attrs["gen_ai.input.messages"] == [
+    attrs = parsed(otlp_record(replay, replay.turn(2))).attrs
+    assert content(attrs, "gen_ai.input.messages") == [
         {"role": "user", "parts": [{"type": "text", "content": "what time is it?"}]},
         {"role": "assistant", "parts": [
             {"type": "tool_call", "id": "toolu_1", "name": "get_time", "arguments": {"tz": "UTC"}},
@@ -156,74 +230,73 @@ async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay)
             {"type": "tool_call_response", "id": "toolu_1", "response": "12:00"},
         ]},
     ]
-    assert attrs["gen_ai.output.messages"] == [
+    assert content(attrs, "gen_ai.output.messages") == [
         {"role": "assistant", "parts": [{"type": "text", "content": "It is noon."}],
          "finish_reason": "stop"},
     ]
     for turn in replay.turns:
-        a = otel_record(replay, turn)["attributes"]
-        assert_genai_messages(a["gen_ai.input.messages"], output=False)
-        assert_genai_messages(a["gen_ai.output.messages"], output=True)
+        a = parsed(otlp_record(replay, turn)).attrs
+        assert_genai_messages(content(a, "gen_ai.input.messages"), output=False)
+        if "gen_ai.output.messages" in a:
+            assert_genai_messages(content(a, "gen_ai.output.messages"), output=True)
 
 
 async def test_tool_call_finish_reason(replay: Replay) -> None:
     """A tool_use stop reason becomes finish_reason "tool_call" on the output message."""
-    attrs = otel_record(replay, replay.turn(1))["attributes"]
-    assert attrs["gen_ai.output.messages"][0]["finish_reason"] == "tool_call"
+    attrs = parsed(otlp_record(replay, replay.turn(1))).attrs
+    output = content(attrs, "gen_ai.output.messages")
+    assert output[0]["finish_reason"] == "tool_call"
     assert attrs["gen_ai.response.finish_reasons"] == ["tool_call"]
-    assert attrs["gen_ai.output.messages"][0]["parts"] == [
+    assert output[0]["parts"] == [
         {"type": "tool_call", "id": "toolu_1", "name": "get_time", "arguments": {"tz": "UTC"}},
     ]
 
 
 async def test_failed_call_has_error_type(replay: Replay) -> None:
     """A failed call: error.type, finish reason "error", no output, status ERROR."""
-    span = otel_record(replay, replay.turn(3))
-    attrs = span["attributes"]
+    got = parsed(otlp_record(replay, replay.turn(3)))
+    span, attrs = got.span, got.attrs
     assert attrs["error.type"] == "timeout"
-    assert attrs["gen_ai.output.messages"] == []
+    assert "gen_ai.output.messages" not in attrs
     assert attrs["gen_ai.response.finish_reasons"] == ["error"]
-    assert span["status"] == {"code": "ERROR", "message": "no answer"}
-    assert (span["name"], attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == (
+    assert (span.status.code, span.status.message) == (
+        Status.StatusCode.STATUS_CODE_ERROR, "no answer")
+    assert (span.name, attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == (
         "chat gpt-test", "openai", "gpt-test")
     assert "gen_ai.request.max_tokens" not in attrs
     assert "gen_ai.usage.input_tokens" not in attrs
-    assert [m["role"] for m in attrs["gen_ai.input.messages"]] == [
+    assert [m["role"] for m in content(attrs, "gen_ai.input.messages")] == [
         "user", "assistant", "tool", "assistant", "user"]
 
 
 async def test_ids_are_deterministic_hex(replay: Replay) -> None:
-    """trace_id is 32 hex per session, span_id 16 hex per call, equal on every export."""
-    spans = list(records(replay, "otel"))
-    again = list(records(replay, "otel"))
-    assert [s["trace_id"] for s in spans] == [trace_id("default", "s1")] * 3
-    assert [s["span_id"] for s in spans] == [span_id("default", "s1", n) for n in (1, 2, 3)]
-    assert len({s["span_id"] for s in spans}) == 3
-    assert all(re.fullmatch(r"[0-9a-f]{32}", s["trace_id"]) for s in spans)
-    assert all(re.fullmatch(r"[0-9a-f]{16}", s["span_id"]) for s in spans)
-    assert spans == again
+    """traceId is 32 hex per session, spanId 16 hex per call, equal on every export."""
+    spans = [parsed(r).span for r in records(replay, "otlp-json")]
+    again = list(records(replay, "otlp-json"))
+    assert [s.trace_id.hex() for s in spans] == [trace_id("default", "s1")] * 3
+    assert [s.span_id.hex() for s in spans] == [span_id("default", "s1", n) for n in (1, 2, 3)]
+    assert len({s.span_id for s in spans}) == 3
+    assert all(re.fullmatch(r"[0-9a-f]{32}", trace_id("t", str(n))) for n in range(5))
+    assert list(records(replay, "otlp-json")) == again
     assert trace_id("acme", "s1") != trace_id("default", "s1")
 
 
 async def test_times_from_the_call_entry_and_latency(replay: Replay) -> None:
-    """start_time is the call's ts; end_time adds the recorded latency; nanos agree."""
-    span = otel_record(replay, replay.turn(1))
+    """The start is the call's ts in nanoseconds; the end adds the recorded latency."""
+    span = parsed(otlp_record(replay, replay.turn(1))).span
     ts = replay.turn(1).ts
     assert ts is not None
     start = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    assert span["start_time"] == ts
-    end = datetime.fromisoformat(span["end_time"].replace("Z", "+00:00"))
-    assert end - start == timedelta(milliseconds=120.5)
-    assert span["start_time_unix_nano"] == round(start.timestamp() * 1000) * 1_000_000
-    assert span["end_time_unix_nano"] - span["start_time_unix_nano"] == 120_500_000
+    assert span.start_time_unix_nano == round(start.timestamp() * 1000) * 1_000_000
+    assert span.end_time_unix_nano - span.start_time_unix_nano == 120_500_000
 
 
 async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
     """jsonl: exactly the documented keys, the sent messages, prompt text, tools and outcome."""
     rec = jsonl_record(replay, replay.turn(2))
     assert list(rec) == list(JSONL_KEYS)
-    assert {k: rec[k] for k in ("session", "tenant", "turn", "provider", "model", "params")} == {
-        "session": "s1", "tenant": "default", "turn": 2, "provider": "anthropic",
+    assert {k: rec[k] for k in ("session", "tenant", "call", "provider", "model", "params")} == {
+        "session": "s1", "tenant": "default", "call": 2, "provider": "anthropic",
         "model": "claude-test", "params": PARAMS,
     }
     assert rec["system"] == PROMPT_A.text
@@ -231,7 +304,8 @@ async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
     assert rec["tools"] == [TOOL_TIME]
     assert rec["response"] == NOON
     assert rec["outcome"] == {"stopReason": "end_turn", "usage": {"input_tokens": 30,
-                              "output_tokens": 7}, "latencyMs": 80.0, "error": None}
+                              "output_tokens": 7}, "latencyMs": 80.0, "error": None,
+                              "responseId": "msg_2", "responseModel": "claude-test-20261201"}
     failed = jsonl_record(replay, replay.turn(3))
     assert (failed["response"], failed["outcome"]["error"]) == (
         None, {"kind": "timeout", "message": "no answer"})
@@ -242,23 +316,23 @@ async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
 def test_seed_v2_provider_unknown_and_finish_reason_inferred() -> None:
     """v1/v2 logs: provider "_OTHER" (not guessed), finish reason inferred from the answer."""
     seed = replay_bytes((SEED_DIR / "v2-prompt-timeline.jsonl").read_bytes())
-    spans = list(records(seed, "otel"))
-    assert [s["attributes"]["gen_ai.provider.name"] for s in spans] == [UNKNOWN_PROVIDER] * 3
-    assert [s["attributes"]["gen_ai.request.model"] for s in spans] == ["claude-sonnet-4-5"] * 3
-    assert [s["attributes"]["gen_ai.output.messages"][0]["finish_reason"] for s in spans] == [
+    spans = [parsed(r) for r in records(seed, "otlp-json")]
+    assert [s.attrs["gen_ai.provider.name"] for s in spans] == [UNKNOWN_PROVIDER] * 3
+    assert [s.attrs["gen_ai.request.model"] for s in spans] == ["claude-sonnet-4-5"] * 3
+    assert [content(s.attrs, "gen_ai.output.messages")[0]["finish_reason"] for s in spans] == [
         "tool_call", "stop", "stop"]
-    assert [s["end_time"] for s in spans] == [None] * 3
+    assert [s.span.end_time_unix_nano for s in spans] == [0] * 3  # no latency recorded
     for span in spans:
-        assert_genai_messages(span["attributes"]["gen_ai.input.messages"], output=False)
-        assert_genai_messages(span["attributes"]["gen_ai.output.messages"], output=True)
+        assert_genai_messages(content(span.attrs, "gen_ai.input.messages"), output=False)
+        assert_genai_messages(content(span.attrs, "gen_ai.output.messages"), output=True)
 
 
 def test_seed_turn_before_first_prompt_has_no_system_instructions() -> None:
     """A turn with no recorded prompt gets no gen_ai.system_instructions (never back-filled)."""
     seed = replay_bytes((SEED_DIR / "v2-late-prompt-torn-tail.jsonl").read_bytes())
-    first, second = (otel_record(seed, t)["attributes"] for t in seed.turns)
+    first, second = (parsed(otlp_record(seed, t)).attrs for t in seed.turns)
     assert "gen_ai.system_instructions" not in first
-    assert second["gen_ai.system_instructions"] == [
+    assert content(second, "gen_ai.system_instructions") == [
         {"type": "text", "content": "You are Lisa, v2."}]
 
 
@@ -293,5 +367,5 @@ def test_mixed_message_splits_tool_results_first() -> None:
 def test_unknown_format_is_refused() -> None:
     """records() names the formats it knows."""
     seed = replay_bytes((SEED_DIR / "v2-no-prompts.jsonl").read_bytes())
-    with pytest.raises(ValueError, match="choose from otel, jsonl"):
+    with pytest.raises(ValueError, match="choose from otlp-json, jsonl"):
         records(seed, "xml")

@@ -66,8 +66,18 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
+def attributes(traces_data: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of the one span of an OTLP/JSON line, as plain values."""
+    (span,) = traces_data["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    values = {}
+    for item in span["attributes"]:
+        (kind, value), = item["value"].items()
+        values[item["key"]] = int(value) if kind == "intValue" else value
+    return values
+
+
 def keys(rows: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
-    return [(r["tenant"], r["session"], r["turn"]) for r in rows]
+    return [(r["tenant"], r["session"], r["call"]) for r in rows]
 
 
 def expected_keys(sessions: list[tuple[str, str]] = SESSIONS) -> list[tuple[str, str, int]]:
@@ -79,13 +89,13 @@ def session_path(root: Path, tenant: str, sid: str) -> Path:
     return base / "sessions" / f"{sid}.jsonl"
 
 
-def test_one_session_to_stdout_as_otel(cli: Callable[..., Result], root: Path) -> None:
-    """ID --format otel prints one span per call, equal to the library's records."""
-    result = cli("s1", "--format", "otel")
+def test_one_session_to_stdout_as_otlp_json(cli: Callable[..., Result], root: Path) -> None:
+    """ID --format otlp-json prints one span per call, equal to the library's records."""
+    result = cli("s1", "--format", "otlp-json")
     assert (result.code, result.err) == (0, "")
     replay = replay_bytes(session_path(root, "default", "s1").read_bytes())
     assert [orjson.loads(line) for line in result.out.splitlines()] == list(
-        records(replay, "otel"))
+        records(replay, "otlp-json"))
 
 
 def test_one_session_to_a_file_as_jsonl(cli: Callable[..., Result], root: Path,
@@ -102,17 +112,17 @@ def test_seed_file_by_path(cli: Callable[..., Result]) -> None:
     """A seed v2 file given by path exports its three calls."""
     result = cli(str(SEED_DIR / "v2-prompt-timeline.jsonl"), "--format", "jsonl")
     assert result.code == 0
-    assert [orjson.loads(x)["turn"] for x in result.out.splitlines()] == [1, 2, 3]
+    assert [orjson.loads(x)["call"] for x in result.out.splitlines()] == [1, 2, 3]
 
 
 def test_all_to_a_file(cli: Callable[..., Result], tmp_path: Path) -> None:
     """--all --out: every tenant's sessions, oldest first; the checkpoint is gone at the end."""
     out = tmp_path / "all.jsonl"
-    result = cli("--all", "--format", "otel", "--out", str(out))
+    result = cli("--all", "--format", "otlp-json", "--out", str(out))
     assert (result.code, result.out) == (0, "")
-    spans = lines(out)
-    assert [(s["attributes"]["gateway.tenant"], s["attributes"]["gen_ai.conversation.id"],
-             s["attributes"]["gateway.turn"]) for s in spans] == expected_keys()
+    spans = [attributes(line) for line in lines(out)]
+    assert [(s["gateway.tenant"], s["gen_ai.conversation.id"], s["gateway.call"])
+            for s in spans] == expected_keys()
     assert not (tmp_path / "all.jsonl.progress").exists()
 
 
@@ -162,9 +172,9 @@ async def test_interrupted_export_resumes_without_duplicates(root: Path, tmp_pat
 async def test_resume_with_other_options_is_refused(
     root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A checkpoint from an otel export is not resumed by a jsonl export: exit 2, one line."""
+    """A checkpoint from an otlp-json export is not resumed by a jsonl export: exit 2, one line."""
     out = tmp_path / "all.jsonl"
-    argv = ["export", "--data-dir", str(root), "--all", "--format", "otel", "--out", str(out)]
+    argv = ["export", "--data-dir", str(root), "--all", "--format", "otlp-json", "--out", str(out)]
 
     def stop(key: str) -> None:
         raise Interrupted(key)
@@ -173,7 +183,7 @@ async def test_resume_with_other_options_is_refused(
         await export_cmd.run(build_parser().parse_args(argv), JsonlSessionStore(root),
                              io.StringIO(), io.StringIO(), on_session_written=stop)
     capsys.readouterr()
-    argv[argv.index("otel")] = "jsonl"
+    argv[argv.index("otlp-json")] = "jsonl"
     assert await asyncio.to_thread(main, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -235,12 +245,12 @@ def test_since_filters_by_start_time(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--format", "otel"), "give a session id or --all (not both)"),
-        (("s1", "--all", "--format", "otel"), "give a session id or --all (not both)"),
-        (("s1", "--since", "2025-01-01", "--format", "otel"), "--since needs --all"),
-        (("--all", "--since", "yesterday", "--format", "otel"), "is not YYYY-MM-DD"),
-        (("nope", "--format", "otel"), "no session 'nope'"),
-        (("--all", "--tenant", "../x", "--format", "otel"), "tenant '../x' is not allowed"),
+        (("--format", "otlp-json"), "give a session id or --all (not both)"),
+        (("s1", "--all", "--format", "otlp-json"), "give a session id or --all (not both)"),
+        (("s1", "--since", "2025-01-01", "--format", "otlp-json"), "--since needs --all"),
+        (("--all", "--since", "yesterday", "--format", "otlp-json"), "is not YYYY-MM-DD"),
+        (("nope", "--format", "otlp-json"), "no session 'nope'"),
+        (("--all", "--tenant", "../x", "--format", "otlp-json"), "tenant '../x' is not allowed"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(

@@ -236,7 +236,8 @@ def test_turn_json_has_exactly_the_documented_keys(cli: Callable[..., Result]) -
         "model": "claude-test",
         "params": {"max_tokens": 256},
         "tools": list(TOOLS_A),
-        "outcome": {"stopReason": "end_turn", "usage": None, "latencyMs": None, "error": None},
+        "outcome": {"stopReason": "end_turn", "usage": None, "latencyMs": None, "error": None,
+                    "responseId": None, "responseModel": None},
     }
 
 
