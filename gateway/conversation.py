@@ -5,6 +5,11 @@ to) and, separately, in *conversation order*. The two differ when a message arri
 turn is running: it is recorded on receipt (so nothing acknowledged is lost), but it joins the
 conversation only when its own turn starts, after the running turn's tool round and answer.
 Windows are lists of index ranges, so they express that order exactly.
+
+Memory never runs ahead of the log: a message joins ``messages`` only once the session's writer
+has accepted it (written, or kept to be written ahead of the next append), so every window
+indexes what the log holds. A refused message is left out (the recorder notes the gap in the
+log) and the caller is told: :meth:`receive` raises, the ``add_*`` methods return ``None``.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.errors import NotRecordedError
 from gateway.messages import ChannelContext, ConversationKey
-from gateway.recorder import SessionRecorder
+from gateway.recorder import SessionRecorder, Written
 from gateway.window import ConversationOrder, estimate_tokens, has_tool_use, is_plain_user
 from sessions import entries
 from sessions.records import MessageDict, Outcome
@@ -38,7 +44,6 @@ class Conversation:
         self.order = ConversationOrder()
         for index in conversation_order(self.messages):
             self.order.append(index, self.costs[index])
-        self.last_prompt: str | None = recorder.writer.state.last_prompt
         self.last_active = 0.0
         """Wall-clock time of the last inbound message (for idle rotation)."""
         self.clock: Callable[[], float] = time.time
@@ -48,10 +53,15 @@ class Conversation:
         return self.recorder.session_id
 
     async def receive(self, message: MessageDict, meta: Mapping[str, Any] | None = None) -> int:
-        """Record an inbound user message now; it joins the conversation at :meth:`begin`."""
-        index = self._add(message)
+        """Record an inbound user message now; it joins the conversation at :meth:`begin`.
+
+        Raises :class:`~gateway.errors.NotRecordedError` when the log refuses it (then it is
+        not part of the conversation, and must not be acknowledged).
+        """
         self.last_active = self.clock()
-        await self.recorder.append([entries.message(message, meta)])
+        index, written = await self._record(message, [entries.message(message, meta)])
+        if index is None:
+            raise NotRecordedError(self.session_id, written.failure or "?")
         return index
 
     def begin(self, index: int, context: ChannelContext | None = None) -> None:
@@ -60,29 +70,44 @@ class Conversation:
         if context is not None and context != self.context:
             self.context = context
 
-    async def add_assistant(self, message: MessageDict, outcome: Outcome | None) -> int:
-        """Record the provider's answer (and the call's outcome) in one append."""
-        index = self._add(message)
-        self.order.append(index, self.costs[index])
+    async def add_assistant(self, message: MessageDict, outcome: Outcome | None) -> int | None:
+        """Record the provider's answer (and the call's outcome) in one append; its index, or
+        ``None`` when the log refused it (then it is not in the conversation)."""
         batch = [entries.message(message)]
         if outcome is not None:
             batch.append(entries.outcome(outcome))
-        await self.recorder.append(batch)
+        index, _ = await self._record(message, batch)
+        if index is not None:
+            self.order.append(index, self.costs[index])
         return index
 
-    async def add_tool_results(self, message: MessageDict) -> int:
-        index = self._add(message)
-        self.order.append(index, self.costs[index])
-        await self.recorder.append([entries.message(message)])
+    async def add_tool_results(self, message: MessageDict) -> int | None:
+        """Record a tool-results message; its index, or ``None`` when the log refused it."""
+        index, _ = await self._record(message, [entries.message(message)])
+        if index is not None:
+            self.order.append(index, self.costs[index])
         return index
 
-    async def add_outcome(self, outcome: Outcome) -> None:
-        await self.recorder.append([entries.outcome(outcome)])
+    async def add_outcome(self, outcome: Outcome) -> bool:
+        """Record a call's outcome on its own (a failed call); False when refused."""
+        return (await self.recorder.append([entries.outcome(outcome)])).accepted
 
-    def _add(self, message: MessageDict) -> int:
+    async def _record(self, message: MessageDict,
+                      batch: list[dict[str, Any]]) -> tuple[int | None, Written]:
+        # The slot is taken before the append: writers accept in call order (SessionWriter
+        # contract), so the message's index in memory is its index in the log. A refusal is
+        # decided before the writer's first suspension, so the slot is still the last one.
+        index = len(self.messages)
         self.messages.append(message)
         self.costs.append(estimate_tokens(message))
-        return len(self.messages) - 1
+        written = await self.recorder.append(batch)
+        if written.accepted:
+            return index, written
+        if index != len(self.messages) - 1:  # pragma: no cover - a writer broke the contract
+            raise AssertionError("a refused append was not the last one")
+        self.messages.pop()
+        self.costs.pop()
+        return None, written
 
 
 def conversation_order(messages: list[MessageDict]) -> list[int]:

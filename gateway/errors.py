@@ -10,7 +10,9 @@
     │   ├── ProviderUnavailable 5xx / 529 overloaded / connection refused
     │   └── ProviderStreamCut   the stream ended before its final event
     ├── ToolError               a tool failed; its message goes back to the model as a tool_result
-    └── ChannelError            a channel could not start or send
+    ├── ChannelError            a channel could not start or send
+    └── NotRecordedError        the session log refused a write the turn needs (closed, broken,
+                                fenced off): the message never joins the conversation
 
 Third-party exceptions are translated at the seam with ``raise ... from exc``.
 """
@@ -58,3 +60,26 @@ class ToolError(GatewayError):
 
 class ChannelError(GatewayError):
     """A channel failed to start or to deliver a reply."""
+
+
+FENCED = "STALE_FENCE"
+"""The write-failure kind of a writer whose fencing token was superseded (as
+:class:`sessions.errors.StaleWriterError` reports it): another worker owns the session now."""
+
+
+class NotRecordedError(GatewayError):
+    """The session's writer refused what had to be recorded; nothing of it joined the
+    conversation (memory never runs ahead of the log), and the turn that needed it ends.
+
+    ``kind`` is the refusal's kind (safe to log); :attr:`fenced` is true when another worker
+    owns the session now (a superseded fencing token), so the work belongs to that worker.
+    """
+
+    def __init__(self, session_id: str, kind: str) -> None:
+        super().__init__(f"session {session_id}: the log refused the write ({kind})")
+        self.session_id = session_id
+        self.kind = kind
+
+    @property
+    def fenced(self) -> bool:
+        return self.kind == FENCED

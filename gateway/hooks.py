@@ -4,7 +4,8 @@ Each hook sees the exact request parts of the call about to be made. Hooks run i
 the call starts only after the last one returns. A hook's exception propagates and ends the
 turn, with one exception by design: the prompt-persist hook, which is failure-isolated in
 :class:`gateway.recorder.SessionRecorder` (its error or timeout is logged once and counted, and
-the call proceeds).
+the call proceeds). The prompt-persist hook returns what it recorded (a
+:class:`~gateway.recorder.PersistResult`); other hooks return ``None``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.recorder import SessionRecorder
+from gateway.recorder import NO_PERSIST_HOOK, PersistResult, SessionRecorder
 from sessions.records import CallRequest
 
 
@@ -24,14 +25,20 @@ class CallContext:
     request: CallRequest
 
 
-BeforeCallHook = Callable[[CallContext], Awaitable[None]]
+BeforeCallHook = Callable[[CallContext], Awaitable[PersistResult | None]]
 
 
-async def prompt_persist_hook(context: CallContext) -> None:
+async def prompt_persist_hook(context: CallContext) -> PersistResult:
     """Write what the provider is about to receive into the session log (failure-isolated)."""
-    await context.recorder.persist(context.request)
+    return await context.recorder.persist(context.request)
 
 
-async def run_hooks(hooks: Sequence[BeforeCallHook], context: CallContext) -> None:
+async def run_hooks(hooks: Sequence[BeforeCallHook], context: CallContext) -> PersistResult:
+    """Run every hook in order; what the prompt-persist hook recorded (``NO_PERSIST_HOOK``
+    when none ran)."""
+    persisted = NO_PERSIST_HOOK
     for hook in hooks:
-        await hook(context)
+        result = await hook(context)
+        if result is not None:
+            persisted = result
+    return persisted

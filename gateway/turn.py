@@ -26,7 +26,7 @@ from typing import Any
 from gateway import logctx
 from gateway.channel import ReplySink
 from gateway.conversation import Conversation
-from gateway.errors import ProviderError
+from gateway.errors import FENCED, NotRecordedError, ProviderError
 from gateway.hooks import BeforeCallHook, CallContext, run_hooks
 from gateway.metrics import Metrics
 from gateway.observe import (
@@ -62,7 +62,8 @@ class LoopSettings:
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    """How a turn ended: ``answered``, ``apologised`` or ``iteration_cap``."""
+    """How a turn ended: ``answered``, ``apologised``, ``iteration_cap`` or ``not_recorded``
+    (the log refused the answer or its tool results, so the turn stopped there)."""
 
     status: str
     text: str
@@ -92,7 +93,11 @@ class AgentLoop:
         self.observer = observer
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
-        """Answer the inbound message recorded at ``inbound_index`` (already in the log)."""
+        """Answer the inbound message recorded at ``inbound_index`` (already in the log).
+
+        Raises :class:`~gateway.errors.NotRecordedError` (``fenced``) before any provider call
+        when the session's writer was fenced off: another worker owns the conversation now.
+        """
         key = conv.key
         info = TurnInfo(tenant=key.tenant, channel=key.channel, conversation=key.label(),
                         session=conv.session_id)
@@ -125,12 +130,9 @@ class AgentLoop:
             calls += 1
             built = await self.prompts.build(conv.context)
             prompt = built.prompt
-            if conv.last_prompt is None:
-                reason = "initial"
-            elif prompt.fingerprint != conv.last_prompt:
-                reason = f"rebuilt:{built.cause}"
-            else:
-                reason = "unchanged"  # not written: the log keeps the entry that introduced it
+            # The reason is written only with a prompt the log has not seen yet (persist_call
+            # compares with the log's last prompt, the one owner of "last prompt").
+            reason = "initial" if conv.recorder.last_prompt is None else f"rebuilt:{built.cause}"
             window = conv.order.choose(conv.messages, self.settings.window_tokens)
             params = dict(self.provider.params())
             request = CallRequest(
@@ -138,12 +140,11 @@ class AgentLoop:
                 provider=self.provider.name, model=self.provider.model, params=params,
                 window=window,
             )
-            state = conv.recorder.writer.state
-            call_index = state.call_count
-            with logctx.bound(call=call_index + 1):
-                await run_hooks(self.hooks, CallContext(conv.recorder, request))
-                recorded = state.call_count == call_index + 1
-                conv.last_prompt = prompt.fingerprint
+            number = conv.recorder.next_call + 1  # 1-based, as the log will number it
+            with logctx.bound(call=number):
+                persisted = await run_hooks(self.hooks, CallContext(conv.recorder, request))
+                if persisted.fenced:
+                    raise NotRecordedError(conv.session_id, persisted.failure or FENCED)
                 sent = ProviderRequest(
                     system=prompt.text,
                     messages=window_messages(conv.messages, window),
@@ -152,7 +153,7 @@ class AgentLoop:
                     params=params,
                 )
                 observed = turn.call_started(ObservedCall(
-                    index=call_index + 1, provider=self.provider.name, model=sent.model,
+                    index=number, provider=self.provider.name, model=sent.model,
                     params=params, system=sent.system, messages=sent.messages,
                     tools=sent.tools))
                 started = time.perf_counter()
@@ -164,9 +165,9 @@ class AgentLoop:
                     self._count_call("error", latency)
                     observed.finished(CallResult(latency=latency, error=exc.kind))
                     log.warning("provider call failed (%s)", exc.kind)
-                    if recorded:
+                    if persisted.call is not None:  # outcomes belong to recorded calls only
                         await conv.add_outcome(Outcome(
-                            call=call_index, latency_ms=latency * 1000,
+                            call=persisted.call, latency_ms=latency * 1000,
                             error={"kind": exc.kind, "message": _safe(str(exc))},
                         ))
                     await sink.fail(self.settings.apology)
@@ -183,15 +184,21 @@ class AgentLoop:
                     stop_reason=response.stop_reason, usage=response.usage,
                     response_id=response.response_id,
                     response_model=response.response_model))
-            outcome = Outcome(call=call_index, stop_reason=response.stop_reason,
-                              usage=response.usage, latency_ms=latency * 1000,
-                              response_id=response.response_id,
-                              response_model=response.response_model) if recorded else None
-            await conv.add_assistant(response.message, outcome)
+            outcome = None
+            if persisted.call is not None:
+                outcome = Outcome(call=persisted.call, stop_reason=response.stop_reason,
+                                  usage=response.usage, latency_ms=latency * 1000,
+                                  response_id=response.response_id,
+                                  response_model=response.response_model)
+            kept = await conv.add_assistant(response.message, outcome)
             text = message_text(response.message["content"]) or ""
             if text:
                 texts.append(text)
             uses = _tool_uses(response.message)
+            if kept is None:
+                # The log refused the answer, so the model will not see it either: its tools
+                # are not run (their results would answer a call the conversation lacks).
+                return await self._unrecorded(conv, sink, texts, calls)
             if not uses:
                 final = SEPARATOR.join(texts)
                 await sink.finish(final)
@@ -209,11 +216,24 @@ class AgentLoop:
                 if result.is_error:
                     block["is_error"] = True
                 results.append(block)
-            await conv.add_tool_results({"role": "user", "content": results})
+            if await conv.add_tool_results({"role": "user", "content": results}) is None:
+                return await self._unrecorded(conv, sink, texts, calls)
         final = SEPARATOR.join(texts) or CAPPED
         await sink.finish(final)
         await conv.recorder.sync()
         return TurnResult("iteration_cap", final, calls)
+
+    async def _unrecorded(self, conv: Conversation, sink: ReplySink, texts: list[str],
+                          calls: int) -> TurnResult:
+        """End a turn whose answer or tool results the log refused: what was said so far is
+        delivered (or the apology), and the turn stops there."""
+        final = SEPARATOR.join(texts)
+        if final:
+            await sink.finish(final)
+        else:
+            await sink.fail(self.settings.apology)
+        await conv.recorder.sync()
+        return TurnResult("not_recorded", final or self.settings.apology, calls)
 
     def _count_call(self, outcome: str, latency: float) -> None:
         labels = {"provider": self.provider.name, "model": self.provider.model,

@@ -102,6 +102,29 @@ def outcome(result: Outcome) -> dict[str, Any]:
     return body
 
 
+def gap(kind: str, at: str, refused: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A ``gap`` entry: what an earlier append held that the writer refused, and why.
+
+    Written at the head of the next append that is accepted, so the log says where something
+    is missing instead of silently skipping it. ``refused`` summarises the refused entries
+    (their type; a message's role; an outcome's call), never their contents.
+    """
+    return {"type": "gap", "kind": kind, "at": at, "refused": [summary(e) for e in refused]}
+
+
+def summary(item: Mapping[str, Any]) -> dict[str, Any]:
+    """What a ``gap`` entry says about one refused entry (no contents)."""
+    kind = item.get("type")
+    out: dict[str, Any] = {"type": kind}
+    if kind == "message":
+        msg = item.get("message")
+        if isinstance(msg, Mapping):
+            out["role"] = msg.get("role")
+    elif kind == "outcome":
+        out["call"] = item.get("call")
+    return out
+
+
 def encode_line(item: Mapping[str, Any], seq: int, ts: str) -> bytes:
     """One log line (without its newline): ``type``, ``seq``, ``ts`` first, then the body.
 

@@ -7,7 +7,8 @@ One tree, so callers can catch at the level they care about::
     ├── SessionNotFoundError    no such session for that tenant
     ├── SessionExistsError      create() with an id that is already taken
     ├── SessionLockedError      another process holds the session's writer lock
-    ├── SessionWriteError       an append failed; the file was rolled back to its last whole line
+    ├── SessionWriteError       an append failed (entries kept for later, or refused); the log
+    │                           still ends on a whole line
     ├── StaleWriterError        a writer whose lease/fence has been superseded tried to append
     └── SessionReadError        a log that cannot be read as a session (replay's documented error)
         ├── EmptySessionError   no bytes, or only a torn header
@@ -45,14 +46,19 @@ class SessionWriteError(SessionError, OSError):
     """An append did not reach the log. The log is left ending on a whole line.
 
     ``kind`` is a short machine-friendly cause (``ENOSPC``, ``EACCES``, ``EIO``, ...) that is
-    safe to log: it never contains entry contents.
+    safe to log: it never contains entry contents. ``accepted`` says whether the writer took
+    the entries anyway (kept, with their ``seq``, to be written ahead of the next append) or
+    refused them (nothing of them will ever reach the log); see
+    :class:`sessions.store.SessionWriter`.
     """
 
-    def __init__(self, session_id: str, kind: str, detail: str = "") -> None:
+    def __init__(self, session_id: str, kind: str, detail: str = "", *,
+                 accepted: bool = False) -> None:
         suffix = f": {detail}" if detail else ""
         super().__init__(f"session {session_id}: write failed ({kind}){suffix}")
         self.session_id = session_id
         self.kind = kind
+        self.accepted = accepted
 
 
 class StaleWriterError(SessionWriteError):

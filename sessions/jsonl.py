@@ -114,6 +114,8 @@ class JsonlSessionWriter:
     async def append(self, items: Sequence[Mapping[str, Any]]) -> int:
         if self._fd is None:
             raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
+        if self._broken:
+            raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
         ts = utc_now_iso()
         seq = self._state.next_seq
         chunks: list[bytes] = []
@@ -130,13 +132,14 @@ class JsonlSessionWriter:
         pending = self._backlog + data if self._backlog else data
         try:
             self._write_all(pending)
-        except SessionWriteError:
+        except SessionWriteError as exc:
             if len(pending) > MAX_BACKLOG_BYTES:
                 self._broken = True
                 raise SessionWriteError(
                     self._session_id, "BACKLOG_FULL", "unwritten entries dropped"
                 ) from None
             self._backlog = pending
+            exc.accepted = True  # kept: written ahead of the next append
             raise
         self._backlog = b""
         self._dirty = True
@@ -151,8 +154,6 @@ class JsonlSessionWriter:
 
     def _write_all(self, data: bytes) -> None:
         assert self._fd is not None
-        if self._broken:
-            raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
         view = memoryview(data)
         written = 0
         try:

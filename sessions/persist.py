@@ -10,6 +10,7 @@ decides whether to log and go on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +49,15 @@ def _tools_fp(tools: tuple[Any, ...]) -> str | None:
     return fp
 
 
-async def persist_call(writer: SessionWriter, request: CallRequest) -> PersistReport:
-    """Append the entries that make ``request`` rebuildable; return what was written."""
+async def persist_call(writer: SessionWriter, request: CallRequest,
+                       lead: Sequence[Mapping[str, Any]] = ()) -> PersistReport:
+    """Append the entries that make ``request`` rebuildable; return what was written.
+
+    ``lead``: entries that go first in the same append (the ``gap`` entries of earlier refused
+    appends, which the next accepted append carries).
+    """
     state = writer.state
-    batch: list[dict[str, Any]] = []
+    batch: list[Mapping[str, Any]] = list(lead)
     prompt = request.prompt
     sections_written = 0
     prompt_written = prompt.fingerprint != state.last_prompt

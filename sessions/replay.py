@@ -23,7 +23,7 @@ import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeGuard, overload
+from typing import Any, Final, Literal, TypeGuard, overload
 
 import orjson
 
@@ -37,6 +37,13 @@ NOTICE_NO_PROMPTS = "no prompt entry in this session: prompt persistence likely 
 NOTICE_BEFORE_FIRST = "no prompt recorded before this turn (not back-filled)"
 NOTICE_CALL_UNRECORDED = "this call was not recorded (prompt persistence failed for it)"
 NOTICE_PROMPT_MISSING = "the call names a prompt that is not in the log"
+
+Status = Literal["rebuilt", "not_recorded", "not_rebuildable"]
+REBUILT: Final = "rebuilt"
+NOT_RECORDED: Final = "not_recorded"
+NOT_REBUILDABLE: Final = "not_rebuildable"
+"""Per call: rebuilt exactly from the log; not recorded at all; or recorded but missing a piece
+the request needs. Replay never offers a body for the last two."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,39 @@ class Turn:
     model: str | None
     params: Mapping[str, Any] | None
     tools_fingerprint: str | None
+    status: Status = REBUILT
+    why: str | None = None
+    """Why the call cannot be rebuilt (``None`` when it can)."""
+    notes: tuple[str, ...] = ()
+    """What else the log says about this call (an answer or outcome the writer refused)."""
+
+    @property
+    def rebuildable(self) -> bool:
+        return self.status == REBUILT
+
+    @property
+    def status_text(self) -> str:
+        """``rebuilt``, ``not recorded (WHY)`` or ``recorded but not rebuildable (WHY)``."""
+        if self.status == NOT_RECORDED:
+            return f"not recorded ({self.why})"
+        if self.status == NOT_REBUILDABLE:
+            return f"recorded but not rebuildable ({self.why})"
+        return "rebuilt"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A ``gap`` entry: entries the writer refused, why and when (``refused`` summarises them:
+    type, a message's role, an outcome's call; never contents)."""
+
+    line: int
+    kind: str
+    at: str | None
+    refused: tuple[Mapping[str, Any], ...]
+
+
+class NotRebuildableError(SessionReadError):
+    """A request body was asked of a call replay cannot rebuild; the message says why."""
 
 
 class MessageLog(Sequence[MessageDict]):
@@ -151,6 +191,7 @@ class Replay:
     problems: tuple[Problem, ...]
     torn_tail: bool
     notice: str | None
+    gaps: tuple[Gap, ...] = ()
 
     @property
     def session_id(self) -> str:
@@ -183,9 +224,14 @@ class Replay:
     def request(self, turn: Turn, shape: Shape | None = None) -> dict[str, Any]:
         """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one).
 
-        Raises :class:`~sessions.errors.SessionReadError` when the recorded content blocks or
-        tool schemas are too malformed to take that shape (a hand-edited or corrupted log).
+        Raises :class:`NotRebuildableError` for a call that was not recorded or misses a piece
+        (:attr:`Turn.status_text` says which), and
+        :class:`~sessions.errors.SessionReadError` when the recorded content blocks or tool
+        schemas are too malformed to take that shape (a hand-edited or corrupted log).
         """
+        if not turn.rebuildable:
+            raise NotRebuildableError(f"turn {turn.index} cannot be rebuilt: "
+                                      f"{turn.status_text}", line=turn.line)
         chosen: Shape
         if shape is not None:
             chosen = shape
@@ -230,9 +276,18 @@ class _Builder:
         self.pending: dict[str, Any] | None = None
         self.outcomes: dict[int, Outcome] = {}
         self.last_seq: int | None = None
+        self.gaps: list[Gap] = []
+        self.damaged: int | None = None
+        """Line of the first damage that can shift message indices (a lost or corrupt line)."""
 
     def problem(self, line: int, message: str) -> None:
         self.problems.append(Problem(line, message))
+
+    def damage(self, line: int, message: str) -> None:
+        """A problem after which message indices may be off: later calls are not rebuilt."""
+        self.problem(line, message)
+        if self.damaged is None:
+            self.damaged = line
 
     # Each handler gets the parsed entry and its 1-based line number.
 
@@ -243,7 +298,7 @@ class _Builder:
             and isinstance(msg.get("role"), str)
             and isinstance(msg.get("content"), (str, list))
         ):
-            self.problem(line, "message entry without a valid role/content")
+            self.damage(line, "message entry without a valid role/content")
             return
         index = len(self.starts)
         self.starts.append(start)
@@ -257,14 +312,40 @@ class _Builder:
                 self.turns.append(self.pending)
                 self.pending = None
             else:
-                self.turns.append(_turn_draft(line, ts, None, NOTICE_CALL_UNRECORDED, None,
-                                              assistant=index))
+                draft = _turn_draft(line, ts, None, NOTICE_CALL_UNRECORDED, None,
+                                    assistant=index)
+                draft["status"] = (NOT_RECORDED, "no call entry; its failure left no trace")
+                self.turns.append(draft)
             return
         prompt = len(self.prompts) - 1 if self.prompts else None
         notice = None
         if prompt is None:
             notice = NOTICE_V1 if self.version < 2 else NOTICE_BEFORE_FIRST
         self.turns.append(_turn_draft(line, ts, prompt, notice, ((0, index),), assistant=index))
+
+    def on_gap(self, entry: dict[str, Any], line: int) -> None:
+        kind, at, refused = entry.get("kind"), entry.get("at"), entry.get("refused")
+        if not isinstance(kind, str) or not isinstance(refused, list):
+            self.problem(line, "gap entry without kind/refused")
+            return
+        at = _str_or_none(at)
+        items = tuple(r for r in refused if isinstance(r, dict))
+        self.gaps.append(Gap(line, kind, at, items))
+        when = f"{kind} at {at}" if at else kind
+        for item in items:
+            what = item.get("type")
+            if what == "call":
+                if self.pending is not None:
+                    self.turns.append(self.pending)
+                self.pending = _turn_draft(line, at, None, NOTICE_CALL_UNRECORDED, None)
+                self.pending["status"] = (NOT_RECORDED, f"persist failed: {when}")
+            elif what == "message" and item.get("role") == "assistant":
+                if self.pending is not None:  # the call's answer never reached the log
+                    self.pending["notes"].append(f"its answer was not recorded ({when})")
+                    self.turns.append(self.pending)
+                    self.pending = None
+            elif what == "outcome" and self.pending is not None:
+                self.pending["notes"].append(f"its outcome was not recorded ({when})")
 
     def on_section(self, entry: dict[str, Any], line: int) -> None:
         h, text = entry.get("hash"), entry.get("text")
@@ -351,6 +432,9 @@ class _Builder:
             params=params if isinstance(params, dict) else None,
             tools=tools if isinstance(tools, str) else None,
         )
+        self.pending["prompt_fp"] = fp if isinstance(fp, str) else None
+        if injected is None:
+            self.pending["status"] = (NOT_REBUILDABLE, "its injected messages are malformed")
         if isinstance(tools, str) and tools not in self.tool_sets:
             self.problem(line, f"call names tool set {tools} not found before it")
 
@@ -375,7 +459,7 @@ class _Builder:
             return
         if self.last_seq is not None and seq != self.last_seq + 1:
             kind = "duplicate or out-of-order" if seq <= self.last_seq else "gap before"
-            self.problem(line, f"seq {seq}: {kind} (previous {self.last_seq})")
+            self.damage(line, f"seq {seq}: {kind} (previous {self.last_seq})")
         self.last_seq = seq
 
     def finish(self, header: Mapping[str, Any], torn: bool) -> Replay:
@@ -390,11 +474,13 @@ class _Builder:
         versions = tuple(PromptVersion(**draft) for draft in self.prompts)
         for number, d in enumerate(self.turns, start=1):
             p = d["prompt"]
+            version = versions[p] if p is not None else None
+            status, why = d["status"] or _judge_call(self, d, version)
             # Positional: a keyword splat per turn is measurably slower on long sessions.
-            turns.append(Turn(number, d["line"], d["ts"], versions[p] if p is not None else None,
+            turns.append(Turn(number, d["line"], d["ts"], version,
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
-                              d["tools_fingerprint"]))
+                              d["tools_fingerprint"], status, why, tuple(d["notes"])))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -403,6 +489,7 @@ class _Builder:
         if notice == NOTICE_NO_PROMPTS:
             turns = [_with_notice(t, NOTICE_NO_PROMPTS) for t in turns]
         return Replay(
+            gaps=tuple(self.gaps),
             header=header,
             version=self.version,
             messages=MessageLog(self.data, self.starts, self.ends),
@@ -414,6 +501,29 @@ class _Builder:
             torn_tail=torn,
             notice=notice,
         )
+
+
+def _judge_call(builder: _Builder, d: dict[str, Any],
+                version: PromptVersion | None) -> tuple[Status, str | None]:
+    """Whether a turn's request can be rebuilt from the log, and if not, what is missing."""
+    if builder.version < 3:
+        return NOT_RECORDED, f"format v{builder.version} predates call recording"
+    if builder.damaged is not None and builder.damaged < d["line"]:
+        return NOT_REBUILDABLE, (f"damaged or missing entries before it, from line "
+                                 f"{builder.damaged}")
+    if d["window"] is None:
+        return NOT_REBUILDABLE, "its message window is malformed"
+    if version is None:
+        return NOT_REBUILDABLE, f"missing prompt entry {d['prompt_fp'] or '(none named)'}"
+    if version.text is None:
+        missing = [ref.hash for ref in version.sections if ref.text is None]
+        return NOT_REBUILDABLE, f"missing section {', '.join(missing) or '(malformed)'}"
+    if not version.verified:
+        return NOT_REBUILDABLE, f"prompt {version.fingerprint} does not match its text"
+    tools = d["tools_fingerprint"]
+    if tools is not None and tools not in builder.tool_sets:
+        return NOT_REBUILDABLE, f"missing tool set {tools}"
+    return REBUILT, None
 
 
 def _with_notice(turn: Turn, notice: str) -> Turn:
@@ -441,7 +551,8 @@ def _turn_draft(
     return {
         "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
         "injected": injected, "assistant": assistant, "call": call, "provider": provider,
-        "model": model, "params": params, "tools_fingerprint": tools,
+        "model": model, "params": params, "tools_fingerprint": tools, "status": None,
+        "notes": [], "prompt_fp": None,
     }
 
 
@@ -552,11 +663,11 @@ def _replay(data: bytes) -> Replay:
             # Torn means unterminated (handled above): a newline-terminated line that does not
             # parse was written whole and is corrupt, wherever it is, the last line included.
             if end > pos:
-                builder.problem(line, "not valid JSON")
+                builder.damage(line, "not valid JSON")
             pos = end + 1
             continue
         if not isinstance(entry, dict):
-            builder.problem(line, "not a JSON object")
+            builder.damage(line, "not a JSON object")
             pos = end + 1
             continue
         if v3:
@@ -580,6 +691,8 @@ def _replay(data: bytes) -> Replay:
             builder.on_prompt(entry, line)
         elif kind == "tools":
             builder.on_tools(entry, line)
+        elif kind == "gap":
+            builder.on_gap(entry, line)
         elif kind == "session":
             builder.problem(line, "a second session header")
         # any other type (reflection, model_change, future types) is skipped on purpose

@@ -32,6 +32,7 @@ def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
     return {
         "index": turn.index,
         "ts": turn.ts,
+        **status_json(turn),
         "systemPrompt": prompt.text if prompt else None,
         "promptFingerprint": prompt.fingerprint if prompt else None,
         "promptReason": prompt.reason if prompt else None,
@@ -44,6 +45,12 @@ def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
         "tools": list(tools) if tools is not None else None,
         "outcome": outcome_json(replay.outcome_of(turn)),
     }
+
+
+def status_json(turn: Turn) -> dict[str, Any]:
+    """Whether the call rebuilds (``status``: rebuilt, not_recorded, not_rebuildable), why
+    not, and what else the log says about it."""
+    return {"status": turn.status, "why": turn.why, "notes": list(turn.notes)}
 
 
 def _prompt_json(version: PromptVersion) -> dict[str, Any]:
@@ -76,6 +83,8 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         "notice": replay.notice,
         "tornTail": replay.torn_tail,
         "problems": [{"line": p.line, "message": p.message} for p in replay.problems],
+        "gaps": [{"line": g.line, "kind": g.kind, "at": g.at, "refused": list(g.refused)}
+                 for g in replay.gaps],
         "messages": messages,
         "sections": sections,
         "prompts": [_prompt_json(v) for v in replay.prompts],
@@ -84,6 +93,7 @@ def replay_json(replay: Replay) -> dict[str, Any]:
             {
                 "index": t.index,
                 "ts": t.ts,
+                **status_json(t),
                 "prompt": t.prompt.number if t.prompt else None,
                 "promptNotice": t.prompt_notice,
                 "window": [list(r) for r in t.window] if t.window is not None else None,

@@ -75,12 +75,16 @@ class MessagePage:
 class SessionWriter(Protocol):
     """The one writer of a session log.
 
-    Contract: :meth:`append` accepts the given entries (consecutive ``seq`` numbers, ``state``
-    advanced) and writes them as whole lines, in order. If the write fails it raises
-    :class:`~sessions.errors.SessionWriteError` with the log still ending on a whole line and
-    none of these entries on disk; the accepted entries are kept and written, with their
+    Contract: :meth:`append` first *accepts* the given entries (consecutive ``seq`` numbers,
+    ``state`` advanced) or *refuses* them (closed, broken, fenced off, unencodable: ``state``
+    untouched), and decides that before its first suspension, so entries are accepted in the
+    order :meth:`append` is called and a timeout around it can only fire after acceptance.
+    Accepted entries are written as whole lines, in order. If the write fails it raises
+    :class:`~sessions.errors.SessionWriteError` (``accepted=True``) with the log still ending
+    on a whole line and none of these entries on disk; they are kept and written, with their
     original ``seq`` and ``ts``, ahead of the next append (so message indices stay aligned with
-    later call windows). Appends from one writer never interleave.
+    later call windows). A refusal raises with ``accepted=False``. Appends from one writer
+    never interleave.
     :meth:`sync` makes what was appended durable (per the store's durability setting).
     :meth:`aclose` is idempotent and releases the writer lock even if the final sync fails.
     """

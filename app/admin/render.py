@@ -164,6 +164,9 @@ def turn_summary(replay: Replay, turn: Turn) -> Markup:
             bits.append(tag("span", f"error {outcome.error.get('kind', '?')}", class_="badge bad"))
     elif turn.assistant is None:
         bits.append(tag("span", "no answer recorded", class_="badge warn"))
+    if not turn.rebuildable:  # replay offers no body for it, and says why
+        bits.append(tag("span", turn.status_text, class_="badge bad", data_status=turn.status))
+    bits.extend(tag("span", note, class_="badge warn") for note in turn.notes)
     return join(bits, " · ")
 
 

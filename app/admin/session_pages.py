@@ -243,7 +243,9 @@ def turn_page(view: SessionView, turn: Turn) -> Markup:
         tag("p", turn_summary(replay, turn)),
         turn_request(replay, turn),
         tag("details", tag("summary", "Request body as rebuilt by replay (JSON)"),
-            tag("pre", pretty(replay.request(turn)), class_="json")),
+            tag("pre", pretty(replay.request(turn)), class_="json"))
+        if turn.rebuildable else
+        tag("p", f"No request body: this call was {turn.status_text}.", class_="notice bad"),
         tag("h4", "Answer"),
         message_view(replay.messages[turn.assistant], index=turn.assistant)
         if turn.assistant is not None else tag("p", "No answer was recorded.", class_="muted"),

@@ -95,7 +95,14 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
         return await rerun_cmd.run(args, replay, out, data_dir)
     if args.request is not None:
         turn = _turn(replay, args.request)
-        _dump(replay.request(turn, args.shape), out)
+        if not turn.rebuildable:
+            raise CommandError(f"session {replay.session_id}: turn {turn.index} cannot be "
+                               f"rebuilt: {turn.status_text}", EXIT_UNREADABLE)
+        try:
+            body = replay.request(turn, args.shape)
+        except SessionReadError as exc:
+            raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc
+        _dump(body, out)
     elif args.turn is not None:
         turn = _turn(replay, args.turn)
         if args.json:
@@ -192,6 +199,9 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
         w("note: the last line is torn (an interrupted write) and was skipped\n")
     for problem in replay.problems:
         w(f"problem: line {problem.line}: {problem.message}\n")
+    for gap in replay.gaps:
+        what = ", ".join(_refused(item) for item in gap.refused)
+        w(f"gap: line {gap.line}: the log refused {what} ({gap.kind} at {gap.at or '?'})\n")
     w("prompt timeline:\n")
     if not replay.prompts:
         w("  (none)\n")
@@ -213,11 +223,26 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
         elif t.assistant is None:
             answer = "[no answer recorded]"
         w(f"  {t.index:>3}  {t.ts or '-'}  {prompt}  {sent}{model}  -> {short(answer)}\n")
+        if not t.rebuildable:
+            w(f"       {t.status_text}\n")
+        for note in t.notes:
+            w(f"       note: {note}\n")
+
+
+def _refused(item: Any) -> str:
+    kind = item.get("type", "?") if isinstance(item, dict) else "?"
+    if kind == "message":
+        return f"a {item.get('role', '?')} message"
+    if kind == "outcome":
+        return f"the outcome of call {item.get('call', '?')}"
+    return f"a {kind} entry"
 
 
 def _print_turn(replay: Replay, turn: Turn, out: TextIO) -> None:
     w = out.write
-    w(f"=== turn {turn.index} of session {replay.session_id}\n")
+    w(f"=== turn {turn.index} of session {replay.session_id}: {turn.status_text}\n")
+    for note in turn.notes:
+        w(f"note: {note}\n")
     if turn.model:
         w(f"provider {turn.provider or '-'}  model {turn.model}  params "
           f"{orjson.dumps(turn.params).decode()}\n")

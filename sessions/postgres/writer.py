@@ -182,8 +182,9 @@ class PostgresSessionWriter:
                         self._give_up("BACKLOG_FULL")
                         raise SessionWriteError(self._session_id, "BACKLOG_FULL",
                                                 "unwritten entries dropped") from exc
+                    # Still pending: sent again ahead of the next append (accepted).
                     raise SessionWriteError(self._session_id, error_kind(exc),
-                                            type(exc).__name__) from exc
+                                            type(exc).__name__, accepted=True) from exc
                 if status == "ok":
                     del self._pending[:count]
                 elif status == "stale":

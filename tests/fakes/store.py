@@ -1,85 +1,257 @@
-"""A fault-injecting wrapper at our store seam: real JSONL underneath, failures on demand.
+"""A fault-injecting session store at our store seam: in memory, with the real writers' contract.
 
-``FaultyStore(inner)`` hands out writers whose appends raise the configured error (an
-``OSError`` as a backend would, or ``"hang"`` to never return) while ``store.fault`` is set and
-the entry types match ``store.fault_types``.
+``FaultyStore()`` keeps each session's log as bytes, the same lines the real backends write
+(``entries.encode_line``, ``SessionState.advance``), and fails on demand the way the JSONL and
+PostgreSQL writers fail (``tests/sessions/test_fault_contract.py`` runs one fault suite on
+all three):
+
+* an ``OSError`` (``ENOSPC``, ``EIO``...): the append is **accepted** (seq numbers given, state
+  advanced), then its write fails: it raises ``SessionWriteError(kind, accepted=True)`` and the
+  entries are written, with their seq and ts, ahead of the next append that succeeds;
+* ``"hang"``: accepted, then the write does not finish while the fault lasts (a timeout
+  around it fires after acceptance; the entries stay pending like a failed write's);
+* ``Refuse(kind)``: refused before acceptance (``accepted=False``, state untouched), as a
+  closed, broken or fenced-off writer refuses; ``Refuse("STALE_FENCE")`` raises
+  ``StaleWriterError``;
+* :meth:`FaultyStore.crash`: every open writer dies as a killed process does: whatever it had
+  not written is lost, and the sessions can be opened again.
+
+``store.fault`` applies to appends holding an entry whose type is in ``store.fault_types``
+(``None``: every append); ``store.decide``, when set, chooses the fault per append instead.
+Session headers are never failed (a session whose creation fails is no session).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import errno
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sessions.jsonl import JsonlSessionStore, JsonlSessionWriter
+import orjson
+
+from sessions import entries
+from sessions.errors import (
+    SessionExistsError,
+    SessionLockedError,
+    SessionNotFoundError,
+    SessionWriteError,
+    StaleWriterError,
+)
+from sessions.names import (
+    DEFAULT_TENANT,
+    new_session_id,
+    utc_now_iso,
+    validate_session_id,
+    validate_tenant,
+)
+from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import MessagePage, SessionInfo, SessionState
 
-Fault = BaseException | str | None
+
+@dataclass(frozen=True)
+class Refuse:
+    """A fault that refuses the append before accepting it (``kind`` as the error says)."""
+
+    kind: str = "BROKEN"
+
+
+Fault = OSError | Refuse | str | None
+Decide = Callable[[Sequence[Mapping[str, Any]]], Fault]
+
+
+@dataclass
+class _Log:
+    data: bytearray = field(default_factory=bytearray)
+    header: dict[str, Any] = field(default_factory=dict)
+    writer: FaultyWriter | None = None
 
 
 class FaultyWriter:
-    def __init__(self, inner: JsonlSessionWriter, store: FaultyStore) -> None:
-        self.inner = inner
-        self.store = store
+    """The writer of one in-memory session. See :class:`sessions.store.SessionWriter`."""
+
+    def __init__(self, store: FaultyStore, log: _Log, session_id: str, tenant: str,
+                 state: SessionState) -> None:
+        self._store = store
+        self._log = log
+        self._session_id = session_id
+        self._tenant = tenant
+        self._state = state
+        self._backlog = b""
+        self._closed = False
 
     @property
     def session_id(self) -> str:
-        return self.inner.session_id
+        return self._session_id
 
     @property
     def tenant(self) -> str:
-        return self.inner.tenant
+        return self._tenant
 
     @property
     def state(self) -> SessionState:
-        return self.inner.state
+        return self._state
 
-    async def append(self, entries: Sequence[Mapping[str, Any]]) -> int:
-        fault = self.store.fault
-        types = {e.get("type") for e in entries}
-        if fault is not None and (self.store.fault_types is None or types & self.store.fault_types):
-            self.store.faults_raised += 1
-            if fault == "hang":
-                await asyncio.Event().wait()
-            assert isinstance(fault, BaseException)
-            raise fault
-        return await self.inner.append(entries)
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._backlog)
+
+    async def append(self, items: Sequence[Mapping[str, Any]], *, header: bool = False) -> int:
+        if self._closed:
+            raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
+        fault = None if header else self._store.fault_for(items)
+        if isinstance(fault, Refuse):
+            self._store.faults_raised += 1
+            if fault.kind == "STALE_FENCE":
+                raise StaleWriterError(self._session_id, 1, 2)
+            raise SessionWriteError(self._session_id, fault.kind, "refused")
+        ts = utc_now_iso()
+        seq = self._state.next_seq
+        data = b"".join(entries.encode_line(item, seq + n, ts) + b"\n"
+                        for n, item in enumerate(items))
+        # Accepted: from here on the entries belong to the log (written now or later).
+        self._state.next_seq = seq + len(items)
+        for item in items:
+            self._state.advance(item)
+        self._backlog += data
+        if fault == "hang":
+            self._store.faults_raised += 1
+            await self._store.cleared.wait()
+            fault = None
+        if isinstance(fault, OSError):
+            self._store.faults_raised += 1
+            kind = errno.errorcode.get(fault.errno or 0, type(fault).__name__)
+            raise SessionWriteError(self._session_id, kind, accepted=True) from fault
+        self._flush()
+        return len(data)
+
+    def _flush(self) -> None:
+        if not self._closed:
+            self._log.data += self._backlog
+            self._backlog = b""
 
     async def sync(self) -> None:
-        await self.inner.sync()
+        """Nothing to make durable in memory."""
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        if self._closed:
+            return
+        fault = self._store.decide([]) if self._store.decide else self._store.fault
+        if not (isinstance(fault, OSError) or fault == "hang"):  # else lost, as at a failed close
+            self._flush()
+        self._closed = True
+        self._backlog = b""
+        if self._log.writer is self:
+            self._log.writer = None
+
+    def die(self) -> None:
+        """A process death: nothing pending is written, the session is free again."""
+        self._backlog = b""
+        self._closed = True
+        if self._log.writer is self:
+            self._log.writer = None
 
 
 class FaultyStore:
-    def __init__(self, inner: JsonlSessionStore) -> None:
-        self.inner = inner
+    """In-memory sessions with faults on demand. See the module docstring."""
+
+    def __init__(self) -> None:
+        self._logs: dict[tuple[str, str], _Log] = {}
         self.fault: Fault = None
         self.fault_types: set[str] | None = None
+        self.decide: Decide | None = None
         self.faults_raised = 0
+        self.cleared = asyncio.Event()
+        self.cleared.set()
 
-    async def create(self, **kwargs: Any) -> FaultyWriter:
-        return FaultyWriter(await self.inner.create(**kwargs), self)
+    def set_fault(self, fault: Fault, types: set[str] | None = None) -> None:
+        """Fail appends from now on (``None``: stop failing; hung appends finish)."""
+        self.fault = fault
+        self.fault_types = types
+        if fault == "hang":
+            self.cleared.clear()
+        elif fault is None:
+            self.cleared.set()
+
+    def fault_for(self, items: Sequence[Mapping[str, Any]]) -> Fault:
+        if self.decide is not None:
+            return self.decide(items)
+        if self.fault is None:
+            return None
+        if self.fault_types is not None and not {i.get("type") for i in items} & self.fault_types:
+            return None
+        return self.fault
+
+    def crash(self) -> None:
+        """Every open writer dies as in a killed process (see :meth:`FaultyWriter.die`)."""
+        for log in self._logs.values():
+            if log.writer is not None:
+                log.writer.die()
+
+    def _log(self, tenant: str, session_id: str) -> _Log:
+        log = self._logs.get((validate_tenant(tenant), validate_session_id(session_id)))
+        if log is None:
+            raise SessionNotFoundError(f"no session {session_id!r} for tenant {tenant!r}")
+        return log
+
+    async def create(self, *, tenant: str = DEFAULT_TENANT, channel: str, conversation: str,
+                     session_id: str | None = None,
+                     extra: Mapping[str, Any] | None = None) -> FaultyWriter:
+        sid = validate_session_id(session_id) if session_id is not None else new_session_id()
+        key = (validate_tenant(tenant), sid)
+        if key in self._logs:
+            raise SessionExistsError(f"session {sid} already exists")
+        head = entries.header(sid, utc_now_iso(), tenant=tenant, channel=channel,
+                              conversation=conversation, extra=extra)
+        log = _Log(header=head)
+        self._logs[key] = log
+        writer = FaultyWriter(self, log, sid, tenant, SessionState())
+        log.writer = writer
+        await writer.append([head], header=True)
+        return writer
 
     async def open(self, tenant: str, session_id: str) -> FaultyWriter:
-        return FaultyWriter(await self.inner.open(tenant, session_id), self)
+        log = self._log(tenant, session_id)
+        if log.writer is not None:
+            raise SessionLockedError(f"session {session_id} is open")
+        lines, _ = split_lines(bytes(log.data))
+        writer = FaultyWriter(self, log, session_id, tenant, recover_state(lines))
+        log.writer = writer
+        return writer
 
     async def exists(self, tenant: str, session_id: str) -> bool:
-        return await self.inner.exists(tenant, session_id)
+        return (tenant, session_id) in self._logs
 
     async def latest_session(self, tenant: str, conversation: str) -> str | None:
-        return await self.inner.latest_session(tenant, conversation)
+        found = [(log.header.get("startedAt", ""), sid) for (t, sid), log in self._logs.items()
+                 if t == tenant and log.header.get("conversation") == conversation]
+        return max(found)[1] if found else None
 
     async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
-        return await self.inner.list_sessions(tenant)
+        infos = []
+        for (t, sid), log in self._logs.items():
+            if tenant is not None and t != tenant:
+                continue
+            summary = summarise(bytes(log.data))
+            head = summary.header or {}
+            infos.append(SessionInfo(sid, t, head.get("startedAt"), head.get("channel"),
+                                     head.get("conversation"), head.get("version"),
+                                     summary.message_count, summary.first_user_text,
+                                     len(log.data), 0.0, summary.torn))
+        infos.sort(key=lambda i: i.started_at or "", reverse=True)
+        return infos
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:
-        return await self.inner.read_log(tenant, session_id)
+        return bytes(self._log(tenant, session_id).data)
 
     async def message_page(self, tenant: str, session_id: str, offset: int = 0,
                            limit: int = 50) -> MessagePage:
-        return await self.inner.message_page(tenant, session_id, offset, limit)
+        lines, _ = split_lines(await self.read_log(tenant, session_id))
+        found = [e for e in map(orjson.loads, lines[1:]) if e.get("type") == "message"]
+        return MessagePage(session_id, len(found), offset, tuple(
+            {"seq": e["seq"], "ts": e["ts"], "message": e["message"]}
+            for e in found[offset:offset + limit]))
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        return None

@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.errors import ProviderRateLimited
+from gateway.errors import NotRecordedError, ProviderRateLimited
+from gateway.turn import APOLOGY
 from sessions.jsonl import JsonlSessionStore
-from sessions.replay import NOTICE_CALL_UNRECORDED, Replay
+from sessions.replay import NotRebuildableError, Replay
 from tests.fakes.observer import RecordingObserver
 from tests.fakes.scripted_provider import ScriptedProvider
-from tests.fakes.store import FaultyStore
+from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
 
 
@@ -152,18 +155,19 @@ async def test_provider_error_ends_with_apology_and_outcome(tmp_path: Path) -> N
     ],
 )
 async def test_persist_failure_still_answers_and_warns_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: BaseException | str, kind: str
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: Fault, kind: str
 ) -> None:
-    """The persist hook failing (or hanging) is logged once, counted, and the user is answered."""
-    store = FaultyStore(JsonlSessionStore(tmp_path / "d"))
+    """A failed or hung persist write is logged once, counted, the user answered, and the call
+    (accepted, then written ahead of the next append) still replays exactly."""
+    store = FaultyStore()
     provider = ScriptedProvider()
     provider.script("answer one")
     async with running_core(store, provider, tmp_path / "p", persist_timeout=0.2) as core:
-        store.fault = fault
-        store.fault_types = {"call"}  # only the prompt-persist hook's batch fails
+        store.set_fault(fault, {"call"})  # only the prompt-persist hook's batch fails
         with caplog.at_level(logging.WARNING, logger="gateway.persist"):
             accepted = await core.channel.say("c1", "hi")
             replies = await core.channel.wait_replies(1)
+        store.set_fault(None)
         failures = core.metrics.persist_failures.labels(kind=kind)._value.get()
         assert accepted is not None
         assert accepted.session_id
@@ -175,8 +179,109 @@ async def test_persist_failure_still_answers_and_warns_once(
     assert "You are" not in warnings[0].getMessage()
     assert replies == [("c1", "finish", "answer one")]
     assert failures == 1
-    assert [t.prompt_notice for t in replay.turns] == [NOTICE_CALL_UNRECORDED]
-    assert replay.turns[0].prompt is None
+    assert [t.status for t in replay.turns] == ["rebuilt"]
+    assert_replay_equals(replay, provider.bodies)
+    assert replay.problems == ()
+
+
+def refuse_assistant(items: Sequence[Mapping[str, Any]]) -> Fault:
+    """Refuse every append holding an assistant message (as a broken writer refuses)."""
+    roles = {i["message"]["role"] for i in items if i.get("type") == "message"}
+    return Refuse("BROKEN") if "assistant" in roles else None
+
+
+async def test_refused_call_is_named_in_replay_and_gets_no_outcome(tmp_path: Path) -> None:
+    """A call whose entry the log refused replays as "not recorded (persist failed: KIND at
+    TIME)", gets no outcome, and the next call is recorded with its own number and reason."""
+    store = FaultyStore()
+    provider = ScriptedProvider()
+    provider.script("answer one", "answer two")
+    async with running_core(store, provider, tmp_path / "p") as core:
+        store.set_fault(Refuse("BROKEN"), {"call"})
+        accepted = await core.channel.say("c1", "hi")
+        await core.channel.wait_replies(1)
+        store.set_fault(None)
+        await core.channel.say("c1", "again")
+        replies = await core.channel.wait_replies(2)
+        assert accepted is not None
+        assert accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    assert [r[1:] for r in replies] == [("finish", "answer one"), ("finish", "answer two")]
+    first, second = replay.turns
+    assert (first.status, first.call, first.assistant) == ("not_recorded", None, 1)
+    assert first.why is not None
+    assert re.fullmatch(r"persist failed: BROKEN at \d{4}-\d\d-\d\dT[\d:.]+Z", first.why)
+    assert first.status_text == f"not recorded ({first.why})"
+    assert replay.outcome_of(first) is None
+    with pytest.raises(NotRebuildableError, match="not recorded"):
+        replay.request(first)
+    assert (second.status, second.call) == ("rebuilt", 0)
+    outcome = replay.outcome_of(second)
+    assert outcome is not None
+    assert outcome.stop_reason == "end_turn"
+    assert replay.request(second, "anthropic") == provider.bodies[1]
+    # The refused prompt entry was never the log's: the first one it holds is the initial one.
+    assert [p.reason for p in replay.prompts] == ["initial"]
+
+
+async def test_refused_answer_is_left_out_and_its_tools_not_run(tmp_path: Path) -> None:
+    """An answer the log refuses never joins the conversation: its tool calls are not run, the
+    text so far is delivered, replay notes the missing answer, and later calls replay exactly."""
+    store = FaultyStore()
+    provider = ScriptedProvider()
+    provider.script(tool_use("memory_write", {"text": "likes tea"}, "t1"), "fine")
+    async with running_core(store, provider, tmp_path / "p") as core:
+        store.decide = refuse_assistant
+        accepted = await core.channel.say("c1", "remember tea")
+        await core.channel.wait_replies(1)
+        store.decide = None
+        await core.channel.say("c1", "and now?")
+        replies = await core.channel.wait_replies(2)
+        assert accepted is not None
+        assert accepted.session_id
+        replay = await core.replay(accepted.session_id)
+    memory = tmp_path / "p" / "MEMORY.md"
+    assert not memory.exists() or "likes tea" not in memory.read_text()
+    assert [r[1:] for r in replies] == [("finish", "one moment"), ("finish", "fine")]
+    assert [m["role"] for m in provider.bodies[1]["messages"]] == ["user", "user"]
+    assert [t.status for t in replay.turns] == ["rebuilt", "rebuilt"]
+    assert replay.turns[0].assistant is None
+    assert len(replay.turns[0].notes) == 1
+    assert replay.turns[0].notes[0].startswith("its answer was not recorded (BROKEN at ")
+    assert_replay_equals(replay, provider.bodies)
+    assert [g.kind for g in replay.gaps] == ["BROKEN"]
+    assert replay.gaps[0].refused == ({"type": "message", "role": "assistant"},
+                                      {"type": "outcome", "call": 0})
+
+
+async def test_refused_inbound_message_is_not_acknowledged(tmp_path: Path) -> None:
+    """An inbound message the log refuses is not acknowledged and never reaches the model."""
+    store = FaultyStore()
+    provider = ScriptedProvider()
+    async with running_core(store, provider, tmp_path / "p") as core:
+        await core.channel.say("c1", "first")
+        await core.channel.wait_replies(1)
+        store.set_fault(Refuse("BROKEN"), {"message"})
+        with pytest.raises(NotRecordedError) as info:
+            await core.channel.say("c1", "lost in the void")
+        store.set_fault(None)
+        await core.channel.say("c1", "third")
+        await core.channel.wait_replies(2)
+    assert (info.value.kind, info.value.fenced) == ("BROKEN", False)
+    texts = [m["content"] for m in provider.bodies[1]["messages"] if m["role"] == "user"]
+    assert texts == ["first", "third"]
+
+
+async def test_fenced_writer_ends_the_turn_before_the_provider_call(tmp_path: Path) -> None:
+    """A call entry refused because the writer was fenced off ends the turn before the call."""
+    store = FaultyStore()
+    provider = ScriptedProvider()
+    async with running_core(store, provider, tmp_path / "p") as core:
+        store.set_fault(Refuse("STALE_FENCE"), {"call"})
+        await core.channel.say("c1", "hi")
+        replies = await core.channel.wait_replies(1)
+    assert provider.bodies == []
+    assert replies == [("c1", "fail", APOLOGY)]
 
 
 async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.turn import APOLOGY
@@ -54,13 +55,14 @@ async def talk(web: WebGateway, conversation: str, count: int) -> list[tuple[int
 async def test_failing_store_never_stops_the_answers(
     tmp_path: Path, fault: Fault, kind: str
 ) -> None:
-    """With every write failing or hanging, web turns answer in time; metrics count; /healthz up."""
-    store = FaultyStore(JsonlSessionStore(tmp_path / "data", durability="none"))
+    """With every write failing or hanging, web turns answer in time; metrics count; /healthz
+    up; and once the store recovers, every call the provider received replays exactly."""
+    store = FaultyStore()
+    provider = ScriptedProvider()
     settings = web_settings(tmp_path / "data", GATEWAY_PERSIST_TIMEOUT=PERSIST_TIMEOUT)
-    async with web_gateway(settings, provider=ScriptedProvider(keep_bodies=False),
-                           store=store) as web:
+    async with web_gateway(settings, provider=provider, store=store) as web:
         await talk(web, "warm-up", 1)  # sessions exist; from here on every append fails
-        store.fault = fault
+        store.set_fault(fault)
         conversations = [f"c{n}" for n in range(CONVERSATIONS)]
         traffic = asyncio.gather(*(talk(web, c, MESSAGES) for c in conversations))
         health = []
@@ -69,7 +71,7 @@ async def test_failing_store_never_stops_the_answers(
             await asyncio.sleep(0.05)
         results = await traffic
         during = await web.metrics_once("gateway_turns_total", 1 + CONVERSATIONS * MESSAGES)
-        store.fault = None
+        store.set_fault(None)
         after = await web.chat("c0", "recovered?")
     # A turn has three guarded writes (message, call, answer), each bounded by the timeout.
     bound = 3 * PERSIST_TIMEOUT + 1.0
@@ -82,8 +84,18 @@ async def test_failing_store_never_stops_the_answers(
     assert total(during, "gateway_turns_total", outcome="answered") == 1 + CONVERSATIONS * MESSAGES
     assert store.faults_raised >= CONVERSATIONS * MESSAGES
     assert after == (200, {"session": after[1]["session"], "reply": "ok"})
-    log = replay_bytes(store.inner.path_of("default", after[1]["session"]).read_bytes())
-    assert "recovered?" in [m["content"] for m in log.messages]
+    # After recovery the logs hold every call (accepted entries were written in order, with
+    # their seq), so each replays to the very body the provider received.
+    rebuilt = []
+    for info in await store.list_sessions("default"):
+        log = replay_bytes(await store.read_log("default", info.session_id))
+        assert log.problems == ()
+        assert [t.status for t in log.turns] == ["rebuilt"] * len(log.turns)
+        rebuilt += [log.request(t, "anthropic") for t in log.turns]
+        if info.session_id == after[1]["session"]:
+            assert "recovered?" in [m["content"] for m in log.messages]
+    assert len(provider.bodies) == 2 + CONVERSATIONS * MESSAGES
+    assert sorted(map(orjson.dumps, rebuilt)) == sorted(map(orjson.dumps, provider.bodies))
 
 
 # -- provider faults through the real SDKs -------------------------------------------------------

@@ -33,7 +33,7 @@ from sessions.errors import SessionError, SessionReadError
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Injected, Outcome
-from sessions.replay import Replay, replay_bytes
+from sessions.replay import NotRebuildableError, Replay, replay_bytes
 from sessions.replay_json import replay_json, turn_json
 from sessions.shapes import SHAPES
 from tests.sessions.helpers import (
@@ -161,8 +161,9 @@ def base_logs() -> tuple[bytes, ...]:
 def exercise(replay: Replay, *, strict: bool = False) -> None:
     """Touch everything a replay offers, as the CLI, the viewer and the exporters do.
 
-    :meth:`Replay.request` may refuse a turn whose recorded blocks cannot take a shape, with
-    the documented SessionReadError; ``strict`` (for unmutated logs) allows no refusal.
+    :meth:`Replay.request` refuses a turn it cannot rebuild (NotRebuildableError), and may
+    refuse one whose recorded blocks cannot take a shape, with the documented
+    SessionReadError; ``strict`` (for unmutated logs) allows only the first kind.
     """
     for i, message in enumerate(replay.messages):
         assert isinstance(message, dict)
@@ -178,6 +179,10 @@ def exercise(replay: Replay, *, strict: bool = False) -> None:
         replay.outcome_of(turn)
         orjson.dumps(turn_json(replay, turn))
         for shape in (None, *SHAPES):
+            if not turn.rebuildable:  # never a body for a call replay cannot rebuild
+                with pytest.raises(NotRebuildableError):
+                    replay.request(turn, shape)
+                continue
             try:
                 body = replay.request(turn, shape)
             except SessionReadError:

@@ -75,6 +75,7 @@ DAMAGED = b"""\
 {"type":"call","seq":17,"call":1,"prompt":"ffff","tools":null,"window":[],"injected":5}
 {"type":"call","seq":18,"call":2,"prompt":"ffff","tools":"zzz","window":[]}
 {"type":"message","seq":19,"message":{"role":"assistant","content":"end"}}
+{"type":"gap","seq":20,"kind":"BROKEN"}
 """
 
 

@@ -9,6 +9,7 @@ from sessions.replay import (
     NOTICE_BEFORE_FIRST,
     NOTICE_NO_PROMPTS,
     NOTICE_V1,
+    NotRebuildableError,
     Replay,
     replay_bytes,
 )
@@ -88,12 +89,15 @@ def test_empty_file_is_a_clear_error() -> None:
         ("v2-late-prompt-torn-tail.jsonl", 2),
     ],
 )
-def test_seed_requests_rebuild_for_both_shapes(name: str, turns: int) -> None:
-    """Every seed turn rebuilds a request in both shapes, with the header's model."""
+def test_seed_calls_are_not_offered_as_rebuilt_requests(name: str, turns: int) -> None:
+    """Seed logs predate call entries: every turn says its call was not recorded, and no
+    request body is offered for it (its prompt and messages still read)."""
     replay = seed(name)
     assert len(replay.turns) == turns
+    version = replay.version
     for turn in replay.turns:
+        assert turn.status_text == f"not recorded (format v{version} predates call recording)"
+        assert replay.sent(turn)
         for shape in ("anthropic", "openai"):
-            body = replay.request(turn, shape)
-            assert body["model"] == "claude-sonnet-4-5"
-            assert body["messages"]
+            with pytest.raises(NotRebuildableError, match="predates call recording"):
+                replay.request(turn, shape)

@@ -8,15 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from app.admin.auth import COOKIE
 from app.compose import build_gateway
 from app.config import Settings
 from gateway.providers.offline import OfflineProvider
+from sessions import entries
 from sessions.jsonl import JsonlSessionStore
 from tests.app.admin.helpers import SCRIPT, TOKEN, raw_session, rich_session, serve, site_for
-from tests.sessions.helpers import SEED_DIR
+from tests.sessions.helpers import SEED_DIR, assistant
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -263,6 +265,25 @@ async def test_turn_page_and_fragment(tmp_path: Path) -> None:
     assert "&quot;max_tokens&quot;: 256" in page
     assert fragment.startswith('<div class="request">')
     assert "<html" not in fragment
+
+
+async def test_calls_replay_cannot_rebuild_are_marked_and_offer_no_body(tmp_path: Path) -> None:
+    """A call the log refused is marked with why (on the session and its own page), and its
+    page offers no request body; a refused answer is noted on its call."""
+    gap_call = {**entries.gap("EIO", "2026-01-01T00:00:01.000Z", [{"type": "call"}]),
+                "seq": 2, "ts": "2026-01-01T00:00:01.000Z"}
+    answer = {**entries.message(assistant("hello")), "seq": 3, "ts": "2026-01-01T00:00:01.000Z"}
+    raw_session(tmp_path, "gappy", extra_lines=[orjson.dumps(gap_call) + b"\n",
+                                                orjson.dumps(answer) + b"\n"])
+    async with serve(site_for(tmp_path)) as viewer:
+        _, page = await viewer.get("/admin/session/gappy")
+        _, turn = await viewer.get("/admin/session/gappy/turn/1")
+    marked = ('<span class="badge bad" data-status="not_recorded">not recorded (persist failed:'
+              ' EIO at 2026-01-01T00:00:01.000Z)</span>')
+    assert marked in page
+    assert marked in turn
+    assert "Request body as rebuilt by replay" not in turn
+    assert "No request body: this call was not recorded (persist failed: EIO" in turn
 
 
 async def test_big_sessions_load_call_details_lazily(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from app.cli import main
+from sessions import entries
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Injected, Outcome
@@ -37,8 +38,9 @@ from tests.sessions.helpers import (
 ROOT = Path(__file__).resolve().parents[3]
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 TURN_KEYS = {
-    "index", "ts", "systemPrompt", "promptFingerprint", "promptReason", "promptNotice",
-    "messages", "assistant", "provider", "model", "params", "tools", "outcome",
+    "index", "ts", "status", "why", "notes", "systemPrompt", "promptFingerprint",
+    "promptReason", "promptNotice", "messages", "assistant", "provider", "model", "params",
+    "tools", "outcome",
 }
 Q = user("what time is it?")
 USE = tool_use("toolu_1", "get_time", {"tz": "UTC"})
@@ -59,6 +61,11 @@ class Result:
 class Sessions:
     data_dir: Path
     live: dict[tuple[int, str], dict[str, Any]]  # (turn, shape) -> body built at call time
+
+    @property
+    def gappy(self) -> str:
+        """A session outside the data dir, replayed by path (see ``_build``)."""
+        return str(self.data_dir.parent / "other" / "sessions" / "gappy.jsonl")
 
     def path(self, session_id: str, tenant: str = "default") -> Path:
         if tenant == "default":
@@ -91,6 +98,19 @@ async def _build(data_dir: Path) -> dict[tuple[int, str], dict[str, Any]]:
     ), [SUMMARY, NOON, THANKS])
     await record_outcome(writer, Outcome(call=2, error={"kind": "timeout"}))
     await writer.aclose()
+
+    # A session whose first call entry the writer refused (the gap names it) and whose second
+    # call names a prompt (and a tool set) the log lacks: recorded, not rebuildable.
+    await asyncio.sleep(0.01)
+    other = JsonlSessionStore(data_dir.parent / "other", durability="none")
+    gappy = await other.create(channel="web", conversation="w2", session_id="gappy")
+    await add(gappy, Q)
+    await gappy.append([entries.gap("EIO", "2026-01-02T03:04:05.678Z", [{"type": "call"}]),
+                        entries.message(NOON)])
+    await add(gappy, THANKS)
+    await gappy.append([{**entries.call(0, call_request(PROMPT_A, ((0, 3),)), "feedc0de"),
+                         "prompt": PROMPT_A.fingerprint}])
+    await gappy.aclose()
 
     await asyncio.sleep(0.01)  # distinct startedAt (millisecond precision) for a stable listing
     torn = await store.create(channel="web", conversation="w1", session_id="torn")
@@ -206,7 +226,7 @@ def test_turn_shows_exactly_what_was_sent(cli: Callable[..., Result]) -> None:
     result = cli("s1", "--turn", "3")
     assert result.code == 0
     assert result.out.splitlines() == [
-        "=== turn 3 of session s1",
+        "=== turn 3 of session s1: rebuilt",
         'provider openai  model gpt-test  params {"max_tokens":256}',
         f"--- system prompt #2 {PROMPT_B.fingerprint} (rebuilt)",
         *PROMPT_B.text.splitlines(),
@@ -226,6 +246,9 @@ def test_turn_json_has_exactly_the_documented_keys(cli: Callable[..., Result]) -
     assert set(turn) == TURN_KEYS
     assert {k: v for k, v in turn.items() if k != "ts"} == {
         "index": 2,
+        "status": "rebuilt",
+        "why": None,
+        "notes": [],
         "systemPrompt": PROMPT_A.text,
         "promptFingerprint": PROMPT_A.fingerprint,
         "promptReason": "initial",
@@ -256,6 +279,43 @@ def test_request_prints_the_body_sent_at_call_time(
     result = cli("s1", "--request", str(turn), "--shape", shape)
     assert result.code == 0
     assert orjson.loads(result.out) == sessions.live[turn, shape]
+
+
+def test_request_of_an_unrecorded_call_exits_1_saying_why(
+    cli: Callable[..., Result], sessions: Sessions
+) -> None:
+    """--request N of a call whose entry the log refused prints no body: one line, exit 1."""
+    result = cli(sessions.gappy, "--request", "1")
+    assert_one_line_error(result, 1)
+    assert result.err == ("gateway replay: session gappy: turn 1 cannot be rebuilt: not "
+                          "recorded (persist failed: EIO at 2026-01-02T03:04:05.678Z)\n")
+
+
+def test_request_of_a_call_missing_a_piece_exits_1_naming_it(
+    cli: Callable[..., Result], sessions: Sessions
+) -> None:
+    """--request N of a recorded call whose prompt is not in the log: one line, exit 1."""
+    result = cli(sessions.gappy, "--request", "2", "--shape", "openai")
+    assert_one_line_error(result, 1)
+    assert result.err.endswith("turn 2 cannot be rebuilt: recorded but not rebuildable "
+                               f"(missing prompt entry {PROMPT_A.fingerprint})\n")
+
+
+def test_turn_json_and_summary_carry_each_calls_status(
+    cli: Callable[..., Result], sessions: Sessions
+) -> None:
+    """--turn N --json has the call's status and why; the summary marks such calls."""
+    first = orjson.loads(cli(sessions.gappy, "--turn", "1", "--json").out)
+    second = orjson.loads(cli(sessions.gappy, "--turn", "2", "--json").out)
+    assert (first["status"], first["why"], first["messages"], first["assistant"]) == (
+        "not_recorded", "persist failed: EIO at 2026-01-02T03:04:05.678Z", None, NOON)
+    assert (second["status"], second["why"]) == (
+        "not_rebuildable", f"missing prompt entry {PROMPT_A.fingerprint}")
+    lines = normalised(cli(sessions.gappy).out)
+    assert "gap: line 3: the log refused a call entry (EIO at TS)" in lines
+    assert "       not recorded (persist failed: EIO at TS)" in lines
+    assert (f"       recorded but not rebuildable (missing prompt entry {PROMPT_A.fingerprint})"
+            in lines)
 
 
 def test_request_defaults_to_the_recorded_provider_shape(
