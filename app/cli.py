@@ -1,8 +1,11 @@
+# PYTHON_ARGCOMPLETE_OK  (tells argcomplete's global completion this script supports it)
 """The ``gateway`` command: parses arguments and dispatches to :mod:`app.commands`.
 
-Subcommands: ``run`` (serve the channels), ``chat`` (talk in the terminal), ``replay`` (with
-``--rerun``), ``drift``, ``export``, ``sessions``, ``viewer``, ``pairing``, ``db``. Every
-subcommand turns expected failures into one line on stderr and an exit code, never a traceback.
+Every subcommand reads its settings as ``gateway run`` does (:func:`command_settings`: the
+environment, then ``.env``, then the command's own flags on top), and turns expected failures
+into one line on stderr and an exit code, never a traceback: 2 for usage, configuration and
+start-up failures (bad setting, busy port, rejected token, unreachable platform), 1 for
+unreadable data.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import metadata
+
+import argcomplete
 
 from app import compose
 from app.commands import chat as chat_cmd
+from app.commands import completion as completion_cmd
 from app.commands import db as db_cmd
 from app.commands import drift as drift_cmd
 from app.commands import export as export_cmd
@@ -26,47 +32,65 @@ from app.commands import sessions as sessions_cmd
 from app.commands import sessions_db as sessions_db_cmd
 from app.commands import viewer as viewer_cmd
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
+from app.commands.run import load_settings
+from app.config import Settings
 from sessions.errors import SessionError
-from sessions.store import SessionStore
+
+DESCRIPTION = """\
+A gateway from Telegram, Slack, a web chat and the terminal to one AI agent. Every provider
+call is recorded before it is sent, so any answer can be replayed and examined later.
+Settings come from the environment and a .env file (see config.example.env)."""
+
+EPILOG = """\
+common tasks:
+  gateway run                          serve the configured channels (web chat on :8787)
+  gateway chat                         talk to the agent in this terminal
+  gateway replay --list                sessions, newest first
+  gateway replay ID --call 2           exactly what the provider received in call 2
+  gateway export --all --format otlp-json --out traces.jsonl
+  gateway pairing approve CODE         let someone who wrote in a DM talk to the agent
+
+Run "gateway COMMAND --help" for a command's options. Shell completion:
+  eval "$(gateway completion bash)"    (or zsh, fish)"""
 
 
-def default_data_dir() -> Path:
-    return Path(os.environ.get("GATEWAY_DATA_DIR") or "./data")
-
-
-def open_store(data_dir: Path, store_url: str | None = None,
-               schema: str | None = None) -> SessionStore:
-    """The store for read-side commands: PostgreSQL when ``--store-url`` or
-    ``GATEWAY_STORE_URL`` names a database, else JSONL under ``data_dir``."""
-    url = db_cmd.store_url(store_url)
-    if schema is None:
-        return compose.open_store(data_dir, url)
-    return compose.open_store(data_dir, url, schema=schema)
+def version() -> str:
+    try:
+        return metadata.version("gateway")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="gateway", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="gateway", description=DESCRIPTION, epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gateway {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    p = sub.add_parser("run", prog="gateway run", help="serve the configured channels")
-    run_cmd.add_arguments(p)
-    p = sub.add_parser("chat", prog="gateway chat", help="chat in the terminal")
-    chat_cmd.add_arguments(p)
-    p = sub.add_parser("replay", prog="gateway replay", help="rebuild provider calls offline")
-    replay_cmd.add_arguments(p)
-    p.add_argument("--data-dir", type=Path, default=None)
-    p = sub.add_parser("drift", prog="gateway drift", help="prompt drift per section")
-    drift_cmd.add_arguments(p)
-    p = sub.add_parser("export", prog="gateway export", help="export calls (OTel GenAI, JSONL)")
-    export_cmd.add_arguments(p)
-    p = sub.add_parser("sessions", prog="gateway sessions", help="prune sessions, size report")
-    sessions_cmd.add_arguments(p)
-    p = sub.add_parser("viewer", prog="gateway viewer", help="browse sessions (read-only web UI)")
-    viewer_cmd.add_arguments(p)
-    p = sub.add_parser("db", prog="gateway db", help="PostgreSQL store schema: upgrade, status")
-    db_cmd.add_arguments(p)
-    p = sub.add_parser("pairing", prog="gateway pairing", help="approve or revoke DM pairing")
-    pairing_cmd.add_arguments(p)
-    p.add_argument("--data-dir", type=Path, default=None)
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, prog=f"gateway {name}", help=summary,
+                              description=description)
+
+    run_cmd.add_arguments(command("run", "serve the configured channels",
+                                  run_cmd.DESCRIPTION))
+    chat_cmd.add_arguments(command("chat", "talk to the agent in the terminal",
+                                   chat_cmd.DESCRIPTION))
+    replay_cmd.add_arguments(command("replay", "list sessions, rebuild provider calls",
+                                     replay_cmd.DESCRIPTION))
+    drift_cmd.add_arguments(command("drift", "how each prompt section changed",
+                                    drift_cmd.DESCRIPTION))
+    export_cmd.add_arguments(command("export", "export calls as OTLP/JSON traces or JSONL",
+                                     export_cmd.DESCRIPTION))
+    sessions_cmd.add_arguments(command("sessions", "prune old sessions, size, import/export",
+                                       sessions_cmd.DESCRIPTION))
+    viewer_cmd.add_arguments(command("viewer", "browse sessions in a read-only web page",
+                                     viewer_cmd.DESCRIPTION))
+    db_cmd.add_arguments(command("db", "PostgreSQL store schema: upgrade, status",
+                                 db_cmd.DESCRIPTION))
+    pairing_cmd.add_arguments(command("pairing", "approve or revoke people in DMs",
+                                      pairing_cmd.DESCRIPTION))
+    completion_cmd.add_arguments(command("completion", "print shell completion code",
+                                         completion_cmd.DESCRIPTION))
     for name in ("replay", "drift", "export", "viewer"):
         sub.choices[name].add_argument(
             "--store-url", default=None,
@@ -75,49 +99,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_settings(args: argparse.Namespace) -> Settings:
+    """The settings of ``gateway run`` (environment, then ``.env``), with the command's own
+    ``--data-dir``, ``--store-url``/``--url`` and ``--schema`` on top."""
+    return load_settings(
+        GATEWAY_DATA_DIR=getattr(args, "data_dir", None),
+        GATEWAY_STORE_URL=getattr(args, "store_url", None) or getattr(args, "url", None),
+        GATEWAY_STORE_SCHEMA=getattr(args, "schema", None),
+    )
+
+
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return await run_cmd.run(args)
     if args.command == "chat":
         return await chat_cmd.run(args)
+    if args.command == "completion":
+        return completion_cmd.run(args)
+    settings = command_settings(args)
     if args.command == "db":
-        return await db_cmd.run(args)
-    data_dir = args.data_dir or default_data_dir()
-    if args.command == "replay":
-        store = open_store(data_dir, args.store_url, args.schema)
-        try:
-            return await replay_cmd.run(args, store, data_dir=data_dir)
-        finally:
-            await store.aclose()
-    if args.command == "sessions" and args.action in sessions_db_cmd.ACTIONS:
-        store = open_store(data_dir, args.store_url, args.schema)
-        try:
-            return await sessions_db_cmd.run(args, store)
-        finally:
-            await store.aclose()
-    if args.command == "sessions":
-        return sessions_cmd.run(args, data_dir)
+        return await db_cmd.run(args, settings)
     if args.command == "pairing":
-        return pairing_cmd.run(args, data_dir)
-    if args.command == "viewer":
-        store = open_store(data_dir, args.store_url, args.schema)
-        try:
-            return await viewer_cmd.run(args, store, data_dir)
-        finally:
-            await store.aclose()
-    if args.command in ("drift", "export"):
-        store = open_store(data_dir, args.store_url, args.schema)
-        try:
-            if args.command == "drift":
-                return await drift_cmd.run(args, store)
+        return pairing_cmd.run(args, settings)
+    if args.command == "sessions" and args.action not in sessions_db_cmd.ACTIONS:
+        return sessions_cmd.run(args, settings.data_dir)
+    store = compose.build_store(settings)
+    try:
+        if args.command == "replay":
+            return await replay_cmd.run(args, store, data_dir=settings.data_dir)
+        if args.command == "sessions":
+            return await sessions_db_cmd.run(args, store)
+        if args.command == "viewer":
+            return await viewer_cmd.run(args, store, settings)
+        if args.command == "drift":
+            return await drift_cmd.run(args, store)
+        if args.command == "export":
             return await export_cmd.run(args, store)
-        finally:
-            await store.aclose()
+    finally:
+        await store.aclose()
     raise CommandError("unknown command")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers a completing shell, then exits; else a no-op
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()

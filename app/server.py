@@ -22,6 +22,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
 from gateway.coordination import Coordinator
+from gateway.errors import ConfigError
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
@@ -105,7 +106,11 @@ class Gateway:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port is taken, the address is not this machine's...
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: "
+                              f"{exc.strerror or exc} (GATEWAY_HOST, GATEWAY_PORT)") from exc
         for channel in self.channels:
             await channel.start(self.deliver)
         log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",

@@ -205,9 +205,17 @@ def drift(
     (v1, or persistence failed) has no points.
     """
     measure = resolve_metric(metric)
+    # A built-in gives exactly 1.0 for equal texts, and is a pure function of its two texts:
+    # most sections are unchanged between versions, so most scores need no diff at all.
+    builtin = any(measure is m for m in METRICS.values())
+
+    def score(old: str, new: str) -> float:
+        return 1.0 if builtin and old == new else _score(measure, old, new)
+
     wanted = set(sections) if sections is not None else None
     first: dict[str, str] = {}  # section -> text at first appearance; insertion order = output
     previous: dict[str, str] = {}
+    from_first: dict[str, float] = {}  # section -> similarity_first at its previous version
     total: dict[str, float] = {}
     points: list[DriftPoint] = []
     for position, version in enumerate(replay.prompts):
@@ -217,13 +225,16 @@ def drift(
                 first[name] = text
         for name, origin in first.items():
             text = texts.get(name, "")
+            unchanged = name in previous and previous[name] == text
             if position == 0:
                 added = removed = 0
                 similar: float | None = None
             else:
                 old = previous.get(name, "")
                 added, removed = byte_changes(old, text)
-                similar = _score(measure, old, text)
+                similar = score(old, text)
+            if not (builtin and unchanged):
+                from_first[name] = score(origin, text)
             total[name] = total.get(name, 0.0) + (0.0 if similar is None else 1.0 - similar)
             points.append(DriftPoint(
                 version=version.number,
@@ -234,7 +245,7 @@ def drift(
                 bytes_added=added,
                 bytes_removed=removed,
                 similarity_prev=similar,
-                similarity_first=_score(measure, origin, text),
+                similarity_first=from_first[name],
                 cumulative=total[name],
                 present=name in texts,
                 size=len(text.encode("utf-8")),
@@ -292,10 +303,10 @@ def _table_cell(column: str, value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.3f}"
-    if column == "bytes_added":
+    if column == "bytes_added" and value:
         return f"+{value}"
-    if column == "bytes_removed":
-        return f"-{value}"
+    if column == "bytes_removed" and value:
+        return f"-{value}"  # never "-0": nothing removed reads as 0
     return str(value)
 
 

@@ -16,9 +16,13 @@ from app.commands.common import EXIT_USAGE, CommandError
 from app.commands.run import load_settings
 from app.compose import build_gateway, build_store
 from app.compose_channels import console_channel
-from gateway.errors import ConfigError
+from gateway.errors import ChannelError, ConfigError
 from gateway.history import StoreHistory
 from gateway.ids import InvalidIdError
+
+DESCRIPTION = """\
+Talk to the agent in this terminal, recorded like any other channel. Type /help for the chat
+commands; /quit (or Ctrl-D) leaves. Logs stay quiet (WARNING) unless GATEWAY_LOG_LEVEL is set."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +57,6 @@ async def run(args: argparse.Namespace) -> int:
         sys.stdout.reconfigure(errors="replace")  # a reply must never crash an ASCII terminal
     try:
         await gateway.run_until_stopped()
-    except ConfigError as exc:
+    except (ConfigError, ChannelError) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     return 0

@@ -11,14 +11,19 @@ reached or its schema is newer than this gateway.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.config import Settings
 from sessions.postgres import schema as pg_schema
 
 URL_VARIABLE = "GATEWAY_STORE_URL"
+DESCRIPTION = """\
+The PostgreSQL session store's tables. "upgrade" creates them or applies pending migrations
+(safe to run from several workers at once); "status" shows the version and changes nothing.
+The database is --url or GATEWAY_STORE_URL (environment or .env); its password is never
+printed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_schema_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--schema", default=pg_schema.DEFAULT_SCHEMA, type=_schema,
-                        help=f"PostgreSQL schema (default: {pg_schema.DEFAULT_SCHEMA})")
+    parser.add_argument("--schema", default=None, type=_schema,
+                        help="PostgreSQL schema (default: GATEWAY_STORE_SCHEMA, else "
+                             f"{pg_schema.DEFAULT_SCHEMA})")
 
 
 def _schema(value: str) -> str:
@@ -42,11 +48,6 @@ def _schema(value: str) -> str:
         return pg_schema.validate_schema(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def store_url(given: str | None) -> str | None:
-    """The database URL: ``given`` (a ``--url``/``--store-url`` option), else the environment."""
-    return given or os.environ.get(URL_VARIABLE) or None
 
 
 def safe_error(exc: BaseException, url: str) -> str:
@@ -68,16 +69,17 @@ def safe_error(exc: BaseException, url: str) -> str:
     return text
 
 
-async def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+async def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    """``settings`` carry ``--url`` and ``--schema`` already (see ``app.cli``)."""
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
     import asyncpg
 
     from sessions.postgres.store import redact_url
 
-    url = store_url(args.url)
-    if url is None:
+    if settings.store_url is None:
         raise CommandError(f"no database: give --url or set {URL_VARIABLE}", EXIT_USAGE)
-    schema = args.schema
+    url = settings.store_url.get_secret_value()
+    schema = settings.store_schema
     where = f"{redact_url(url)} schema {schema}"
     try:
         conn = await asyncpg.connect(url, timeout=10)

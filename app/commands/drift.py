@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import orjson
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.commands.progress import progress
 from app.commands.replay import load
 from sessions import drift as drift_mod
 from sessions.errors import InvalidNameError, SessionError
@@ -26,6 +27,10 @@ from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 
 PROG = "gateway drift"
+DESCRIPTION = """\
+How far each section of the system prompt (soul, memory, mood...) moved from one prompt version
+to the next in a session, or in every session with --all (a progress bar on stderr). Read-only;
+the metrics are explained in docs/drift.md."""
 FORMATS = ("table", "json", "csv")
 
 
@@ -104,17 +109,19 @@ async def _all_rows(
         raise CommandError(str(exc)) from exc
     rows: list[dict[str, Any]] = []
     code = EXIT_OK
-    for info in reversed(infos):  # oldest first: drift reads as a timeline
-        name = f"{info.tenant}/{info.session_id}"
-        try:
-            replay = replay_bytes(await store.read_log(info.tenant, info.session_id))
-        except (SessionError, OSError) as exc:
-            # One unreadable (or just deleted) log must not hide every other session's drift.
-            err.write(f"{PROG}: skipped {name}: {exc}\n")
-            code = EXIT_UNREADABLE
-            continue
-        rows.extend(_rows(replay, metric, sections,
-                          {"tenant": info.tenant, "session": info.session_id}))
+    with progress("drift", len(infos), err) as ticker:
+        for info in reversed(infos):  # oldest first: drift reads as a timeline
+            name = f"{info.tenant}/{info.session_id}"
+            try:
+                replay = replay_bytes(await store.read_log(info.tenant, info.session_id))
+            except (SessionError, OSError) as exc:
+                # One unreadable (or just deleted) log must not hide every other session's.
+                ticker.note(f"{PROG}: skipped {name}: {exc}")
+                code = EXIT_UNREADABLE
+            else:
+                rows.extend(_rows(replay, metric, sections,
+                                  {"tenant": info.tenant, "session": info.session_id}))
+            ticker.advance()
     return rows, code
 
 

@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
 
 import orjson
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.commands.progress import progress
 from app.commands.replay import load
 from sessions.errors import InvalidNameError, SessionError
 from sessions.export import EXPORT_FORMATS, records
@@ -54,6 +53,10 @@ from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionInfo, SessionStore
 
 PROG = "gateway export"
+DESCRIPTION = """\
+Every provider call of a session (or of every session, --all) as OTLP/JSON traces that an
+OpenTelemetry collector's file receiver reads, or as self-contained request/response JSONL.
+Read-only. --all --out FILE is resumable: rerun the same command after an interruption."""
 PROGRESS_SUFFIX = ".progress"
 CHECKPOINT_VERSION = 1
 
@@ -176,20 +179,16 @@ async def _export_all(
     hook: SessionHook | None,
 ) -> int:
     code = EXIT_OK
-    console = Console(file=err, stderr=True)
-    columns = (TextColumn("export"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("export", total=len(infos))
+    with progress("export", len(infos), err) as ticker:
         for info in infos:
             key = _key(info)
             try:
                 replay = replay_bytes(await store.read_log(info.tenant, info.session_id))
             except (SessionError, OSError) as exc:
                 # One unreadable (or just deleted) log must not stop the export of the others.
-                progress.console.print(f"{PROG}: skipped {key}: {exc}", markup=False,
-                                       highlight=False)
+                ticker.note(f"{PROG}: skipped {key}: {exc}")
                 code = EXIT_UNREADABLE
-                progress.advance(task)
+                ticker.advance()
                 continue
             _write_session(replay, fmt, info.tenant, write)
             if checkpoint is not None:
@@ -198,7 +197,7 @@ async def _export_all(
                 hook(key)
             if checkpoint is not None:
                 checkpoint.commit(key)
-            progress.advance(task)
+            ticker.advance()
     return code
 
 

@@ -6,7 +6,6 @@ Codes are shown only here, to the operator at the terminal; the gateway never lo
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,28 +13,36 @@ from typing import TextIO
 
 from app.commands.common import EXIT_USAGE, CommandError
 from app.compose import pairing_state
+from app.config import Settings
 from gateway.pairing import CODE_TTL, PairingError, PairingStore
+
+DESCRIPTION = """\
+Someone not on an allowlist who writes to the bot in a DM gets a pairing code; approve the code
+here and they may talk to the agent. With several workers (GATEWAY_REDIS_URL, from the
+environment or .env) the codes and approvals live in their shared Redis."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="pending codes and approved users")
+    sub.add_parser("list", help="pending codes and approved people")
     approve = sub.add_parser("approve", help="approve the person who was given CODE")
-    approve.add_argument("code")
-    revoke = sub.add_parser("revoke", help="remove an approved user (CHANNEL:USER)")
-    revoke.add_argument("who", metavar="CHANNEL:USER")
+    approve.add_argument("code", help="the code the person received (e.g. K7QM2PXA)")
+    revoke = sub.add_parser("revoke", help="remove an approved person (CHANNEL:USER)")
+    revoke.add_argument("who", metavar="CHANNEL:USER", help="e.g. telegram:12345")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where the pairing file lives without Redis (GATEWAY_DATA_DIR)")
 
 
-def pairing_store(data_dir: Path) -> PairingStore:
+def pairing_store(settings: Settings) -> PairingStore:
     """The file state, or the workers' shared Redis state when GATEWAY_REDIS_URL is set
     (so an approval reaches every worker)."""
-    return PairingStore(pairing_state(data_dir, os.environ.get("GATEWAY_REDIS_URL") or None,
-                                      os.environ.get("GATEWAY_REDIS_PREFIX") or None))
+    url = settings.redis_url.get_secret_value() if settings.redis_url is not None else None
+    return PairingStore(pairing_state(settings.data_dir, url, settings.redis_prefix))
 
 
-def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    store = pairing_store(data_dir)
+    store = pairing_store(settings)
     try:
         if args.action == "approve":
             request = store.approve(args.code)

@@ -1,5 +1,9 @@
 """``gateway replay``: list sessions and rebuild every provider call of one, offline.
 
+Words: a *turn* answers one message (a tool round makes it several calls); a *call* is one
+provider request, numbered from 1 in the session. ``--call N`` picks a call; ``--turn N`` is
+its old name, kept so older scripts and notes still work.
+
 Read-only: it never writes to a session (``--rerun``, in :mod:`app.commands.rerun`, sends a
 recorded call again and may save it to a separate log). Errors are one line starting
 ``gateway replay:``; exit 2 for usage errors and unknown sessions, 1 for unreadable files.
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,18 +37,26 @@ from sessions.shapes import SHAPES
 from sessions.store import SessionStore
 
 PROG = "gateway replay"
+DESCRIPTION = """\
+List sessions, or rebuild what the provider received in each call of one session, offline and
+byte for byte (a call is one provider request; a turn that runs a tool makes two or more).
+Never writes to a session; --rerun sends one recorded call again to compare answers."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", nargs="?", help="session id, or a path to a .jsonl file")
     parser.add_argument("--list", action="store_true", help="list sessions, newest first")
     parser.add_argument("--tenant", default=None, help=f"tenant (default: {DEFAULT_TENANT})")
-    parser.add_argument("--turn", type=int, metavar="N", help="show turn N (1-based) verbatim")
+    parser.add_argument("--call", "--turn", type=int, metavar="N", dest="call",
+                        help="show call N (1-based) verbatim: system prompt, tools, messages "
+                             "(--turn is its old name)")
     parser.add_argument("--request", type=int, metavar="N",
-                        help="print turn N's exact provider request body as JSON")
+                        help="print call N's exact provider request body as JSON")
     parser.add_argument("--shape", choices=SHAPES, default=None,
                         help="request shape for --request (default: the recorded provider's)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="where sessions live (GATEWAY_DATA_DIR)")
     rerun_cmd.add_arguments(parser)
 
 
@@ -96,15 +109,15 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
     if args.request is not None:
         turn = _turn(replay, args.request)
         if not turn.rebuildable:
-            raise CommandError(f"session {replay.session_id}: turn {turn.index} cannot be "
+            raise CommandError(f"session {replay.session_id}: call {turn.index} cannot be "
                                f"rebuilt: {turn.status_text}", EXIT_UNREADABLE)
         try:
             body = replay.request(turn, args.shape)
         except SessionReadError as exc:
             raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc
         _dump(body, out)
-    elif args.turn is not None:
-        turn = _turn(replay, args.turn)
+    elif args.call is not None:
+        turn = _turn(replay, args.call)
         if args.json:
             _dump(turn_json(replay, turn), out)
         else:
@@ -121,7 +134,7 @@ def _turn(replay: Replay, number: int) -> Turn:
         return replay.turn(number)
     except IndexError as exc:
         raise CommandError(
-            f"session {replay.session_id} has no turn {number} (it has {len(replay.turns)})"
+            f"session {replay.session_id} has no call {number} (it has {len(replay.turns)})"
         ) from exc
 
 
@@ -150,15 +163,30 @@ async def _list(store: SessionStore, tenant: str | None, out: TextIO, *, as_json
             "bytes": i.size_bytes, "torn": i.torn, "error": i.error,
         } for i in infos], out)
         return 0
-    for info in infos:
-        flags = " (torn tail)" if info.torn else ""
-        flags += f" ({info.error})" if info.error else ""
-        tenant_col = f"  [{info.tenant}]" if info.tenant != DEFAULT_TENANT else ""
-        out.write(
-            f"{info.session_id}  {info.started_at or '-'}  {info.channel or '-'}  "
-            f"{info.message_count} msgs  {short(info.first_user_text, 50)!r}{tenant_col}{flags}\n"
-        )
+    if not infos:
+        out.write("(no sessions)\n")
+        return 0
+    rows: list[tuple[str, ...]] = [(
+        info.session_id, info.started_at or "-", info.channel or "-", info.conversation or "-",
+        str(info.message_count),
+        repr(short(info.first_user_text, 40))
+        + (" (torn tail)" if info.torn else "") + (f" ({info.error})" if info.error else ""),
+    ) for info in infos]
+    header: tuple[str, ...] = ("SESSION", "STARTED", "CHANNEL", "CONVERSATION", "MESSAGES",
+                               "FIRST MESSAGE")
+    if any(info.tenant != DEFAULT_TENANT for info in infos):
+        header = (header[0], "TENANT", *header[1:])
+        rows = [(row[0], info.tenant, *row[1:]) for info, row in zip(infos, rows, strict=True)]
+    out.write(table(header, rows))
     return 0
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last one is left ragged."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = ["  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]])
+             for r in [header, *rows]]
+    return "".join(f"{line.rstrip()}\n" for line in lines)
 
 
 def describe(message: dict[str, Any]) -> str:
@@ -191,7 +219,7 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
     w(f"session {replay.session_id}  (format v{replay.version})\n")
     w(f"  started {h.get('startedAt', '-')}  channel {h.get('channel', '-')}  "
       f"conversation {h.get('conversation', '-')}  tenant {h.get('tenant', DEFAULT_TENANT)}\n")
-    w(f"  messages {len(replay.messages)}  turns {len(replay.turns)}  "
+    w(f"  messages {len(replay.messages)}  calls {len(replay.turns)}  "
       f"prompts recorded: {'yes' if replay.prompts_recorded else 'no'}\n")
     if replay.notice:
         w(f"notice: {replay.notice}\n")
@@ -210,8 +238,8 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
         names = ",".join(s.name for s in v.sections)
         check = "" if v.verified else "  UNVERIFIED"
         w(f"  #{v.number}  {v.ts or '-'}  {v.fingerprint}  {v.reason or '-'}  "
-          f"first turn {first}  [{names}]{check}\n")
-    w("turns:\n")
+          f"first call {first}  [{names}]{check}\n")
+    w("calls:\n")
     for t in replay.turns:
         prompt = f"prompt #{t.prompt.number}" if t.prompt else "prompt -"
         sent = f"{len(replay.sent(t))} msgs" if t.window is not None else "window -"
@@ -240,7 +268,7 @@ def _refused(item: Any) -> str:
 
 def _print_turn(replay: Replay, turn: Turn, out: TextIO) -> None:
     w = out.write
-    w(f"=== turn {turn.index} of session {replay.session_id}: {turn.status_text}\n")
+    w(f"=== call {turn.index} of session {replay.session_id}: {turn.status_text}\n")
     for note in turn.notes:
         w(f"note: {note}\n")
     if turn.model:

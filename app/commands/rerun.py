@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The rerun options of ``gateway replay``."""
     group = parser.add_argument_group("counterfactual rerun")
     group.add_argument("--rerun", type=int, metavar="N",
-                       help="send turn N's recorded request again and print both answers "
+                       help="send call N's recorded request again and print both answers "
                             "(tool calls are shown, never run)")
     group.add_argument("--provider", choices=PROVIDERS, default=None,
                        help="provider for --rerun (default: the recorded one when it is "
@@ -76,7 +76,7 @@ def check_options(args: argparse.Namespace) -> None:
             raise CommandError(f"{', '.join(stray)} only apply with --rerun N")
         return
     conflicts = [flag for flag, given in (
-        ("--list", args.list), ("--turn", args.turn is not None),
+        ("--list", args.list), ("--call", args.call is not None),
         ("--request", args.request is not None), ("--shape", args.shape is not None),
     ) if given]
     if conflicts:
@@ -102,7 +102,7 @@ async def run(
     try:
         turn = replay.turn(args.rerun)
     except IndexError as exc:
-        raise CommandError(f"session {replay.session_id} has no turn {args.rerun} "
+        raise CommandError(f"session {replay.session_id} has no call {args.rerun} "
                            f"(it has {len(replay.turns)})") from exc
     files = _replacement_files(args.replace_section)
     ablation = Ablation(drop=tuple(args.drop_section),
@@ -312,7 +312,7 @@ def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
         error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}
     return {
         "session": replay.session_id,
-        "turn": parts.turn,
+        "call": parts.turn,
         "provider": {"recorded": parts.provider, "rerun": provider},
         "model": {"recorded": turn.model or replay.header.get("model"), "rerun": model},
         "params": dict(params),
@@ -365,7 +365,7 @@ def _answer_lines(message: MessageDict | None, tool_label: str) -> list[str]:
 def _print(view: Mapping[str, Any], out: TextIO) -> None:
     w = out.write
     prompt = view["prompt"]
-    w(f"=== rerun of turn {view['turn']} of session {view['session']}\n")
+    w(f"=== rerun of call {view['call']} of session {view['session']}\n")
     w(f"provider  {view['provider']['rerun']} (recorded: {view['provider']['recorded'] or '-'})\n")
     w(f"model     {view['model']['rerun']} (recorded: {view['model']['recorded'] or '-'})\n")
     w(f"params    {orjson.dumps(view['params']).decode()}\n")

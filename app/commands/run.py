@@ -16,7 +16,12 @@ from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
 from app.compose import build_gateway
 from app.config import Settings
-from gateway.errors import ConfigError
+from gateway.errors import ChannelError, ConfigError
+
+DESCRIPTION = """\
+Serve the channels named in GATEWAY_CHANNELS (web, telegram, slack) until Ctrl-C or SIGTERM,
+with /healthz and /metrics on the same HTTP port. Settings come from the environment and .env
+(config.example.env lists them all); the options below override three of them."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +53,6 @@ async def run(args: argparse.Namespace) -> int:
     try:
         gateway = build_gateway(settings)
         await gateway.run_until_stopped()
-    except ConfigError as exc:
+    except (ConfigError, ChannelError) as exc:  # bad setting, busy port, token, platform down
         raise CommandError(str(exc), EXIT_USAGE) from exc
     return 0

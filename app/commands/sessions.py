@@ -34,11 +34,16 @@ from pathlib import Path
 from typing import TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.commands.progress import progress
 from app.commands.sessions_db import add_subcommands as add_db_subcommands
 from sessions.errors import InvalidNameError
 from sessions.names import DEFAULT_TENANT, validate_session_id, validate_tenant
 
 PROG = "gateway sessions"
+DESCRIPTION = """\
+Retention and moving logs: "prune" deletes sessions not modified for a while (JSONL files;
+--dry-run lists them), "size" reports sessions and bytes per tenant, "export-jsonl" and
+"import" move logs between JSONL files and the PostgreSQL store."""
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _DURATION = re.compile(r"([0-9]+)([smhd])")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -80,9 +85,11 @@ class SessionFile:
     inode: int
 
 
-def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None,
+        err: TextIO | None = None) -> int:
     """Blocking by design: a one-shot command with nothing else on its event loop."""
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
+    err = err or sys.stderr
     if args.tenant is not None:
         try:
             validate_tenant(args.tenant)
@@ -91,7 +98,7 @@ def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None) -> 
     try:
         if args.action == "prune":
             seconds = parse_duration(args.older_than)
-            return _prune(data_dir, args.tenant, seconds, args.dry_run, out)
+            return _prune(data_dir, args.tenant, seconds, args.dry_run, out, err)
         return _size(data_dir, args.tenant, out)
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
@@ -218,23 +225,28 @@ def _remove(item: SessionFile, *, dry: bool) -> str | None:
     return None
 
 
-def _prune(data_dir: Path, tenant: str | None, seconds: int, dry: bool, out: TextIO) -> int:
+def _prune(data_dir: Path, tenant: str | None, seconds: int, dry: bool, out: TextIO,
+           err: TextIO) -> int:
     cutoff = time.time() - seconds
     count = total = kept = 0
     verb = "would remove" if dry else "removed"
     for name, dir_fd in _session_dirs(data_dir, tenant):
-        for item in _files(name, dir_fd):
-            if item.mtime >= cutoff:
-                continue
-            label = f"{item.tenant}/{item.session_id}"
-            reason = _remove(item, dry=dry)
-            if reason is not None:
-                out.write(f"{'would keep' if dry else 'kept'} {label}: {reason}\n")
-                kept += 1
-                continue
-            out.write(f"{verb} {label}  {item.size} bytes  last modified {_iso(item.mtime)}\n")
-            count += 1
-            total += item.size
+        # Listed first (cheap lstat calls), so the bar knows its length; each file is checked
+        # again when it is removed.
+        old = [item for item in _files(name, dir_fd) if item.mtime < cutoff]
+        with progress(f"prune {name}", len(old), err) as ticker:
+            for item in old:
+                ticker.advance()
+                label = f"{item.tenant}/{item.session_id}"
+                reason = _remove(item, dry=dry)
+                if reason is not None:
+                    out.write(f"{'would keep' if dry else 'kept'} {label}: {reason}\n")
+                    kept += 1
+                    continue
+                out.write(f"{verb} {label}  {item.size} bytes  "
+                          f"last modified {_iso(item.mtime)}\n")
+                count += 1
+                total += item.size
     out.write(f"{verb} {count} session(s), {total} bytes")
     out.write(f"; {'would keep' if dry else 'kept'} {kept} in use or changed\n" if kept else "\n")
     return EXIT_OK

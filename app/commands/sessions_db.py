@@ -26,6 +26,7 @@ from typing import BinaryIO, TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.db import add_schema_argument
+from app.commands.progress import progress
 from sessions.errors import InvalidNameError, SessionError, SessionNotFoundError
 from sessions.files import read_regular
 from sessions.names import DEFAULT_TENANT, validate_session_id, validate_tenant
@@ -116,18 +117,20 @@ async def _import(store: SessionStore, tenant: str, files: list[Path], out: Text
         raise CommandError("import needs a PostgreSQL store: give --store-url or set "
                            "GATEWAY_STORE_URL", EXIT_USAGE)
     failed = 0
-    for path in files:
-        try:
-            data = await asyncio.to_thread(read_regular, path, follow=True)
-            result = await store.import_log(tenant, data, fallback_id=path.stem)
-        except (SessionError, OSError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            err.write(f"gateway sessions import: {path}: {reason}\n")
-            failed += 1
-            continue
-        version = f"v{result.version}" if result.version is not None else "v1"
-        out.write(f"imported {path} as {result.tenant}/{result.session_id} ({version}, "
-                  f"{result.entries} lines, {result.size_bytes} bytes)\n")
-        if result.torn_bytes:
-            out.write(f"  skipped a torn last line ({result.torn_bytes} bytes)\n")
+    with progress("import", len(files), err) as ticker:
+        for path in files:
+            ticker.advance()
+            try:
+                data = await asyncio.to_thread(read_regular, path, follow=True)
+                result = await store.import_log(tenant, data, fallback_id=path.stem)
+            except (SessionError, OSError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                ticker.note(f"gateway sessions import: {path}: {reason}")
+                failed += 1
+                continue
+            version = f"v{result.version}" if result.version is not None else "v1"
+            out.write(f"imported {path} as {result.tenant}/{result.session_id} ({version}, "
+                      f"{result.entries} lines, {result.size_bytes} bytes)\n")
+            if result.torn_bytes:
+                out.write(f"  skipped a torn last line ({result.torn_bytes} bytes)\n")
     return EXIT_UNREADABLE if failed else EXIT_OK

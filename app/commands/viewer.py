@@ -21,11 +21,15 @@ from aiohttp import web
 
 from app.admin import Access, AdminSite, SessionSource
 from app.commands.common import EXIT_USAGE, CommandError
-from app.commands.run import load_settings
+from app.config import Settings
 from gateway.hosts import is_loopback
 from sessions.errors import InvalidNameError
 
 DEFAULT_PORT = 8788
+DESCRIPTION = """\
+Serve the session viewer (the pages of /admin) from the data directory, read-only: session
+timelines, the exact requests, prompt diffs and drift charts. On a loopback address it needs no
+token; anywhere else it refuses to start without GATEWAY_ADMIN_TOKEN."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="show only this tenant (default: the default tenant, switchable)")
 
 
-def admin_token() -> str | None:
-    """``GATEWAY_ADMIN_TOKEN`` from the environment or ``.env`` (empty counts as unset)."""
-    settings = load_settings()
+def admin_token(settings: Settings) -> str | None:
+    """``GATEWAY_ADMIN_TOKEN`` (empty counts as unset)."""
     token = settings.admin_token.get_secret_value() if settings.admin_token else ""
     return token or None
 
@@ -58,12 +61,13 @@ def access_for(host: str, token: str | None, tenant: str | None) -> Access:
         raise CommandError(str(exc), EXIT_USAGE) from exc
 
 
-async def run(args: argparse.Namespace, source: SessionSource, data_dir: Path,
+async def run(args: argparse.Namespace, source: SessionSource, settings: Settings,
               out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    data_dir = settings.data_dir
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port {args.port} is not a port number", EXIT_USAGE)
-    access = access_for(args.host, admin_token(), args.tenant)
+    access = access_for(args.host, admin_token(settings), args.tenant)
     if not await asyncio.to_thread(data_dir.is_dir):
         raise CommandError(f"no such data directory: {data_dir}", EXIT_USAGE)
     runner = web.AppRunner(AdminSite(source, access).application(), access_log=None,

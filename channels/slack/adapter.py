@@ -58,7 +58,7 @@ from channels.streaming import TYPING_DELAY, EditStreamer
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
-from gateway.errors import ConfigError
+from gateway.errors import ChannelError, ConfigError
 from gateway.messages import Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
@@ -269,10 +269,11 @@ class SlackChannel:
 
     async def _check_auth(self) -> None:
         """auth.test once at start, so a bad token shows in the log and on /healthz at once."""
-        response = await self.calls.attempt("auth.test", self.client.auth_test())
+        response = await self.calls.attempt("auth.test", self.client.auth_test(), quiet=True)
         if response is None:
-            self._auth_error = f"auth.test: {self.calls.last_error or 'failed'}"
-            return
+            # Nothing would work: fail the start with one line rather than run deaf.
+            raise ChannelError(f"slack: auth.test failed ({self.calls.last_error or 'no answer'})"
+                               "; check SLACK_BOT_TOKEN and SLACK_API_BASE_URL")
         log.info("slack: connected to team %s as %s", response.get("team_id"),
                  response.get("user_id"))
 

@@ -44,6 +44,15 @@ its answer; True when the event was taken (recorded, or ignored on purpose), Fal
 Must be quick: Slack retries an event not answered within 3 seconds."""
 
 
+
+class _ClientTokenNotice(logging.Filter):
+    """Drops bolt's warning that the client's token wins over ``SLACK_BOT_TOKEN``: bolt reads
+    that variable by itself when it is exported, and the client's token winning is the point."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
 def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: OnEvent,
               verify_requests: bool = True) -> AsyncApp:
     """A bolt app over ``client`` (which carries the bot token and the API base URL).
@@ -51,6 +60,9 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
     ``verify_requests`` is False only for Socket Mode, where nothing comes in over HTTP (bolt
     skips verification for socket requests anyway).
     """
+    bolt_log = logging.getLogger("channels.slack.bolt")
+    if not any(isinstance(f, _ClientTokenNotice) for f in bolt_log.filters):
+        bolt_log.addFilter(_ClientTokenNotice())
     app = AsyncApp(
         # The client carries the token; passing token= as well only makes bolt log a warning.
         client=client,

@@ -53,9 +53,10 @@ class SlackCalls:
         self.last_error: str | None = None
         self.reactions = True
 
-    async def attempt(self, method: str,
-                      call: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse | None:
-        """Await ``call`` (a client coroutine for ``method``); None if it failed."""
+    async def attempt(self, method: str, call: Awaitable[AsyncSlackResponse], *,
+                      quiet: bool = False) -> AsyncSlackResponse | None:
+        """Await ``call`` (a client coroutine for ``method``); None if it failed (logged unless
+        ``quiet``: the caller reports it itself)."""
         try:
             return await call
         except SlackApiError as exc:
@@ -69,13 +70,14 @@ class SlackCalls:
         except SlackClientError as exc:
             kind = "client"
             log.debug("slack %s: %s", method, type(exc).__name__)
-        self.record_error(method, kind)
+        self.record_error(method, kind, quiet=quiet)
         return None
 
-    def record_error(self, method: str, kind: str) -> None:
+    def record_error(self, method: str, kind: str, *, quiet: bool = False) -> None:
         self.last_error = f"{method}: {kind}"
         self.metrics.channel_errors.labels(channel=CHANNEL, kind=kind).inc()
-        log.warning("slack %s failed: %s", method, kind)
+        if not quiet:
+            log.warning("slack %s failed: %s", method, kind)
         if method.startswith("reactions.") and kind in _NO_REACTIONS:
             self.reactions = False
 

@@ -44,7 +44,7 @@ def test_chat_prints_reply_and_records_a_replayable_session(tmp_path: Path) -> N
 
     replay = gateway(["replay", session, "--data-dir", str(data)], tmp_path)
     assert replay.returncode == 0, replay.stderr
-    assert "turns 1" in replay.stdout
+    assert "calls 1" in replay.stdout
     assert "prompts recorded: yes" in replay.stdout
 
 

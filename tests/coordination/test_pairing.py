@@ -60,3 +60,26 @@ async def test_cli_approval_reaches_the_workers(
         assert status == 0
         assert on_worker.is_approved("slack", "U9")
     assert not (tmp_path / "cli").exists()  # nothing went to a local file
+
+
+async def test_cli_approval_reads_redis_from_dotenv(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With GATEWAY_REDIS_URL only in .env (as the workers read it), `gateway pairing
+    approve` approves in the workers' Redis, never in a local file."""
+    from app.cli import main
+    from tests.coordination.services import REDIS_URL
+
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.delenv("GATEWAY_REDIS_PREFIX", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(
+        f"GATEWAY_REDIS_URL={REDIS_URL}\nGATEWAY_REDIS_PREFIX={prefix}\n"
+        f"GATEWAY_DATA_DIR={tmp_path / 'cli'}\n")
+    async with coordinator(prefix) as worker:
+        on_worker = PairingStore(worker.pairing_state())
+        code = on_worker.request("telegram", "42", None)
+        status = await asyncio.to_thread(main, ["pairing", "approve", code])
+        assert status == 0
+        assert on_worker.is_approved("telegram", "42")
+    assert not (tmp_path / "cli").exists()

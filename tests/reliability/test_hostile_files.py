@@ -188,7 +188,7 @@ def test_export_files_are_created_0600(tmp_path: Path) -> None:
     try:
         codes = [run_cli(["export", "s", "--format", "jsonl", "--out", str(path),
                           "--data-dir", str(data_dir)]) for path in (one, loose)]
-        codes.append(run_cli(["export", "--all", "--format", "otel", "--out", str(every),
+        codes.append(run_cli(["export", "--all", "--format", "otlp-json", "--out", str(every),
                               "--data-dir", str(data_dir)]))
     finally:
         os.umask(old_umask)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from sessions.drift import (
     COLUMNS,
+    METRICS,
     DriftPoint,
     MetricError,
     as_dicts,
@@ -290,13 +291,27 @@ async def test_csv_shape(replay: Replay) -> None:
 
 
 async def test_table_text_is_aligned(replay: Replay) -> None:
-    """The text table has a header and one line per point, every column aligned."""
+    """The text table has a header and one line per point, every column aligned; nothing
+    removed reads 0, never -0."""
     points = drift(replay, sections=["soul"])
     lines = table_text(as_dicts(points)).splitlines()
     assert lines[0].split() == list(COLUMNS)
     assert len(lines) == 1 + len(points)
     assert lines[1].split()[-3:] == ["-", "1.000", "0.000"]
-    assert lines[4].split()[-6:] == [str(b(SOUL_BRIEF)), "+10", "-0", "0.857", "0.857", "0.143"]
+    assert lines[4].split()[-6:] == [str(b(SOUL_BRIEF)), "+10", "0", "0.857", "0.857", "0.143"]
     starts = {line.index(p.fingerprint) for line, p in zip(lines[1:], points, strict=True)}
     assert starts == {lines[0].index("fingerprint")}
     assert table_text([]) == ""
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+async def test_shortcuts_for_unchanged_sections_change_no_number(replay: Replay,
+                                                                 name: str) -> None:
+    """A built-in metric skips the diff of unchanged texts; every point still equals what the
+    same metric gives when called for every pair (as a researcher's metric is)."""
+    builtin = METRICS[name]
+
+    def every_pair(old: str, new: str) -> float:
+        return builtin(old, new)
+
+    assert drift(replay, metric=name) == drift(replay, metric=every_pair)

@@ -161,26 +161,34 @@ def assert_one_line_error(result: Result, code: int) -> None:
 # -- listing -------------------------------------------------------------------------------------
 
 
-def test_list_puts_id_first_and_lists_torn_sessions(cli: Callable[..., Result]) -> None:
-    """--list prints one line per session, id first, newest first, torn ones flagged."""
+def columns(text: str) -> list[list[str]]:
+    """A listing as rows of cells (columns are separated by two or more spaces)."""
+    return [re.split(r" {2,}", TS.sub("TS", line)) for line in text.splitlines()]
+
+
+def test_list_has_a_header_and_a_conversation_column(cli: Callable[..., Result]) -> None:
+    """--list prints a header, then one row per session, id first, newest first, with its
+    conversation; torn ones are flagged and a tenant column appears when tenants differ."""
     result = cli("--list")
     assert (result.code, result.err) == (0, "")
-    assert normalised(result.out) == [
-        "t1  TS  slack  1 msgs  'acme question'  [acme]",
-        "torn  TS  web  1 msgs  'half' (torn tail)",
-        "s1  TS  telegram  5 msgs  'what time is it?'",
+    assert columns(result.out) == [
+        ["SESSION", "TENANT", "STARTED", "CHANNEL", "CONVERSATION", "MESSAGES", "FIRST MESSAGE"],
+        ["t1", "acme", "TS", "slack", "c9", "1", "'acme question'"],
+        ["torn", "default", "TS", "web", "w1", "1", "'half' (torn tail)"],
+        ["s1", "default", "TS", "telegram", "chat-7", "5", "'what time is it?'"],
     ]
 
 
 def test_list_with_tenant_shows_only_that_tenant(cli: Callable[..., Result]) -> None:
-    """--list --tenant limits the listing; an unknown tenant lists nothing."""
-    assert normalised(cli("--list", "--tenant", "acme").out) == [
-        "t1  TS  slack  1 msgs  'acme question'  [acme]",
+    """--list --tenant limits the listing; an unknown tenant lists nothing and says so."""
+    assert columns(cli("--list", "--tenant", "acme").out) == [
+        ["SESSION", "TENANT", "STARTED", "CHANNEL", "CONVERSATION", "MESSAGES", "FIRST MESSAGE"],
+        ["t1", "acme", "TS", "slack", "c9", "1", "'acme question'"],
     ]
-    assert [line.split()[0] for line in cli("--tenant", "default", "--list").out.splitlines()] == [
-        "torn", "s1",
+    assert [row[0] for row in columns(cli("--tenant", "default", "--list").out)] == [
+        "SESSION", "torn", "s1",
     ]
-    assert cli("--list", "--tenant", "nobody") == Result(0, "", "")
+    assert cli("--list", "--tenant", "nobody") == Result(0, "(no sessions)\n", "")
 
 
 def test_list_json(cli: Callable[..., Result]) -> None:
@@ -203,11 +211,11 @@ def test_summary(cli: Callable[..., Result]) -> None:
     assert normalised(result.out) == [
         "session s1  (format v3)",
         "  started TS  channel telegram  conversation chat-7  tenant default",
-        "  messages 5  turns 3  prompts recorded: yes",
+        "  messages 5  calls 3  prompts recorded: yes",
         "prompt timeline:",
-        f"  #1  TS  {PROMPT_A.fingerprint}  initial  first turn 1  [soul,memory,mood]",
-        f"  #2  TS  {PROMPT_B.fingerprint}  rebuilt  first turn 3  [soul,memory,mood]",
-        "turns:",
+        f"  #1  TS  {PROMPT_A.fingerprint}  initial  first call 1  [soul,memory,mood]",
+        f"  #2  TS  {PROMPT_B.fingerprint}  rebuilt  first call 3  [soul,memory,mood]",
+        "calls:",
         '    1  TS  prompt #1  1 msgs  claude-test  -> <tool_use get_time {"tz":"UTC"}>',
         "    2  TS  prompt #1  3 msgs  claude-test  -> It is noon.",
         "    3  TS  prompt #2  3 msgs  gpt-test  -> [error timeout]",
@@ -222,11 +230,11 @@ def test_summary_of_a_seed_file_by_path(cli: Callable[..., Result]) -> None:
 
 
 def test_turn_shows_exactly_what_was_sent(cli: Callable[..., Result]) -> None:
-    """--turn N prints the prompt, tools, every sent message (injected included) and answer."""
-    result = cli("s1", "--turn", "3")
+    """--call N prints the prompt, tools, every sent message (injected included) and answer."""
+    result = cli("s1", "--call", "3")
     assert result.code == 0
     assert result.out.splitlines() == [
-        "=== turn 3 of session s1: rebuilt",
+        "=== call 3 of session s1: rebuilt",
         'provider openai  model gpt-test  params {"max_tokens":256}',
         f"--- system prompt #2 {PROMPT_B.fingerprint} (rebuilt)",
         *PROMPT_B.text.splitlines(),
@@ -241,8 +249,8 @@ def test_turn_shows_exactly_what_was_sent(cli: Callable[..., Result]) -> None:
 
 
 def test_turn_json_has_exactly_the_documented_keys(cli: Callable[..., Result]) -> None:
-    """--turn N --json is one object with exactly the documented keys and verbatim values."""
-    turn = orjson.loads(cli("s1", "--turn", "2", "--json").out)
+    """--call N --json is one object with exactly the documented keys and verbatim values."""
+    turn = orjson.loads(cli("s1", "--call", "2", "--json").out)
     assert set(turn) == TURN_KEYS
     assert {k: v for k, v in turn.items() if k != "ts"} == {
         "index": 2,
@@ -402,7 +410,7 @@ def test_unreadable_session_exits_1(cli: Callable[..., Result], sessions: Sessio
         assert_one_line_error(cli(*argv), 1)
     listing = cli("--list")
     assert listing.code == 0
-    ids = [line.split()[0] for line in listing.out.splitlines()]
+    ids = [line.split()[0] for line in listing.out.splitlines()[1:]]  # after the header
     # Header-less logs have no start time and sort after the others (by mtime among them).
     assert (ids[:3], sorted(ids[3:])) == (["t1", "torn", "s1"], ["badhead", "empty", "isdir"])
 
@@ -457,3 +465,10 @@ def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     result = subprocess.run(["bash", "-c", "set -o pipefail; " + script], capture_output=True,
                             text=True, timeout=60, check=False)
     assert "Traceback" not in result.stderr
+
+
+def test_turn_is_the_old_name_of_call(cli: Callable[..., Result]) -> None:
+    """--turn N (the old name) prints exactly what --call N prints, errors included."""
+    assert cli("s1", "--turn", "2", "--json") == cli("s1", "--call", "2", "--json")
+    assert cli("s1", "--turn", "9").err == cli("s1", "--call", "9").err
+    assert "has no call 9 (it has 3)" in cli("s1", "--call", "9").err

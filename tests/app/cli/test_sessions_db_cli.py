@@ -202,8 +202,24 @@ def test_store_url_option_wins_over_the_environment(cli: Callable[..., Result], 
     in_db(schema, write_session)
     monkeypatch.delenv("GATEWAY_STORE_URL")
     result = cli("replay", "--list", "--tenant", "acme", "--store-url", PG_URL)
-    assert (result.code, result.text.split()[0]) == (0, "s1")
+    assert (result.code, result.text.splitlines()[1].split()[0]) == (0, "s1")
     broken = cli("replay", "s1", "--tenant", "acme", "--store-url",
                  "postgresql://gw:hunter2secret@127.0.0.1:1/test")
     assert (broken.code, broken.out) == (1, b"")
     assert "hunter2secret" not in broken.err
+
+
+def test_schema_and_url_from_dotenv(cli: Callable[..., Result], schema: str, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With GATEWAY_STORE_URL and GATEWAY_STORE_SCHEMA only in .env, the operator commands
+    read that database and schema, as `gateway run` would."""
+    in_db(schema, write_session)
+    monkeypatch.delenv("GATEWAY_STORE_URL")
+    monkeypatch.delenv("GATEWAY_STORE_SCHEMA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"GATEWAY_STORE_URL={PG_URL}\nGATEWAY_STORE_SCHEMA={schema}\n")
+    listing = cli("replay", "--list", "--tenant", "acme", db=False)
+    assert (listing.code, listing.text.splitlines()[1].split()[0]) == (0, "s1")
+    status = cli("db", "status", db=False)
+    assert status.code == 0
+    assert f"schema {schema}: version" in status.text
