@@ -295,7 +295,7 @@ def test_request_of_an_unrecorded_call_exits_1_saying_why(
     """--request N of a call whose entry the log refused prints no body: one line, exit 1."""
     result = cli(sessions.gappy, "--request", "1")
     assert_one_line_error(result, 1)
-    assert result.err == ("gateway replay: session gappy: turn 1 cannot be rebuilt: not "
+    assert result.err == ("gateway replay: session gappy: call 1 cannot be rebuilt: not "
                           "recorded (persist failed: EIO at 2026-01-02T03:04:05.678Z)\n")
 
 
@@ -305,7 +305,7 @@ def test_request_of_a_call_missing_a_piece_exits_1_naming_it(
     """--request N of a recorded call whose prompt is not in the log: one line, exit 1."""
     result = cli(sessions.gappy, "--request", "2", "--shape", "openai")
     assert_one_line_error(result, 1)
-    assert result.err.endswith("turn 2 cannot be rebuilt: recorded but not rebuildable "
+    assert result.err.endswith("call 2 cannot be rebuilt: recorded but not rebuildable "
                                f"(missing prompt entry {PROMPT_A.fingerprint})\n")
 
 
