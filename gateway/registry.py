@@ -22,12 +22,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
-import orjson
-
 from gateway.conversation import Conversation
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
+from sessions.encoding import loads_entry
 from sessions.records import MessageDict
 from sessions.scan import split_lines
 from sessions.store import SessionStore, SessionWriter
@@ -223,11 +222,8 @@ def _messages(data: bytes) -> tuple[list[MessageDict], str | None]:
     for raw in lines[1:]:
         if b'"message"' not in raw:
             continue
-        try:
-            entry = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(entry, dict) and entry.get("type") == "message":
+        entry = loads_entry(raw)
+        if entry is not None and entry.get("type") == "message":
             msg = entry.get("message")
             if isinstance(msg, dict):
                 out.append(msg)

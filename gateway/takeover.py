@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
 from gateway.conversation import Conversation
 from gateway.turn import CAPPED
 from gateway.window import ConversationOrder, has_tool_use
+from sessions.encoding import loads_entry
 from sessions.records import MessageDict
 from sessions.scan import message_text, split_lines
 
@@ -113,11 +112,7 @@ class _SkipOnce(ConversationOrder):
 
 
 def _entry(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return loads_entry(raw)
 
 
 def _item_of(entry: dict[str, Any]) -> object:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
+from sessions.encoding import encode_entry
 from sessions.records import CallRequest, MessageDict, Outcome, ToolSchema
 
 FORMAT_VERSION = 3
@@ -129,8 +128,10 @@ def encode_line(item: Mapping[str, Any], seq: int, ts: str) -> bytes:
     """One log line (without its newline): ``type``, ``seq``, ``ts`` first, then the body.
 
     Every backend stores exactly these bytes, so a session reads the same from any of them.
+    Encoding is total (:mod:`sessions.encoding`): an entry orjson cannot encode exactly is
+    written in the escaped form, never skipped.
     """
     body = dict(item)
     line: dict[str, Any] = {"type": body.pop("type"), "seq": seq, "ts": body.pop("ts", ts)}
     line.update(body)
-    return orjson.dumps(line)
+    return encode_entry(line)

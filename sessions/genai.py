@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
+from sessions.encoding import dumps
 
 OPERATION_CHAT = "chat"
 OPERATION_AGENT = "invoke_agent"
@@ -162,7 +162,7 @@ def system_instructions(text: str) -> list[dict[str, Any]]:
 
 def as_json(value: Any) -> str:
     """A structured attribute in its JSON-string form."""
-    return orjson.dumps(value).decode()
+    return dumps(value).decode()
 
 
 def tool_definitions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

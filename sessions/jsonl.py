@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from sessions import entries
+from sessions.encoding import loads_entry
 from sessions.errors import (
     CorruptHeaderError,
     SessionExistsError,
@@ -438,13 +439,11 @@ class JsonlSessionStore:
         lines, _ = split_lines(data)
         messages: list[dict[str, Any]] = []
         for raw in lines[1:]:
-            try:
-                entry = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(entry, dict) and entry.get("type") == "message":
+            entry = loads_entry(raw)
+            if entry is not None and entry.get("type") == "message":
                 messages.append(
-                    {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry["message"]}
+                    {"seq": entry.get("seq"), "ts": entry.get("ts"),
+                     "message": entry.get("message")}
                 )
         return MessagePage(
             session_id=session_id,

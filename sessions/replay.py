@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, TypeGuard, overload
 
 import orjson
 
+from sessions.encoding import ESCAPED, unescape
 from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
 from sessions.fingerprint import fingerprint
 from sessions.records import PROMPT_JOINER, Injected, MessageDict, Window, window_messages
@@ -154,7 +155,7 @@ class MessageLog(Sequence[MessageDict]):
     def entry(self, index: int) -> dict[str, Any]:
         """The whole message entry (``seq``, ``ts``, ``message``, ``meta``)."""
         value: dict[str, Any] = orjson.loads(self._data[self._starts[index] : self._ends[index]])
-        return value
+        return unescape(value) if ESCAPED in value else value
 
     @overload
     def __getitem__(self, index: int) -> MessageDict: ...
@@ -670,6 +671,8 @@ def _replay(data: bytes) -> Replay:
             builder.damage(line, "not a JSON object")
             pos = end + 1
             continue
+        if ESCAPED in entry:  # an entry the fast encoder could not take exactly
+            entry = unescape(entry)
         if v3:
             # Fast path for the common case (the next seq); anything else is judged and
             # reported by check_seq.

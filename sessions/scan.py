@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from sessions.encoding import loads_entry
 from sessions.store import SessionState
 
 
@@ -21,11 +20,7 @@ def split_lines(data: bytes) -> tuple[list[bytes], bool]:
 
 
 def _loads(line: bytes) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return loads_entry(line)
 
 
 def recover_state(lines: list[bytes]) -> SessionState:

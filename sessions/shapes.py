@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import orjson
-
+from sessions.encoding import dumps
 from sessions.records import MessageDict, ToolSchema
 
 Shape = Literal["anthropic", "openai"]
@@ -81,7 +80,7 @@ def openai_messages(message: MessageDict) -> list[dict[str, Any]]:
             {
                 "id": b["id"],
                 "type": "function",
-                "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
+                "function": {"name": b["name"], "arguments": dumps(b["input"]).decode()},
             }
             for b in content
             if b.get("type") == "tool_use"
@@ -109,7 +108,7 @@ def _tool_result_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return orjson.dumps(content).decode()
+    return dumps(content).decode()
 
 
 def request_body(

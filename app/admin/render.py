@@ -10,10 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from app.admin import urls
 from app.admin.markup import Markup, join, tag
+from sessions.encoding import dumps
 from sessions.replay import Outcome, PromptVersion, Replay, Turn
 from sessions.scan import message_text
 
@@ -28,12 +27,12 @@ class Where:
 
 
 def pretty(value: Any) -> str:
-    """Indented JSON for display (anything orjson cannot encode is shown as its ``str``)."""
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
+    """Indented JSON for display, exact for every value a log holds (sessions.encoding)."""
+    return dumps(value, indent=True).decode()
 
 
 def compact(value: Any) -> str:
-    return orjson.dumps(value, default=str).decode()
+    return dumps(value).decode()
 
 
 # -- messages ----------------------------------------------------------------------------------

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-
 from app.commands import rerun as rerun_cmd
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from sessions.encoding import dumps
 from sessions.errors import (
     InvalidNameError,
     NotARegularFileError,
@@ -139,7 +138,7 @@ def _turn(replay: Replay, number: int) -> Turn:
 
 
 def _dump(value: Any, out: TextIO) -> None:
-    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+    out.write(dumps(value, indent=True).decode())
     out.write("\n")
 
 
@@ -202,7 +201,7 @@ def describe(message: dict[str, Any]) -> str:
         if kind == "text":
             parts.append(str(block.get("text", "")))
         elif kind == "tool_use":
-            args = orjson.dumps(block.get("input")).decode()
+            args = dumps(block.get("input")).decode()
             parts.append(f"<tool_use {block.get('name')} {args}>")
         elif kind == "tool_result":
             result = message_text(block.get("content")) or ""
@@ -273,7 +272,7 @@ def _print_turn(replay: Replay, turn: Turn, out: TextIO) -> None:
         w(f"note: {note}\n")
     if turn.model:
         w(f"provider {turn.provider or '-'}  model {turn.model}  params "
-          f"{orjson.dumps(turn.params).decode()}\n")
+          f"{dumps(turn.params).decode()}\n")
     if turn.prompt is not None:
         v = turn.prompt
         w(f"--- system prompt #{v.number} {v.fingerprint} ({v.reason or '-'})\n")

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.run import load_settings
 from app.compose import RERUNS_DIR, build_provider, rerun_store
@@ -31,6 +29,7 @@ from gateway.errors import ConfigError, ProviderError
 from gateway.providers.base import Provider, ProviderRequest
 from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
+from sessions.encoding import dumps
 from sessions.errors import InvalidNameError, SessionExistsError, SessionWriteError
 from sessions.fingerprint import fingerprint
 from sessions.names import DEFAULT_TENANT, validate_tenant
@@ -142,7 +141,7 @@ async def run(
         await provider.aclose()
     view = _view(replay, parts, provider.name, model, params, notes, files, answer, saved)
     if args.json:
-        out.write(orjson.dumps(view, option=orjson.OPT_INDENT_2).decode() + "\n")
+        out.write(dumps(view, indent=True).decode() + "\n")
     else:
         _print(view, out)
     if answer.error is not None:
@@ -355,7 +354,7 @@ def _answer_lines(message: MessageDict | None, tool_label: str) -> list[str]:
             if block["text"]:
                 lines.append(str(block["text"]))
         elif kind == "tool_use":
-            args = orjson.dumps(block.get("input")).decode()
+            args = dumps(block.get("input")).decode()
             lines.append(f"[{tool_label}] {block.get('name')} {args}")
         else:
             lines.append(f"<{kind}>")
@@ -368,7 +367,7 @@ def _print(view: Mapping[str, Any], out: TextIO) -> None:
     w(f"=== rerun of call {view['call']} of session {view['session']}\n")
     w(f"provider  {view['provider']['rerun']} (recorded: {view['provider']['recorded'] or '-'})\n")
     w(f"model     {view['model']['rerun']} (recorded: {view['model']['recorded'] or '-'})\n")
-    w(f"params    {orjson.dumps(view['params']).decode()}\n")
+    w(f"params    {dumps(view['params']).decode()}\n")
     count = view["messages"]
     w(f"sent      {count} message{'' if count == 1 else 's'}; "
       f"tools: {', '.join(view['tools']) or '(none)'}\n")

@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
-import orjson
 
 from sessions import entries
+from sessions.encoding import loads_entry
 from sessions.errors import (
     InvalidNameError,
     SessionError,
@@ -423,7 +423,7 @@ class PostgresSessionStore:
             )
         messages: list[dict[str, Any]] = []
         for r in rows:
-            entry = orjson.loads(r["line"])
+            entry = loads_entry(r["line"]) or {}
             messages.append(
                 {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry.get("message")}
             )

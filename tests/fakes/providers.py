@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -27,8 +28,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-import orjson
 from aiohttp import web
+
+# Exact for any value a tool input can hold (a 2**70 goes out as all its digits, as a real
+# API's JSON would carry it); orjson's bytes otherwise.
+from sessions.encoding import dumps as json_bytes
 
 ApiName = Literal["anthropic", "openai"]
 ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream"]
@@ -161,7 +165,7 @@ class RecordedRequest:
     api: ApiName
     path: str
     headers: dict[str, str]  # keys lower-cased; a repeated header keeps its last value
-    body: dict[str, Any]  # orjson-parsed; {} when the body was not a JSON object
+    body: dict[str, Any]  # parsed exactly; {} when the body was not a JSON object
     raw: bytes
 
     @property
@@ -214,10 +218,14 @@ class _Turn:
     output_tokens: int
 
 
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
 def _sse(event: str | None, data: Mapping[str, Any]) -> bytes:
     # Anthropic names every event (the SDK skips events without `event:`); OpenAI names none.
     prefix = f"event: {event}\n".encode() if event else b""
-    return prefix + b"data: " + orjson.dumps(data) + b"\n\n"
+    return prefix + b"data: " + json_bytes(data) + b"\n\n"
 
 
 def _words(text: str) -> list[str]:
@@ -322,8 +330,10 @@ class FakeProviderServer:
     async def _handle(self, request: web.Request, api: ApiName) -> web.StreamResponse:
         raw = await request.read()
         try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            # Python's parser keeps integers past 64 bits exact (orjson would read a float);
+            # NaN and Infinity are not JSON, as the real APIs say.
+            parsed = json.loads(raw, parse_constant=_not_json)
+        except ValueError:
             parsed = None
         body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         headers = {k.lower(): v for k, v in request.headers.items()}
@@ -367,7 +377,7 @@ class FakeProviderServer:
         payload = (
             self._anthropic_message(turn) if api == "anthropic" else self._openai_completion(turn)
         )
-        data = orjson.dumps(payload)
+        data = json_bytes(payload)
         if cut_after is not None:
             return await self._send_truncated(request, headers, data)
         return web.Response(body=data, content_type="application/json", headers=headers)
@@ -385,7 +395,7 @@ class FakeProviderServer:
             (c.id or self._next_id("toolu_fake" if anthropic else "call_fake"), c.name, c.input)
             for c in reply.tool_calls
         ]
-        produced = reply.content + "".join(orjson.dumps(dict(i)).decode() for _, _, i in calls)
+        produced = reply.content + "".join(json_bytes(dict(i)).decode() for _, _, i in calls)
         return _Turn(
             id=self._next_id("msg_fake" if anthropic else "chatcmpl-fake"),
             model=str(body.get("model", "fake-model")),
@@ -444,7 +454,7 @@ class FakeProviderServer:
             else:
                 opening = block | {"input": {}}
                 # The real API opens every tool input with an empty partial_json.
-                pieces = ["", *_pieces(orjson.dumps(block["input"]).decode(), _JSON_PIECE)]
+                pieces = ["", *_pieces(json_bytes(block["input"]).decode(), _JSON_PIECE)]
                 deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces]
             events.append(
                 _sse(
@@ -522,7 +532,7 @@ class FakeProviderServer:
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": orjson.dumps(dict(args)).decode()},
+                    "function": {"name": name, "arguments": json_bytes(dict(args)).decode()},
                 }
                 for call_id, name, args in turn.tool_calls
             ]
@@ -559,7 +569,7 @@ class FakeProviderServer:
                 "function": {"name": name, "arguments": ""},
             }
             chunks.append(chunk({"tool_calls": [opening]}))
-            for piece in _pieces(orjson.dumps(dict(args)).decode(), _JSON_PIECE):
+            for piece in _pieces(json_bytes(dict(args)).decode(), _JSON_PIECE):
                 part = {"index": index, "function": {"arguments": piece}}
                 chunks.append(chunk({"tool_calls": [part]}))
         chunks.append(chunk({}, self._finish_reason(turn)))
@@ -614,7 +624,7 @@ class FakeProviderServer:
         if body is None:
             body = self._error_body(api, reply.status, None)
         if isinstance(body, Mapping):
-            data, content_type = orjson.dumps(dict(body)), "application/json"
+            data, content_type = json_bytes(dict(body)), "application/json"
         else:
             data = body.encode() if isinstance(body, str) else body
             content_type = "text/plain; charset=utf-8"

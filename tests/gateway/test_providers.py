@@ -18,6 +18,7 @@ from gateway.errors import (
 from gateway.persona_tools import KbSearch, KbWrite, MemoryWrite, MoodSet, SoulPatch
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import ProviderRequest, ProviderResponse
+from gateway.providers.common import parse_tool_input
 from gateway.providers.offline import OfflineProvider
 from gateway.providers.openai import OpenAIProvider
 from sessions.records import MessageDict, ToolSchema
@@ -412,3 +413,42 @@ async def test_offline_plain_reply_uses_prompt_and_text() -> None:
     assert len(deltas.items) > 1
     assert response.stop_reason == "end_turn"
     assert provider.params() == {"max_tokens": 1024}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("api", APIS)
+async def test_big_integer_tool_input_goes_back_exactly(
+    srv: FakeProviderServer, make: Make, api: str, stream: bool
+) -> None:
+    """An integer past 64 bits in a tool input is kept as the model wrote it, and the next
+    request carries all its digits (orjson would have turned it into a float)."""
+    provider = make(api, stream=stream)
+    big = 2**70 + 1
+    srv.script(api, Reply.tool_use("clock", {"id": big}))
+    answer = await provider.complete(ask(provider, tools=[CLOCK]))
+    (use,) = [b for b in answer.message["content"] if b["type"] == "tool_use"]
+    assert type(use["input"]["id"]) is int
+    assert use["input"]["id"] == big
+    results: MessageDict = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": use["id"], "content": "ok"}]}
+    await provider.complete(ask(provider, [*USER, answer.message, results], tools=[CLOCK]))
+    assert str(big).encode() in srv.requests[1].raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "parsed"),
+    [
+        ('{"n": 1180591620717411303425}', {"n": 1180591620717411303425}),
+        ('{"x": 1.5, "s": "\\ud83d\\ude00"}', {"x": 1.5, "s": "\U0001f600"}),
+        ("", {}),
+        ('{"n": NaN}', {"_raw": '{"n": NaN}'}),
+        ('{"n": 1e400}', {"_raw": '{"n": 1e400}'}),
+        ('{"s": "\\ud83d"}', {"_raw": '{"s": "\\ud83d"}'}),
+        ("[1, 2]", {"_raw": "[1, 2]"}),
+        ('{"unfinished": ', {"_raw": '{"unfinished": '}),
+    ],
+)
+def test_tool_input_is_parsed_exactly_or_kept_as_text(raw: str, parsed: dict[str, Any]) -> None:
+    """Tool-call JSON becomes its exact value, or, when the SDKs could not send it back (NaN,
+    an infinity, a lone surrogate) or it is not an object, the model's text under _raw."""
+    assert parse_tool_input(raw) == parsed

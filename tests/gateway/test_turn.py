@@ -14,6 +14,7 @@ import pytest
 
 from gateway.errors import NotRecordedError, ProviderRateLimited
 from gateway.turn import APOLOGY
+from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NotRebuildableError, Replay
 from tests.fakes.observer import RecordingObserver
@@ -385,3 +386,30 @@ async def test_a_failed_call_ends_its_span_with_the_error_kind(tmp_path: Path) -
         "gateway_provider_latency_seconds_count",
         {"provider": "scripted", "model": "scripted-1", "outcome": "error"})
     assert (count, calls) == (1.0, 1.0)
+
+
+async def test_values_orjson_cannot_take_are_recorded_and_replayed_exactly(
+    tmp_path: Path
+) -> None:
+    """A tool input holding 2**70, NaN and a lone surrogate is recorded (no persist failure),
+    every later call replays to the exact body sent, and a resumed session sees it exactly."""
+    odd = {"big": 2**70, "nan": float("nan"), "text": "half \ud83d"}
+    provider = ScriptedProvider()
+    provider.script(tool_use("kb_search", odd, "t1"), "done", "still here")
+    store = JsonlSessionStore(tmp_path / "d")
+    async with running_core(store, provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "look it up")
+        await core.channel.wait_replies(1)
+        failures = sum(s.value for m in core.metrics.persist_failures.collect()
+                       for s in m.samples if s.name.endswith("_total"))
+    assert accepted is not None
+    assert accepted.session_id
+    async with running_core(store, provider, tmp_path / "p") as core:  # resumed from the log
+        await core.channel.say("c1", "and again")
+        await core.channel.wait_replies(1)
+        replay = await core.replay(accepted.session_id)
+    assert failures == 0
+    assert [t.status for t in replay.turns] == ["rebuilt"] * 3
+    sent = [dumps(replay.request(t, "anthropic")) for t in replay.turns]
+    assert sent == [dumps(body) for body in provider.bodies]
+    assert dumps(provider.bodies[2]["messages"][1]["content"][1]["input"]) == dumps(odd)

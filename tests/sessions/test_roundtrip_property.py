@@ -1,5 +1,8 @@
 """Property: replay rebuilds, for every recorded call, the exact body the provider was sent.
 
+Message contents range over everything JSON can decode to (integers past 64 bits, NaN and
+the infinities, lone surrogates), which the log must record exactly (sessions.encoding).
+
 Random sessions are written through the real JSONL store and ``persist_call``: user and
 assistant messages, tool rounds, section and tool-set changes (including back to earlier ones),
 windows that drop old messages, injected messages, outcomes, and close + reopen (resume). At each
@@ -10,17 +13,18 @@ the file must give the same body for that call, in both shapes.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessions import entries
+from sessions.encoding import dumps, loads_entry
 from sessions.jsonl import JsonlSessionStore, JsonlSessionWriter
 from sessions.persist import persist_call, record_outcome
 from sessions.records import CallRequest, Injected, MessageDict, Outcome, Prompt, Section, Window
@@ -30,15 +34,20 @@ from sessions.shapes import SHAPES, Shape, request_body
 SECTION_NAMES = ("soul", "user", "memory", "mood")
 SECTION_POOL = ("You are Lisa.", "## Memory\n- tea", "## Memory\n- tea\n- short answers", "")
 
-text = st.text(st.characters(codec="utf-8"), max_size=30)  # no lone surrogates: not UTF-8
+text = st.text(st.characters(codec="utf-8"), max_size=30)  # prompt text: files are UTF-8
 section_text = st.one_of(st.sampled_from(SECTION_POOL), text)
+# What a provider's or a platform's JSON can decode to: lone surrogates ("\ud83d" escapes),
+# integers past 64 bits, NaN and the infinities. The log must keep all of it exactly.
+lone = st.sampled_from(["\ud800", "\udfff", "\ud83d", "\ude00"])
+wild_text = st.one_of(text, st.builds(lambda a, s, b: a + s + b, text, lone, text))
 json_value = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    | st.integers()
+    | st.integers(-(2**200), 2**200)
+    | st.floats()
+    | wild_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(wild_text, inner, max_size=3),
     max_leaves=6,
 )
 params = st.fixed_dictionaries(
@@ -115,11 +124,12 @@ def draw_sent(
 async def step(live: Live, op: str, data: st.DataObject, store: JsonlSessionStore) -> None:
     writer = live.writer
     if op == "user":
-        message: MessageDict = {"role": "user", "content": data.draw(text)}
+        message: MessageDict = {"role": "user", "content": data.draw(wild_text)}
         await writer.append([entries.message(message)])
         live.messages.append(message)
     elif op == "assistant":
-        message = {"role": "assistant", "content": [{"type": "text", "text": data.draw(text)}]}
+        message = {"role": "assistant",
+                   "content": [{"type": "text", "text": data.draw(wild_text)}]}
         await writer.append([entries.message(message)])
         live.messages.append(message)
     elif op == "tool_round":
@@ -127,10 +137,10 @@ async def step(live: Live, op: str, data: st.DataObject, store: JsonlSessionStor
         use: MessageDict = {"role": "assistant", "content": [
             {"type": "text", "text": data.draw(text)},
             {"type": "tool_use", "id": call_id, "name": data.draw(st.sampled_from(["a", "b"])),
-             "input": data.draw(st.dictionaries(text, json_value, max_size=3))},
+             "input": data.draw(st.dictionaries(wild_text, json_value, max_size=3))},
         ]}
         result: MessageDict = {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call_id, "content": data.draw(text)},
+            {"type": "tool_result", "tool_use_id": call_id, "content": data.draw(wild_text)},
         ]}
         await writer.append([entries.message(use), entries.message(result)])
         live.messages.extend([use, result])
@@ -163,9 +173,8 @@ async def make_call(live: Live, data: st.DataObject) -> None:
     )
     # What the provider receives, built from live objects before anything is written.
     bodies = {
-        shape: orjson.loads(orjson.dumps(
-            request_body(shape, prompt.text, sent, live.tools, model, call_params)
-        ))
+        shape: copy.deepcopy(request_body(shape, prompt.text, sent, live.tools, model,
+                                          call_params))
         for shape in SHAPES
     }
     report = await persist_call(live.writer, request)
@@ -207,11 +216,12 @@ def test_replay_rebuilds_every_recorded_request(
         assert turn.prompt is not None
         assert turn.prompt.verified
         for shape, body in bodies.items():
-            assert replay.request(turn, shape) == body, (call, shape)
+            # Compared as exact JSON text: NaN never equals itself, and 1 == 1.0 == True.
+            assert dumps(replay.request(turn, shape)) == dumps(body), (call, shape)
 
     # Content-addressed entries are written once per session, even across resumes, and a
     # prompt entry only when the fingerprint differs from the previous prompt entry.
-    lines = [orjson.loads(raw) for raw in log.splitlines()]
+    lines = [loads_entry(raw) or {} for raw in log.splitlines()]
     section_hashes = [e["hash"] for e in lines if e["type"] == "section"]
     tool_fps = [e["fingerprint"] for e in lines if e["type"] == "tools"]
     prompt_fps = [e["fingerprint"] for e in lines if e["type"] == "prompt"]
