@@ -26,7 +26,8 @@ from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
-from gateway.pairing import PairingState, PairingStore
+from gateway.pairing import PairingState
+from gateway.pairing_live import LivePairing
 from gateway.persona import PersonaWorkspace
 from gateway.persona_tools import persona_tools
 from gateway.prompt import PromptSource
@@ -178,8 +179,8 @@ def build_access(settings: Settings, coordinator: Coordinator | None = None) -> 
         ),
     }
     state = coordinator.pairing_state() if coordinator is not None else None
-    return AccessPolicy(rules=rules,
-                        pairing=PairingStore(state or FilePairingState.under(settings.data_dir)))
+    pairing = LivePairing(state or FilePairingState.under(settings.data_dir))
+    return AccessPolicy(rules=rules, pairing=pairing)
 
 
 def build_admin_routes(settings: Settings, store: SessionStore) -> list[web.RouteDef]:
@@ -228,13 +229,14 @@ def build_gateway(
     async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
         await (sink or gateway.sink_for(inbound)).finish(text)
 
-    gate = AccessGate(access or build_access(settings, coordinator), router.deliver, notify,
-                      metrics)
+    policy = access or build_access(settings, coordinator)
+    gate = AccessGate(policy, router.deliver, notify, metrics)
     gateway = Gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
         extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
         observer=observer,
+        services=[policy.pairing] if isinstance(policy.pairing, LivePairing) else [],
     )
     return gateway

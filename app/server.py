@@ -1,11 +1,12 @@
 """The running gateway: owns the lifecycle of the server, channels, router and store.
 
-Start order: coordinator (Redis, when workers share one), router, HTTP server (``/healthz``,
-``/metrics`` and channel routes), channels. Stop order (SIGINT/SIGTERM or
-:meth:`Gateway.aclose`): channels stop taking input, in-flight turns get ``shutdown_grace``
-seconds, then are cancelled (a worker hands its queued conversations to the others); sessions
-are flushed and closed, then the coordinator, store, provider and server. ``aclose`` is
-idempotent and closes everything even if a step fails.
+Start order: coordinator (Redis, when workers share one), router, services (the pairing
+state's writer), HTTP server (``/healthz``, ``/metrics`` and channel routes), channels. Stop
+order (SIGINT/SIGTERM or :meth:`Gateway.aclose`): channels stop taking input, in-flight turns
+get ``shutdown_grace`` seconds, then are cancelled (a worker hands its queued conversations to
+the others); services write what they hold; sessions are flushed and closed, then the
+coordinator, store, provider and server. ``aclose`` is idempotent and closes everything even
+if a step fails.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from aiohttp import web
@@ -54,6 +56,7 @@ class Gateway:
         deliver: Deliver | None = None,
         coordinator: Coordinator,
         observer: TurnObserver = NO_OBSERVER,
+        services: Sequence[AbstractAsyncContextManager[object]] = (),
     ) -> None:
         self.store = store
         self.provider = provider
@@ -73,6 +76,9 @@ class Gateway:
         self.observer = observer
         """Flushed at shutdown, after the last turn ended (its spans are the last ones)."""
         self._exposition = make_aiohttp_handler(metrics.registry)
+        self.services = list(services)
+        """Entered after the router, left after the channels (e.g. the pairing state's writer)."""
+        self._entered: list[AbstractAsyncContextManager[object]] = []
         self._runner: web.AppRunner | None = None
         self._closed = False
         self._stop = asyncio.Event()
@@ -96,6 +102,9 @@ class Gateway:
     async def start(self) -> None:
         await self.coordinator.__aenter__()
         await self.router.__aenter__()
+        for service in self.services:
+            await service.__aenter__()
+            self._entered.append(service)
         app = self.web_app
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
@@ -163,6 +172,9 @@ class Gateway:
         await self.router.drain(self.shutdown_grace)
         for channel in self.channels:
             await _quietly(channel.aclose(), f"channel {channel.name}")
+        while self._entered:
+            service = self._entered.pop()
+            await _quietly(service.__aexit__(None, None, None), type(service).__name__)
         await _quietly(self.router.__aexit__(None, None, None), "router")
         await _quietly(self.registry.aclose(), "sessions")
         await _quietly(self.coordinator.aclose(), "coordinator")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.channel import Deliver, ReplySink
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
-from gateway.pairing import PairingStore
 
 log = logging.getLogger("gateway.access")
 
@@ -42,14 +42,27 @@ class Decision:
     reply: str | None = None
 
 
+class Pairing(Protocol):
+    """DM pairing as access control asks it (:class:`gateway.pairing_live.LivePairing`).
+
+    Contract: :meth:`is_approved` answers from memory (no I/O: it runs on every message).
+    :meth:`check` returns None for an approved person, else their pending code (created if
+    needed), on record before it is returned; it may wait on I/O, never block the loop.
+    """
+
+    def is_approved(self, channel: str, user: str) -> bool: ...
+
+    async def check(self, channel: str, user: str, name: str | None) -> str | None: ...
+
+
 @dataclass
 class AccessPolicy:
     rules: Mapping[str, ChannelRules]
-    pairing: PairingStore | None
+    pairing: Pairing | None
     unrestricted: frozenset[str] = field(default_factory=lambda: frozenset({"web", "console",
                                                                              "memory"}))
 
-    def decide(self, inbound: Inbound) -> Decision:
+    async def decide(self, inbound: Inbound) -> Decision:
         channel = inbound.key.channel
         if channel in self.unrestricted:
             return Decision(True, "local")
@@ -69,7 +82,9 @@ class AccessPolicy:
         if self.pairing is not None and rules.pairing:
             if self.pairing.is_approved(channel, sender.id):
                 return Decision(True, "paired")
-            code = self.pairing.request(channel, sender.id, sender.name)
+            code = await self.pairing.check(channel, sender.id, sender.name)
+            if code is None:
+                return Decision(True, "paired")
             return Decision(False, "pairing", PAIRING_TEXT.format(code=code))
         return Decision(False, "not-allowed")
 
@@ -88,7 +103,7 @@ class AccessGate:
         self._metrics = metrics
 
     async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> object:
-        decision = self.policy.decide(inbound)
+        decision = await self.policy.decide(inbound)
         if decision.allowed:
             return await self._deliver(inbound, sink)
         self._metrics.refused.labels(channel=inbound.key.channel, reason=decision.reason).inc()

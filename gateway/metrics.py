@@ -55,6 +55,10 @@ class Metrics:
         self.refused = Counter("gateway_refused_total",
                                "Inbound messages refused by access control",
                                ["channel", "reason"], registry=r)
+        self.requests_refused = Counter(
+            "gateway_requests_refused_total",
+            "HTTP requests refused before reaching a handler's work (signature, secret, token, "
+            "size, time)", ["endpoint", "reason"], registry=r)
         self.channel_errors = Counter("gateway_channel_errors_total",
                                       "Errors talking to a platform", ["channel", "kind"],
                                       registry=r)

@@ -6,8 +6,14 @@ alphabet without look-alike characters, stored 0600 under ``<data>/access/`` and
 Approving a wrong code counts as a bad attempt; after 5 bad attempts within the hour, approval
 is locked for an hour (codes are short, so guessing must stay expensive).
 
+At most :data:`MAX_PENDING` codes are pending at once: a flood of strangers makes the oldest
+codes expire first (a person whose code went asks again and gets a new one). A person has one
+live code at a time: asking again while it is valid gives the same code.
+
 Where the state lives is a seam (:class:`PairingState`): the file above for one gateway, a
-Redis key for workers that share one (``GATEWAY_REDIS_URL``).
+Redis key for workers that share one (``GATEWAY_REDIS_URL``). The running gateway decides from
+memory and writes behind (:mod:`gateway.pairing_live`); ``gateway pairing`` works on the state
+directly.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ CODE_LENGTH = 8
 CODE_TTL = 3600.0
 MAX_BAD_ATTEMPTS = 5
 LOCKOUT = 3600.0
+MAX_PENDING = 256
+"""Pending codes kept at once; beyond it, the oldest are dropped first."""
 
 T = TypeVar("T")
 
@@ -81,10 +89,19 @@ class PairingStore:
         return data
 
     def _load(self) -> dict[str, Any]:
-        return self._clean(self.state.read())
+        # A shallow copy: _clean replaces the parts it filters, never changes the snapshot.
+        return self._clean(dict(self.state.read()))
 
     def is_approved(self, channel: str, user: str) -> bool:
-        return f"{channel}:{user}" in self._load()["approved"]
+        approved = self.state.read().get("approved")
+        return isinstance(approved, dict) and f"{channel}:{user}" in approved
+
+    def pending_code(self, channel: str, user: str) -> str | None:
+        """This person's live pending code, if they have one."""
+        for code, pending in self._load()["pending"].items():
+            if pending["channel"] == channel and pending["user"] == user:
+                return str(code)
+        return None
 
     def request(self, channel: str, user: str, name: str | None) -> str:
         """The pending code for this user (the same one while it is valid), creating one."""
@@ -95,8 +112,12 @@ class PairingStore:
             for code, pending in data["pending"].items():
                 if pending["channel"] == channel and pending["user"] == user:
                     return str(code)
-            data["pending"][fresh] = {"channel": channel, "user": user, "name": name,
-                                      "created": self.clock()}
+            pending = data["pending"]
+            for code in sorted(pending, key=lambda c: pending[c]["created"])[
+                    :max(0, len(pending) - MAX_PENDING + 1)]:
+                del pending[code]  # the oldest expire first
+            pending[fresh] = {"channel": channel, "user": user, "name": name,
+                              "created": self.clock()}
             return fresh
 
         return self.state.update(change)

@@ -11,6 +11,7 @@ from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.pairing import PairingStore
+from gateway.pairing_live import LivePairing
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
@@ -148,12 +149,13 @@ async def test_idle_rotation_starts_new_session_after_silence(tmp_path: Path) ->
 async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
     """An unknown DM user gets a pairing code and no session; once approved, they get answers."""
     store = JsonlSessionStore(tmp_path / "d")
-    pairing = PairingStore(FilePairingState.under(tmp_path / "d"))
+    operator = PairingStore(FilePairingState.under(tmp_path / "d"))  # as `gateway pairing`
+    pairing = LivePairing(FilePairingState.under(tmp_path / "d"))
     policy = AccessPolicy(rules={"memory": ChannelRules(users=frozenset({"boss"}))},
                           pairing=pairing, unrestricted=frozenset())
     provider = ScriptedProvider()
     notices: list[tuple[str, str]] = []
-    async with running_core(store, provider, tmp_path / "p") as core:
+    async with running_core(store, provider, tmp_path / "p") as core, pairing:
 
         async def notify(inbound: Inbound, text: str, sink: object) -> None:
             notices.append((inbound.sender.id, text))
@@ -171,7 +173,7 @@ async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
         assert not (tmp_path / "d" / "sessions").exists() or not list(
             (tmp_path / "d" / "sessions").glob("*.jsonl"))
         code = notices[0][1].split("approve ")[1].split()[0]
-        pairing.approve(code)
+        operator.approve(code)  # the code was on record before it was told
         await gate.deliver(msg("stranger", "hi again"))
         await gate.deliver(msg("boss", "hello"))
         replies = await core.channel.wait_replies(2)
