@@ -26,6 +26,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from gateway import commands
 from gateway.channel import Accepted, ReplySink, RouterClosedError
 from gateway.conversation import Conversation
 from gateway.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
@@ -138,7 +139,11 @@ class Router:
 
     async def _deliver_local(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
         self.metrics.inbound.labels(channel=inbound.key.channel).inc()
-        if is_new_command(inbound.text):
+        command = commands.parse(inbound.text)
+        if command is not None and (reply := commands.answer(command)) is not None:
+            await (sink or self.sink_for(inbound)).finish(reply)  # /help, /start: nothing kept
+            return Accepted(session_id=None)
+        if command is commands.NEW:
             return await self._new_session(inbound, sink)
         key = inbound.key
         conv = await self.registry.get(key, context_of(inbound))
@@ -158,10 +163,14 @@ class Router:
 
     async def _deliver_shared(self, inbound: Inbound, sink: ReplySink | None,
                               dedup_key: str | None) -> Accepted:
+        command = commands.parse(inbound.text)
+        if command is not None and (reply := commands.answer(command)) is not None:
+            await (sink or self.sink_for(inbound)).finish(reply)  # /help, /start: nothing kept
+            return Accepted(session_id=None)
         # The dedup check and the push are one atomic step: an id is marked seen exactly when
         # its message is queued, so a client retrying after a lost reply is never told
         # "duplicate" for a message that was not kept.
-        item = QueueItem(inbound, sink, kind="new" if is_new_command(inbound.text) else "message")
+        item = QueueItem(inbound, sink, kind="new" if command is commands.NEW else "message")
         ticket = await self.conversations.submit(item, dedup_key)
         if ticket.duplicate:
             self.metrics.duplicates.labels(channel=inbound.key.channel).inc()
@@ -318,12 +327,6 @@ class Router:
             await asyncio.wait(workers, timeout=grace)
         for task in self._workers.values():
             task.cancel()
-
-
-def is_new_command(text: str) -> bool:
-    """``/new`` or ``/new@botname`` (Telegram groups address commands to a bot)."""
-    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
-    return word == "/new" or word.startswith("/new@")
 
 
 def meta_of(inbound: Inbound) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
+from gateway import commands
 from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
 from gateway.history import History
 from gateway.ids import DEFAULT_TENANT, valid_id
@@ -33,7 +34,8 @@ log = logging.getLogger("channels.console")
 
 CHANNEL = "console"
 SENDER_ID = "console-user"
-HELP = "commands: /session (show the session and how to replay it), /quit"
+HELP = (commands.help_text() + "\n/session - show the session and how to replay it"
+        "\n/quit - leave (or Ctrl-D)")
 # Cc characters except \t: a pasted escape sequence must not reach the session log.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 

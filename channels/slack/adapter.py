@@ -50,11 +50,18 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.slack.convert import CHANNEL, Ignored, to_inbound
+from channels.slack.convert import (
+    CHANNEL,
+    SLASH_COMMAND,
+    Ignored,
+    from_slash_command,
+    to_inbound,
+)
 from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import TYPING_DELAY, EditStreamer
+from gateway import commands
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
@@ -114,7 +121,8 @@ class SlackChannel:
         )
         self.calls = SlackCalls(self.client, metrics)
         self.app = build_app(self.client, signing_secret=signing_secret,
-                             on_event=self._on_event, verify_requests=self.mode == "http")
+                             on_event=self._on_event, on_command=self._on_command,
+                             verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
         self._endpoint = EventsEndpoint(self.app, signing_secret) if signing_secret else None
         self._dedup = dedup
@@ -232,6 +240,35 @@ class SlackChannel:
             log.exception("slack: handing a message to the router failed; Slack will retry")
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
             return False
+
+    async def _on_command(self, body: Mapping[str, Any]) -> str | None:
+        """``/gateway WORD``: help and unknown words are answered at once (to the person
+        only); ``new`` in a DM goes to the router like ``/new`` elsewhere, in the background
+        (it may wait for a running turn), and the router's answer arrives as a message."""
+        prefix = f"{SLASH_COMMAND} "
+        command = from_slash_command(body, received_at=time.time())
+        chosen = commands.parse(f"/{command.word}")
+        if chosen is None:
+            return f"Unknown command {command.word!r}.\n{commands.help_text(prefix=prefix)}"
+        reply = commands.answer(chosen, prefix=prefix)
+        if reply is not None:
+            return reply
+        if command.inbound is None:
+            return ("Here every thread is its own conversation: start a new thread to start "
+                    f"over. In a direct message with me, {prefix}{chosen.name} starts afresh.")
+        if self._closed or self._deliver is None or self._group is None:
+            return "I am restarting; try again in a moment."
+        self._group.create_task(self._deliver_command(command.inbound, self._deliver))
+        return None
+
+    async def _deliver_command(self, inbound: Inbound, deliver: Deliver) -> None:
+        try:
+            await self._accept(inbound, deliver)
+        except RouterClosedError:
+            log.info("slack command not taken: the gateway is shutting down")
+        except Exception:
+            log.exception("slack: handing a command to the router failed")
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
 
     async def _accept(self, inbound: Inbound, deliver: Deliver) -> bool:
         key = inbound.platform_id

@@ -172,3 +172,37 @@ def _team(body: Mapping[str, Any], event: Mapping[str, Any]) -> str | None:
 
 def _short(value: object) -> str:
     return str(value)[:40]
+
+
+SLASH_COMMAND: Final = "/gateway"
+"""The Slack slash command serving the chat commands (``/gateway new``, ``/gateway help``):
+Slack keeps every message that starts with ``/`` for itself, so ``/new`` never arrives as text."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlashCommand:
+    """A ``/gateway WORD`` invocation: the command word and, in a DM, the message that carries
+    it to the router (``/WORD`` in the DM's conversation); outside a DM no conversation."""
+
+    word: str
+    inbound: Inbound | None
+
+
+def from_slash_command(body: Mapping[str, Any], *, received_at: float = 0.0) -> SlashCommand:
+    """Translate a slash-command payload (form fields as bolt parses them)."""
+    text = _CONTROL.sub("", str(body.get("text") or "")).strip()
+    word = text.split(maxsplit=1)[0].lower() if text else "help"
+    team, channel, user = (str(body.get(k) or "") for k in ("team_id", "channel_id", "user_id"))
+    if body.get("channel_name") != "directmessage" or not (team and channel and user):
+        return SlashCommand(word, None)
+    try:
+        key = ConversationKey(CHANNEL, valid_id(channel, "Slack channel"),
+                              valid_id(team, "Slack team"))
+        sender = Sender(valid_id(user, "Slack user"))
+    except InvalidIdError:
+        return SlashCommand(word, None)
+    # Slack sends a fresh trigger_id with every invocation; its retries keep it.
+    trigger = str(body.get("trigger_id") or f"at-{received_at}")
+    inbound = Inbound(key=key, sender=sender, text=f"/{word}", chat_type="private",
+                      received_at=received_at, platform_id=f"{team}:{channel}:command:{trigger}")
+    return SlashCommand(word, inbound)

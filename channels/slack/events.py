@@ -28,15 +28,23 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from channels.slack.convert import SLASH_COMMAND
+
 log = logging.getLogger("channels.slack")
 
 EVENTS_PATH = "/slack/events"
+
+OnCommand = Callable[[Mapping[str, Any]], Awaitable[str | None]]
+"""Called with a ``/gateway`` slash-command payload; returns the text to answer the person
+with at once (shown to them only), or None for an empty acknowledgement (the answer comes as
+a message). Must be quick: Slack wants the acknowledgement within 3 seconds."""
 
 OnEvent = Callable[[Mapping[str, Any], str | None], Awaitable[bool]]
 """Called with the envelope and our bot user id (from bolt's ``auth.test``) before Slack gets
@@ -54,7 +62,7 @@ class _ClientTokenNotice(logging.Filter):
 
 
 def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: OnEvent,
-              verify_requests: bool = True) -> AsyncApp:
+              on_command: OnCommand | None = None, verify_requests: bool = True) -> AsyncApp:
     """A bolt app over ``client`` (which carries the bot token and the API base URL).
 
     ``verify_requests`` is False only for Socket Mode, where nothing comes in over HTTP (bolt
@@ -82,6 +90,13 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
     async def other_event() -> None:
         return None
 
+    async def slash_command(ack: AsyncAck, body: dict[str, Any]) -> None:
+        assert on_command is not None
+        text = await on_command(body)
+        await (ack(text=text) if text is not None else ack())
+
+    if on_command is not None:
+        app.command(SLASH_COMMAND)(slash_command)
     app.event("message")(person_event)
     app.event("app_mention")(person_event)
     # Registered last: bolt runs the first matching listener only.

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from aiohttp import web
-from telegram import Update
+from telegram import BotCommand, Update
 from telegram.ext import AIORateLimiter, ExtBot
 from telegram.request import HTTPXRequest
 
@@ -52,6 +52,7 @@ from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
+from gateway import commands
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
@@ -164,6 +165,7 @@ class TelegramChannel:
                 "TELEGRAM_API_BASE_URL"
             ) from self._safe_cause(exc)
         self.identity = BotIdentity(self.bot.id, self.bot.username)
+        await self._set_menu()
         if self.options.mode == "webhook" and self.options.webhook_url:
             url, secret = self.options.webhook_url, self.options.webhook_secret
             try:
@@ -180,6 +182,16 @@ class TelegramChannel:
         elif self._poller is not None:
             self._poller.start()
         log.info("telegram: @%s is up (%s)", self.identity.username, self.options.mode)
+
+    async def _set_menu(self) -> None:
+        """The chat commands as the bot's menu (``setMyCommands``); a failure costs the menu
+        only, so it is logged, not fatal."""
+        menu = [BotCommand(c.name, c.summary) for c in commands.listed()]
+        try:
+            await self.api.request(lambda: self.bot.set_my_commands(menu))
+        except Exception as exc:
+            log.warning("telegram: setMyCommands failed (%s); the menu stays as it was",
+                        error_kind(exc))
 
     async def aclose(self) -> None:
         if self._closed:

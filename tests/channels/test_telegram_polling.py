@@ -53,9 +53,9 @@ async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> N
         await settled(gateway, 1)
         await wait_until(lambda: fake.confirmed_offset == update["update_id"] + 1)
         assert await sessions(gateway) == [(f"telegram:{ALICE}", "hi there")]
-    assert [c.method for c in fake.sent] == ["getMe", "sendChatAction", "sendMessage",
-                                             "editMessageText"]
-    preview, final = fake.sent[2], fake.sent[3]
+    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
+                                             "sendMessage", "editMessageText"]
+    preview, final = fake.sent[3], fake.sent[4]
     assert (preview.text, preview.params.get("parse_mode")) == ("Hello **Alice**", None)
     assert (final.text, final.params["parse_mode"]) == ("Hello <b>Alice</b>", "HTML")
     [message] = fake.messages_to(ALICE)
@@ -73,8 +73,9 @@ async def test_fast_reply_sent_once_without_preview(
     async with running(telegram_settings(fake, tmp_path), provider) as gateway:
         fake.user_message(ALICE, "hi")
         await settled(gateway, 1)
-    assert [c.method for c in fake.sent] == ["getMe", "sendChatAction", "sendMessage"]
-    assert fake.sent[2].params["parse_mode"] == "HTML"
+    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
+                                             "sendMessage"]
+    assert fake.sent[3].params["parse_mode"] == "HTML"
     assert fake.texts_to(ALICE) == ["Quick one"]
 
 
@@ -116,7 +117,7 @@ async def test_long_markdown_reply_split_into_valid_chunks(
     assert len(chunks) == 3
     assert all(c.ok for c in fake.sent)
     # The preview (cut at 3,500 characters) became the first chunk; the rest are new messages.
-    assert [c.method for c in fake.sent[2:]] == ["sendMessage", "editMessageText",
+    assert [c.method for c in fake.sent[3:]] == ["sendMessage", "editMessageText",
                                                  "sendMessage", "sendMessage"]
     assert fake.texts_to(ALICE) == [c.plain for c in chunks]
     pres = [[e for e in m.get("entities", []) if e["type"] == "pre"]
