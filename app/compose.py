@@ -107,6 +107,8 @@ def build_provider(settings: Settings) -> Provider:
             max_tokens=settings.max_tokens, temperature=settings.temperature,
             stream=settings.stream, timeout=settings.provider_timeout,
             max_retries=settings.provider_retries,
+            max_tokens_field=settings.openai_max_tokens_field,
+            reasoning_effort=settings.openai_reasoning_effort,
         )
     from gateway.providers.offline import OfflineProvider
 
@@ -147,7 +149,8 @@ def build_loop(
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook],
         metrics=metrics,
         settings=LoopSettings(max_iterations=settings.max_iterations,
-                              window_tokens=settings.window_tokens),
+                              window_tokens=settings.window_tokens,
+                              prompt_cache=settings.prompt_cache),
         observer=observer,
     )
 

@@ -19,6 +19,7 @@ from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 def _env(name: str) -> AliasChoices:
@@ -124,6 +125,11 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = Field(None, validation_alias=_env("ANTHROPIC_BASE_URL"))
     openai_api_key: SecretStr | None = Field(None, validation_alias=_env("OPENAI_API_KEY"))
     openai_base_url: str | None = Field(None, validation_alias=_env("OPENAI_BASE_URL"))
+    openai_max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
+        "max_completion_tokens", validation_alias=_env("OPENAI_MAX_TOKENS_FIELD"))
+    openai_reasoning_effort: ReasoningEffort | None = Field(
+        None, validation_alias=_env("OPENAI_REASONING_EFFORT"))
+    prompt_cache: bool = Field(True, validation_alias=_env("GATEWAY_PROMPT_CACHE"))
 
     @field_validator("channels")
     @classmethod

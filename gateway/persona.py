@@ -48,7 +48,7 @@ from typing import TypeAlias
 
 from gateway.errors import ToolError
 from gateway.messages import ChannelContext
-from gateway.prompt import BuiltPrompt
+from gateway.prompt import BuiltPrompt, stable_prefix
 from sessions.fingerprint import fingerprint
 from sessions.records import Prompt, Section
 
@@ -58,6 +58,9 @@ Stamp: TypeAlias = tuple[int, int, int]
 """``(st_mtime_ns, st_size, st_ino)`` of a file: what tells a change without reading it."""
 
 SECTION_ORDER = ("soul", "user", "memory", "skills", "mood", "kb", "channel")
+OPERATOR_SECTIONS = frozenset({"soul", "user", "skills"})
+"""Sections only the operator writes (soul_patch aside): when they lead the prompt, they are
+its stable prefix, cached by the provider across conversations (:attr:`BuiltPrompt.stable`)."""
 
 SOUL, USER, MEMORY, MOOD = "SOUL.md", "USER.md", "MEMORY.md", "MOOD.md"
 ROOT_FILES = frozenset({SOUL, USER, MEMORY, MOOD})
@@ -126,7 +129,8 @@ class PersonaWorkspace:
             if len(self._prompts) >= MAX_CACHED_CONTEXTS:
                 self._prompts.clear()
             self._prompts[context] = prompt
-        return BuiltPrompt(prompt=prompt, cause=self._cause)
+        return BuiltPrompt(prompt=prompt, cause=self._cause,
+                           stable=stable_prefix(prompt.sections, OPERATOR_SECTIONS))
 
     @property
     def cause(self) -> str:

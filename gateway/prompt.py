@@ -5,11 +5,12 @@ The persona workspace (:mod:`gateway.persona`) is the real source; tests use fix
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.messages import ChannelContext
-from sessions.records import Prompt
+from sessions.records import Prompt, Section
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,19 @@ class BuiltPrompt:
 
     prompt: Prompt
     cause: str
+    stable: int = 0
+    """How many leading sections change least (the operator's layer): the prefix a provider
+    may cache for every conversation. Sources order sections from most to least stable."""
+
+
+def stable_prefix(sections: Sequence[Section], stable: Collection[str]) -> int:
+    """The number of leading ``sections`` whose names are in ``stable``."""
+    count = 0
+    for section in sections:
+        if section.name not in stable:
+            break
+        count += 1
+    return count
 
 
 class PromptSource(Protocol):

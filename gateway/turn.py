@@ -38,10 +38,10 @@ from gateway.observe import (
     TurnObserver,
 )
 from gateway.observe import CallInfo as ObservedCall
-from gateway.prompt import PromptSource
+from gateway.prompt import BuiltPrompt, PromptSource
 from gateway.providers.base import Provider, ProviderRequest, TextSink
 from gateway.tools import ToolRegistry
-from sessions.records import CallRequest, Outcome, window_messages
+from sessions.records import CachePlan, CallRequest, Outcome, window_messages
 from sessions.scan import message_text
 
 log = logging.getLogger("gateway.turn")
@@ -58,6 +58,8 @@ class LoopSettings:
     max_iterations: int = 8
     window_tokens: int = 16_000
     apology: str = APOLOGY
+    prompt_cache: bool = True
+    """Place prompt-cache breakpoints in Anthropic-shaped requests (:mod:`sessions.caching`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +137,11 @@ class AgentLoop:
             reason = "initial" if conv.recorder.last_prompt is None else f"rebuilt:{built.cause}"
             window = conv.order.choose(conv.messages, self.settings.window_tokens)
             params = dict(self.provider.params())
+            cache = self._cache_plan(built)
             request = CallRequest(
                 prompt=prompt, reason=reason, tools=self.tools.schemas,
                 provider=self.provider.name, model=self.provider.model, params=params,
-                window=window,
+                window=window, cache=cache,
             )
             number = conv.recorder.next_call + 1  # 1-based, as the log will number it
             with logctx.bound(call=number):
@@ -151,6 +154,8 @@ class AgentLoop:
                     tools=self.tools.schemas,
                     model=self.provider.model,
                     params=params,
+                    sections=prompt.texts,
+                    cache=cache,
                 )
                 observed = turn.call_started(ObservedCall(
                     index=number, provider=self.provider.name, model=sent.model,
@@ -234,6 +239,14 @@ class AgentLoop:
             await sink.fail(self.settings.apology)
         await conv.recorder.sync()
         return TurnResult("not_recorded", final or self.settings.apology, calls)
+
+    def _cache_plan(self, built: BuiltPrompt) -> CachePlan | None:
+        """Breakpoints after the tools, the prompt's stable prefix and the history; only the
+        Anthropic shape takes them (OpenAI caches prefixes by itself)."""
+        if not self.settings.prompt_cache or self.provider.shape != "anthropic":
+            return None
+        return CachePlan(tools=bool(self.tools.schemas),
+                         system=min(built.stable, len(built.prompt.sections)))
 
     def _count_call(self, outcome: str, latency: float) -> None:
         labels = {"provider": self.provider.name, "model": self.provider.model,

@@ -15,9 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import replace as evolve
 from typing import Any
 
-from sessions.records import CallRequest, Injected, MessageDict, Prompt, Section, ToolSchema
+from sessions.records import (
+    CachePlan,
+    CallRequest,
+    Injected,
+    MessageDict,
+    Prompt,
+    Section,
+    ToolSchema,
+)
 from sessions.replay import PromptVersion, Replay, Turn
 
 REASON_RERUN = "rerun"
@@ -64,6 +73,8 @@ class RerunParts:
     provider: str | None
     dropped: tuple[str, ...] = ()
     replaced: tuple[str, ...] = ()
+    cache: CachePlan | None = None
+    """The recorded prompt-cache plan, its stable prefix cut to the sections sent."""
 
     @property
     def changed(self) -> bool:
@@ -86,6 +97,7 @@ class RerunParts:
             params=params,
             window=(),
             injected=tuple(Injected(i, m) for i, m in enumerate(self.messages)),
+            cache=self.cache,
         )
 
 
@@ -194,4 +206,6 @@ def rerun_request(
         provider=turn.provider,
         dropped=tuple(dict.fromkeys(spec.drop)),
         replaced=tuple(spec.replace),
+        cache=(None if turn.cache is None
+               else evolve(turn.cache, system=min(turn.cache.system, len(prompt.sections)))),
     )

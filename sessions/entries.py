@@ -81,6 +81,8 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
         body["injected"] = [
             {"position": item.position, "message": item.message} for item in request.injected
         ]
+    if request.cache is not None:
+        body["cache"] = request.cache.to_json()
     return body
 
 

@@ -54,11 +54,41 @@ class Prompt:
     text: str
     fingerprint: str
 
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The sections' texts, in order (their join is :attr:`text`)."""
+        return tuple(s.text for s in self.sections)
+
     @classmethod
     def from_sections(cls, sections: Sequence[Section]) -> Prompt:
         kept = tuple(s for s in sections if s.text)
         text = PROMPT_JOINER.join(s.text for s in kept)
         return cls(sections=kept, text=text, fingerprint=fingerprint(text))
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    """Where one call's prompt-cache breakpoints go (:mod:`sessions.caching` places them)."""
+
+    tools: bool = True
+    system: int = 0
+    """How many leading prompt sections form the stable prefix (0: no system breakpoint)."""
+    history: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tools": self.tools, "system": self.system, "history": self.history}
+
+    @classmethod
+    def from_json(cls, value: Any) -> CachePlan | None:
+        """The plan recorded in a call entry; None when absent or not a plan."""
+        if not isinstance(value, Mapping):
+            return None
+        tools, system, history = value.get("tools"), value.get("system"), value.get("history")
+        if not (isinstance(tools, bool) and isinstance(history, bool)):
+            return None
+        if not isinstance(system, int) or isinstance(system, bool) or system < 0:
+            return None
+        return cls(tools=tools, system=system, history=history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +103,8 @@ class CallRequest:
     params: Mapping[str, Any]
     window: Window
     injected: tuple[Injected, ...] = ()
+    cache: CachePlan | None = None
+    """Prompt-cache breakpoints placed in the body (Anthropic shape), if any."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,14 @@ import orjson
 from sessions.encoding import ESCAPED, unescape
 from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
 from sessions.fingerprint import fingerprint
-from sessions.records import PROMPT_JOINER, Injected, MessageDict, Window, window_messages
+from sessions.records import (
+    PROMPT_JOINER,
+    CachePlan,
+    Injected,
+    MessageDict,
+    Window,
+    window_messages,
+)
 from sessions.shapes import Shape, request_body
 
 NOTICE_V1 = "system prompt not recorded (predates prompt recording)"
@@ -109,6 +116,8 @@ class Turn:
     """Why the call cannot be rebuilt (``None`` when it can)."""
     notes: tuple[str, ...] = ()
     """What else the log says about this call (an answer or outcome the writer refused)."""
+    cache: CachePlan | None = None
+    """The prompt-cache breakpoints the call placed (:mod:`sessions.caching`), if any."""
 
     @property
     def rebuildable(self) -> bool:
@@ -239,6 +248,9 @@ class Replay:
         else:
             chosen = "openai" if turn.provider == "openai" else "anthropic"
         system = turn.prompt.text if turn.prompt else None
+        sections = (
+            tuple(ref.text or "" for ref in turn.prompt.sections) if turn.prompt else ()
+        )
         try:
             return request_body(
                 chosen,
@@ -247,13 +259,16 @@ class Replay:
                 self.tools_of(turn) or (),
                 turn.model or str(self.header.get("model") or ""),
                 turn.params or {},
+                cache=turn.cache,
+                sections=sections,
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             # The shapes index blocks and schemas as the providers define them; a log may hold
             # anything. Say which turn cannot be rebuilt instead of crashing the caller.
             raise SessionReadError(
                 f"turn {turn.index} cannot be rebuilt as a {chosen} request: a recorded content "
-                f"block or tool schema is malformed ({type(exc).__name__})", line=turn.line
+                f"block, tool schema or prompt section is malformed or missing "
+                f"({type(exc).__name__})", line=turn.line
             ) from exc
 
 
@@ -432,10 +447,13 @@ class _Builder:
             provider=_str_or_none(entry.get("provider")), model=_str_or_none(entry.get("model")),
             params=params if isinstance(params, dict) else None,
             tools=tools if isinstance(tools, str) else None,
+            cache=CachePlan.from_json(entry.get("cache")),
         )
         self.pending["prompt_fp"] = fp if isinstance(fp, str) else None
         if injected is None:
             self.pending["status"] = (NOT_REBUILDABLE, "its injected messages are malformed")
+        elif "cache" in entry and self.pending["cache"] is None:
+            self.pending["status"] = (NOT_REBUILDABLE, "its prompt-cache plan is malformed")
         if isinstance(tools, str) and tools not in self.tool_sets:
             self.problem(line, f"call names tool set {tools} not found before it")
 
@@ -481,7 +499,7 @@ class _Builder:
             turns.append(Turn(number, d["line"], d["ts"], version,
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
-                              d["tools_fingerprint"], status, why, tuple(d["notes"])))
+                              d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"]))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -524,6 +542,10 @@ def _judge_call(builder: _Builder, d: dict[str, Any],
     tools = d["tools_fingerprint"]
     if tools is not None and tools not in builder.tool_sets:
         return NOT_REBUILDABLE, f"missing tool set {tools}"
+    cache = d["cache"]
+    if cache is not None and cache.system > len(version.sections):
+        return NOT_REBUILDABLE, (f"its prompt-cache plan cuts after section {cache.system} of "
+                                 f"{len(version.sections)}")
     return REBUILT, None
 
 
@@ -548,12 +570,13 @@ def _turn_draft(
     model: str | None = None,
     params: Mapping[str, Any] | None = None,
     tools: str | None = None,
+    cache: CachePlan | None = None,
 ) -> dict[str, Any]:
     return {
         "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
         "injected": injected, "assistant": assistant, "call": call, "provider": provider,
         "model": model, "params": params, "tools_fingerprint": tools, "status": None,
-        "notes": [], "prompt_fp": None,
+        "notes": [], "prompt_fp": None, "cache": cache,
     }
 
 

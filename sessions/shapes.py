@@ -1,9 +1,11 @@
 """Provider request bodies built from request parts: the one place a request gets its shape.
 
 Live providers and ``gateway replay --request`` both call these functions, so a recorded call
-rebuilds the same body the provider received. Pure and deterministic: no I/O, no clocks, no
-randomness; tool-call arguments are serialised with orjson so the same input gives the same
-string every time.
+rebuilds the same body the provider received, and both encode it with :func:`encode_body`:
+providers post exactly those bytes, so "sent" and "rebuilt" are equal byte for byte. Pure and
+deterministic: no I/O, no clocks, no randomness; tool-call arguments are serialised with
+orjson so the same input gives the same string every time. Prompt-cache markers are a separate
+step on the shaped body (:func:`sessions.caching.add_breakpoints`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from sessions.caching import CachePlan, add_breakpoints
 from sessions.encoding import dumps
 from sessions.records import MessageDict, ToolSchema
 
@@ -118,10 +121,21 @@ def request_body(
     tools: Sequence[ToolSchema],
     model: str,
     params: Mapping[str, Any],
+    *,
+    cache: CachePlan | None = None,
+    sections: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Dispatch to the body builder of ``shape``."""
+    """Dispatch to the body builder of ``shape``; for Anthropic, then place the ``cache``
+    plan's breakpoints (``sections``: the texts the system prompt is joined from)."""
     if shape == "anthropic":
-        return anthropic_body(system, messages, tools, model, params)
+        body = anthropic_body(system, messages, tools, model, params)
+        return body if cache is None else add_breakpoints(body, cache, sections)
     if shape == "openai":
         return openai_body(system, messages, tools, model, params)
     raise ValueError(f"unknown request shape {shape!r} (choose from {', '.join(SHAPES)})")
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes of a request body as sent over HTTP (compact JSON, UTF-8; values orjson
+    cannot take exactly, such as integers past 64 bits, in Python's exact notation)."""
+    return dumps(body)

@@ -32,7 +32,7 @@ from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, Turn, replay_bytes
 from sessions.replay_json import replay_json, turn_json
 from sessions.scan import message_text
-from sessions.shapes import SHAPES
+from sessions.shapes import SHAPES, encode_body
 from sessions.store import SessionStore
 
 PROG = "gateway replay"
@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print call N's exact provider request body as JSON")
     parser.add_argument("--shape", choices=SHAPES, default=None,
                         help="request shape for --request (default: the recorded provider's)")
+    parser.add_argument("--raw", action="store_true",
+                        help="with --request: the exact bytes sent (compact JSON, no newline)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where sessions live (GATEWAY_DATA_DIR)")
@@ -98,6 +100,8 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
               data_dir: Path | None = None) -> int:
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
     rerun_cmd.check_options(args)
+    if args.raw and args.request is None:
+        raise CommandError("--raw only applies with --request N")
     if args.list:
         return await _list(store, args.tenant, out, as_json=args.json)
     if not args.session:
@@ -114,7 +118,10 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
             body = replay.request(turn, args.shape)
         except SessionReadError as exc:
             raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc
-        _dump(body, out)
+        if args.raw:
+            out.write(encode_body(body).decode())
+        else:
+            _dump(body, out)
     elif args.call is not None:
         turn = _turn(replay, args.call)
         if args.json:

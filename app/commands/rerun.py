@@ -228,7 +228,9 @@ def _notes(replay: Replay, parts: RerunParts, provider: str, same: bool,
 async def _send(provider: Provider, parts: RerunParts, model: str,
                 params: Mapping[str, Any]) -> Answer:
     request = ProviderRequest(system=parts.prompt.text, messages=list(parts.messages),
-                              tools=parts.tools, model=model, params=params)
+                              tools=parts.tools, model=model, params=params,
+                              sections=parts.prompt.texts,
+                              cache=parts.cache if provider.shape == "anthropic" else None)
     started = time.perf_counter()
     try:
         # No on_text: the answer is shown whole, next to the recorded one. A recorded

@@ -1,10 +1,10 @@
 """The provider seam: one small interface in front of every LLM API.
 
-A provider receives the request parts in provider-neutral form and must send exactly the body
-that :func:`sessions.shapes.request_body` builds from them for its shape; that is what lets
-``gateway replay --request`` rebuild what the provider received. ``params()`` are the exact
-extra body fields it sends (``max_tokens``, ``stream``...); the agent loop records them in the
-call entry before the call.
+A provider receives the request parts in provider-neutral form and must send exactly the bytes
+that :func:`sessions.shapes.encode_body` makes of :func:`sessions.shapes.request_body`'s body
+for its shape; that is what lets ``gateway replay --request`` rebuild what the provider
+received. ``params()`` are the exact extra body fields it sends (``max_tokens``, ``stream``...);
+the agent loop records them in the call entry before the call.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sessions.records import MessageDict, ToolSchema
+from sessions.records import CachePlan, MessageDict, ToolSchema
 from sessions.shapes import Shape
 
 TextSink = Callable[[str], Awaitable[None]]
@@ -21,19 +21,29 @@ TextSink = Callable[[str], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class ProviderRequest:
+    """The parts of one call. ``sections`` are the texts ``system`` is joined from; a
+    ``cache`` plan needs them to place its system breakpoint."""
+
     system: str
     messages: Sequence[MessageDict]
     tools: Sequence[ToolSchema]
     model: str
     params: Mapping[str, Any]
+    sections: Sequence[str] = ()
+    cache: CachePlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderResponse:
     """The assistant message in stored (Anthropic block) form, plus what the outcome records.
 
+    ``usage`` speaks one vocabulary for every provider: ``input_tokens`` (input neither read
+    from nor written to the prompt cache), ``cache_read_input_tokens``,
+    ``cache_creation_input_tokens``, ``output_tokens`` (reasoning included) and, when the
+    provider reports it, ``reasoning_tokens``. Their sum over the inputs is the whole prompt.
     ``response_id`` and ``response_model`` are what the API said it was (``msg_...``/
-    ``chatcmpl-...`` and the exact model version), for tracing; None when it did not say."""
+    ``chatcmpl-...`` and the exact model version), for tracing; None when it did not say.
+    """
 
     message: MessageDict
     stop_reason: str | None

@@ -1,45 +1,42 @@
 """OpenAI Chat Completions provider (and any compatible server), via the ``openai`` SDK.
 
-The body comes from :func:`sessions.shapes.openai_body` and goes out unchanged: fields
-``chat.completions.create`` knows are keyword arguments, anything else rides in
-``extra_body``. Answers are converted back to stored Anthropic-style blocks, so the session log
-and the agent loop see one message shape whichever API answered.
+The body is shaped and encoded by :mod:`sessions.shapes` and posted unchanged to
+``/chat/completions`` through the client (see :mod:`gateway.providers.sdk`). Answers are
+converted back to stored Anthropic-style blocks, so the session log and the agent loop see one
+message shape whichever API answered.
+
+Parameters follow what current models expect: the answer's length limit goes out as
+``max_completion_tokens`` (OpenAI refuses ``max_tokens`` for its reasoning models and has
+deprecated it for the rest; an older compatible server may need ``max_tokens``, a setting), and
+``reasoning_effort`` is sent only to models that reason, which also refuse a ``temperature``.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
-from types import TracebackType
-from typing import Any, Self
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Literal
 
-import httpx2
 import openai
-from openai.resources.chat.completions import AsyncCompletions
-from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from gateway.errors import (
-    ProviderError,
-    ProviderRateLimited,
-    ProviderStreamCut,
-    ProviderTimeout,
-    ProviderUnavailable,
+from gateway.errors import ProviderError, ProviderStreamCut
+from gateway.providers.base import ProviderResponse, TextSink
+from gateway.providers.common import parse_tool_input
+from gateway.providers.sdk import (
+    Event,
+    SdkErrors,
+    SdkProvider,
+    count,
+    text_or_none,
+    usage_of,
 )
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.common import parse_tool_input, stream_transport_error
 from sessions.records import MessageDict
-from sessions.shapes import Shape, openai_body
+from sessions.shapes import Shape
 
-# Keyword arguments of chat.completions.create that are body fields.
-_CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {
-    "self",
-    "extra_headers",
-    "extra_query",
-    "extra_body",
-    "timeout",
-}
+log = logging.getLogger("gateway.providers.openai")
+
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+_PATH = "/chat/completions"
 # OpenAI finish_reason -> the Anthropic stop_reason the rest of the gateway speaks.
 _STOP_REASONS = {
     "stop": "end_turn",
@@ -48,9 +45,18 @@ _STOP_REASONS = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_NOT_REASONING = ("gpt-5-chat",)
 
 
-class OpenAIProvider:
+def has_reasoning(model: str) -> bool:
+    """Whether ``model`` is one of OpenAI's reasoning models (o-series, GPT-5 family; not the
+    GPT-5 chat variants): those take ``reasoning_effort`` and refuse ``temperature``."""
+    name = model.rsplit("/", 1)[-1].lower()
+    return name.startswith(_REASONING_PREFIXES) and not name.startswith(_NOT_REASONING)
+
+
+class OpenAIProvider(SdkProvider):
     """A Chat Completions model; streams by default. An async context manager.
 
     ``timeout`` bounds the connect and every read, so a stalled stream fails with
@@ -59,6 +65,10 @@ class OpenAIProvider:
 
     name = "openai"
     shape: Shape = "openai"
+    errors: ClassVar[SdkErrors] = SdkErrors(
+        openai.APIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError,
+        openai.RateLimitError,
+    )
 
     def __init__(
         self,
@@ -70,136 +80,113 @@ class OpenAIProvider:
         stream: bool = True,
         timeout: float = 60.0,
         max_retries: int = 2,
+        max_tokens_field: MaxTokensField = "max_completion_tokens",
+        reasoning_effort: str | None = None,
     ) -> None:
-        self.model = model
-        self._params: dict[str, Any] = {"max_tokens": max_tokens}
+        params: dict[str, Any] = {max_tokens_field: max_tokens}
+        reasoning = has_reasoning(model)
+        if reasoning_effort is not None:
+            if reasoning:
+                params["reasoning_effort"] = reasoning_effort
+            else:
+                log.warning("model %s does not reason: reasoning_effort is not sent", model)
         if stream:
             # Without include_usage a streamed answer carries no token counts at all.
-            self._params["stream"] = True
-            self._params["stream_options"] = {"include_usage": True}
+            params["stream"] = True
+            params["stream_options"] = {"include_usage": True}
         if temperature is not None:
-            self._params["temperature"] = temperature
+            if reasoning:
+                log.warning("model %s refuses a temperature: it is not sent", model)
+            else:
+                params["temperature"] = temperature
+        super().__init__(model, params)
         # The key lives only inside the client: nothing here can format it into a message.
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
-        self._closed = False
 
-    def params(self) -> Mapping[str, Any]:
-        """Body fields sent besides model/messages/tools (a fresh copy each call)."""
-        return {k: dict(v) if isinstance(v, dict) else v for k, v in self._params.items()}
-
-    async def complete(
-        self, request: ProviderRequest, on_text: TextSink | None = None
-    ) -> ProviderResponse:
-        """Send one request; stream text deltas into ``on_text`` when ``stream`` is set."""
-        body = openai_body(
-            request.system, request.messages, request.tools, request.model, request.params
+    async def _post(self, body: bytes, stream: bool) -> Any:
+        return await self._client.post(
+            _PATH, content=body, cast_to=object, stream=stream,
+            stream_cls=openai.AsyncStream[object],
+            # As chat.completions.create asks: the API key as a bearer token.
+            options={"security": {"bearer_auth": True}},
         )
-        fields = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
-        extra = {k: v for k, v in body.items() if k not in _CREATE_FIELDS}
-        try:
-            result = await self._client.chat.completions.create(**fields, extra_body=extra or None)
-        except openai.APIError as exc:
-            raise _translate(exc, streaming=False) from exc
-        if isinstance(result, ChatCompletion):
-            return _from_completion(result)
-        async with result, aclosing(_chunks(result)) as chunks:
-            return await _assemble(chunks, on_text)
 
-    async def aclose(self) -> None:
-        """Close the HTTP client; safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
+    def _parse(self, answer: Event) -> ProviderResponse:
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ProviderError("openai: the answer has no choices")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise ProviderError("openai: the answer's choice has no message")
+        calls = [
+            (str(call.get("id", "")), str(function.get("name", "")),
+             str(function.get("arguments") or ""))
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict) and call.get("type") == "function"
+            and isinstance(function := call.get("function"), dict)
+        ]
+        return ProviderResponse(
+            message=_message(str(message.get("content") or ""), calls),
+            stop_reason=_stop_reason(choice.get("finish_reason")),
+            usage=_usage(answer.get("usage")),
+            response_id=text_or_none(answer.get("id")),
+            response_model=text_or_none(answer.get("model")),
+        )
+
+    async def _assemble(
+        self, events: AsyncIterator[Event], on_text: TextSink | None
+    ) -> ProviderResponse:
+        """Rebuild the whole answer from chunks (choice 0; tool calls keyed by their index)."""
+        text: list[str] = []
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        finish_reason: str | None = None
+        usage: Any = None
+        response_id: str | None = None
+        response_model: str | None = None
+        async for chunk in events:
+            response_id = response_id or text_or_none(chunk.get("id"))
+            response_model = response_model or text_or_none(chunk.get("model"))
+            if chunk.get("usage") is not None:
+                usage = chunk["usage"]
+            choices = chunk.get("choices")
+            if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+                continue
+            choice = choices[0]
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                content = delta.get("content")
+                if content and isinstance(content, str):
+                    text.append(content)
+                    if on_text is not None:
+                        await on_text(content)
+                for part in delta.get("tool_calls") or []:
+                    if not isinstance(part, dict) or not isinstance(part.get("index"), int):
+                        raise ProviderError("openai: a malformed tool call delta")
+                    call = calls.setdefault(part["index"], ["", "", ""])
+                    call[0] = str(part.get("id") or call[0])
+                    function = part.get("function")
+                    if isinstance(function, dict):
+                        call[1] += str(function.get("name") or "")
+                        call[2] += str(function.get("arguments") or "")
+            if isinstance(choice.get("finish_reason"), str):
+                finish_reason = choice["finish_reason"]
+        if finish_reason is None:
+            # A clean end of the HTTP body without a finish_reason is still an incomplete answer.
+            raise ProviderStreamCut("openai: the stream ended without a finish_reason")
+        ordered = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
+        return ProviderResponse(
+            message=_message("".join(text), ordered),
+            stop_reason=_stop_reason(finish_reason),
+            usage=_usage(usage),
+            response_id=response_id,
+            response_model=response_model,
+        )
+
+    async def _close(self) -> None:
         await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-def _from_completion(completion: ChatCompletion) -> ProviderResponse:
-    if not completion.choices:
-        raise ProviderError("openai: the answer has no choices")
-    choice = completion.choices[0]
-    calls = [
-        (call.id, call.function.name, call.function.arguments)
-        for call in choice.message.tool_calls or []
-        if call.type == "function"
-    ]
-    return ProviderResponse(
-        message=_message(choice.message.content or "", calls),
-        stop_reason=_stop_reason(choice.finish_reason),
-        usage=_usage(completion.usage),
-        response_id=completion.id or None,
-        response_model=completion.model or None,
-    )
-
-
-async def _chunks(
-    stream: openai.AsyncStream[ChatCompletionChunk],
-) -> AsyncGenerator[ChatCompletionChunk, None]:
-    """The stream's chunks with transport failures translated; ``on_text``'s own are not."""
-    try:
-        async for chunk in stream:
-            yield chunk
-    except openai.APIError as exc:
-        raise _translate(exc, streaming=True) from exc
-    # Belt and braces: should a transport error escape the SDK's wrapping, it is still ours.
-    except httpx2.TransportError as exc:
-        raise stream_transport_error("openai", exc) from exc
-
-
-async def _assemble(
-    chunks: AsyncIterator[ChatCompletionChunk], on_text: TextSink | None
-) -> ProviderResponse:
-    """Rebuild the whole answer from chunks (choice 0; tool calls keyed by their index)."""
-    text: list[str] = []
-    calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
-    finish_reason: str | None = None
-    usage: CompletionUsage | None = None
-    response_id: str | None = None
-    response_model: str | None = None
-    async for chunk in chunks:
-        response_id = response_id or chunk.id or None
-        response_model = response_model or chunk.model or None
-        if chunk.usage is not None:
-            usage = chunk.usage
-        if not chunk.choices:
-            continue
-        choice = chunk.choices[0]
-        delta = choice.delta
-        if delta.content:
-            text.append(delta.content)
-            if on_text is not None:
-                await on_text(delta.content)
-        for part in delta.tool_calls or []:
-            call = calls.setdefault(part.index, ["", "", ""])
-            call[0] = part.id or call[0]
-            if part.function is not None:
-                call[1] += part.function.name or ""
-                call[2] += part.function.arguments or ""
-        if choice.finish_reason is not None:
-            finish_reason = choice.finish_reason
-    if finish_reason is None:
-        # A clean end of the HTTP body without a finish_reason is still an incomplete answer.
-        raise ProviderStreamCut("openai: the stream ended without a finish_reason")
-    ordered = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
-    return ProviderResponse(
-        message=_message("".join(text), ordered),
-        stop_reason=_stop_reason(finish_reason),
-        usage=_usage(usage),
-        response_id=response_id,
-        response_model=response_model,
-    )
 
 
 def _message(text: str, calls: list[tuple[str, str, str]]) -> MessageDict:
@@ -215,39 +202,21 @@ def _message(text: str, calls: list[tuple[str, str, str]]) -> MessageDict:
     return {"role": "assistant", "content": content}
 
 
-
-
-def _stop_reason(finish_reason: str | None) -> str | None:
-    if finish_reason is None:
+def _stop_reason(finish_reason: Any) -> str | None:
+    if not isinstance(finish_reason, str):
         return None
     return _STOP_REASONS.get(finish_reason, finish_reason)
 
 
-def _usage(usage: CompletionUsage | None) -> dict[str, int]:
-    if usage is None:
+def _usage(raw: Any) -> dict[str, int]:
+    """OpenAI counts cached tokens inside ``prompt_tokens``; the gateway's ``input_tokens``
+    leaves them out (as Anthropic's does), so prices apply the same way to both."""
+    if not isinstance(raw, dict):
         return {}
-    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
-
-
-def _translate(exc: openai.APIError, *, streaming: bool) -> ProviderError:
-    """The gateway error for an SDK error. Messages carry status and ids, never the API text:
-    OpenAI's 401 text quotes part of the key."""
-    if isinstance(exc, openai.APITimeoutError):
-        return ProviderTimeout("openai: no answer within the timeout")
-    if isinstance(exc, openai.APIConnectionError):
-        if streaming:
-            return ProviderStreamCut("openai: the stream broke off")
-        return ProviderUnavailable("openai: could not connect")
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = f"openai: HTTP {status}"
-        if exc.code or exc.type:
-            message += f" {exc.code or exc.type}"
-        if exc.request_id:
-            message += f" (request id {exc.request_id})"
-        if isinstance(exc, openai.RateLimitError):
-            return ProviderRateLimited(message, status=status)
-        if status >= 500:
-            return ProviderUnavailable(message, status=status)
-        return ProviderError(message, status=status)
-    return ProviderError(f"openai: {type(exc).__name__}")
+    prompt = count(raw.get("prompt_tokens"))
+    details = raw.get("prompt_tokens_details")
+    cached = min(count(details.get("cached_tokens")), prompt) if isinstance(details, dict) else 0
+    done = raw.get("completion_tokens_details")
+    reasoning = count(done.get("reasoning_tokens")) if isinstance(done, dict) else 0
+    return usage_of(input_tokens=prompt - cached, output_tokens=count(raw.get("completion_tokens")),
+                    cache_read=cached, reasoning=reasoning)

@@ -26,7 +26,7 @@ from gateway.metrics import Metrics
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
 from sessions.replay import replay_bytes
-from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.providers import FakeProviderServer, Reply, content_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
 
@@ -370,7 +370,7 @@ async def test_replay_matches_provider_requests(fake: FakeSlackServer, tmp_path:
     assert info.conversation == f"slack:{dm}"
     assert len(bodies) == len(replay.turns) == 2
     assert [replay.request(turn) for turn in replay.turns] == bodies
-    assert bodies[1]["messages"][-1]["content"] == "and again"
+    assert content_text(bodies[1]["messages"][-1]["content"]) == "and again"
 
 
 async def test_replay_cli_request_matches(fake: FakeSlackServer, tmp_path: Path,

@@ -22,7 +22,7 @@ from app.server import Gateway
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import Provider
 from gateway.providers.openai import OpenAIProvider
-from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.providers import FakeProviderServer, RecordedRequest, Reply
 
 API = ["anthropic", "openai"]
 
@@ -65,19 +65,32 @@ def replay_cli(data_dir: Path, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def system_of(body: dict[str, Any], api: str) -> str:
+    """The system prompt's text; an Anthropic body with a cache breakpoint sends it as blocks."""
+    if api == "openai":
+        return str(body["messages"][0]["content"])
+    system = body["system"]
+    return system if isinstance(system, str) else "\n\n".join(b["text"] for b in system)
+
+
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+
+
 def assert_every_call_replays(data_dir: Path, session: str, api: str,
-                              bodies: list[dict[str, Any]]) -> None:
+                              requests: list[RecordedRequest]) -> None:
+    """Every request the fake received is, byte for byte, what replay rebuilds for its call."""
     code, summary = replay_cli(data_dir, session, "--json")
     assert code == 0
     turns = orjson.loads(summary)["turns"]
-    assert len(turns) == len(bodies)
-    for n, body in enumerate(bodies, start=1):
-        code, out = replay_cli(data_dir, session, "--request", str(n), "--shape", api)
+    assert len(turns) == len(requests)
+    for n, received in enumerate(requests, start=1):
+        code, out = replay_cli(data_dir, session, "--request", str(n), "--shape", api, "--raw")
         assert code == 0
-        assert orjson.loads(out) == body, f"call {n} differs from its replay"
-        system = body["system"] if api == "anthropic" else body["messages"][0]["content"]
+        assert out.encode() == received.raw, f"call {n} differs from its replay"
         code, turn = replay_cli(data_dir, session, "--turn", str(n), "--json")
-        assert orjson.loads(turn)["systemPrompt"] == system  # byte-identical text
+        # byte-identical text
+        assert orjson.loads(turn)["systemPrompt"] == system_of(received.body, api)
 
 
 @pytest.mark.parametrize("api", API)
@@ -93,15 +106,14 @@ async def test_tool_rewrites_persona_mid_turn_and_every_call_replays(
         async with gateway_for(tmp_path, make_provider(api, srv)) as gateway:
             first = await chat(gateway, "ada", "hi, I'm Ada")
             second = await chat(gateway, "ada", "remember that I like green tea")
-        bodies = [r.body for r in srv.requests_for(api)]
+        requests = srv.requests_for(api)
     assert first["session"] == second["session"]
     assert second["reply"].endswith("Noted, green tea it is.")
-    systems = [b["system"] if api == "anthropic" else b["messages"][0]["content"]
-               for b in bodies]
+    systems = [system_of(r.body, api) for r in requests]
     assert "Ada likes green tea" not in systems[1]
     assert "Ada likes green tea" in systems[2]  # the very next call, same turn
     await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", first["session"], api,
-                            bodies)
+                            requests)
     _code, summary = await asyncio.to_thread(replay_cli, tmp_path / "data", first["session"])
     assert "rebuilt:memory_write" in summary
 
@@ -114,11 +126,12 @@ async def test_window_drops_old_messages_and_replays(tmp_path: Path, api: str) -
                                GATEWAY_WINDOW_TOKENS=120) as gateway:
             for i in range(6):
                 reply = await chat(gateway, "w", f"message number {i}: " + "lorem ipsum " * 12)
-        bodies = [r.body for r in srv.requests_for(api)]
-    user_texts = [m["content"] for m in bodies[-1]["messages"] if m["role"] == "user"]
+        requests = srv.requests_for(api)
+    user_texts = [text_of(m["content"]) for m in requests[-1].body["messages"]
+                  if m["role"] == "user"]
     assert not any(t.startswith("message number 0") for t in user_texts)
     await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"], api,
-                            bodies)
+                            requests)
 
 
 async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> None:
@@ -127,10 +140,10 @@ async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> N
         srv.script("anthropic", Reply.error(529))
         async with gateway_for(tmp_path, make_provider("anthropic", srv)) as gateway:
             reply = await chat(gateway, "e", "hello?", expect=502)
-        bodies = [r.body for r in srv.requests_for("anthropic")]
+        requests = srv.requests_for("anthropic")
     assert reply["error"].startswith("Sorry")
     await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"],
-                            "anthropic", bodies)
+                            "anthropic", requests)
     _code, turn = await asyncio.to_thread(replay_cli, tmp_path / "data", reply["session"],
                                          "--turn", "1", "--json")
     assert orjson.loads(turn)["outcome"]["error"]["kind"] == "unavailable"

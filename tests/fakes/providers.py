@@ -33,6 +33,7 @@ from aiohttp import web
 # Exact for any value a tool input can hold (a 2**70 goes out as all its digits, as a real
 # API's JSON would carry it); orjson's bytes otherwise.
 from sessions.encoding import dumps as json_bytes
+from tests.fakes.prompt_cache import PromptCache, TooManyBreakpoints
 
 ApiName = Literal["anthropic", "openai"]
 ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream"]
@@ -184,6 +185,25 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
+def system_text(body: Mapping[str, Any]) -> str:
+    """The system prompt of a request body as the model reads it: OpenAI's first system
+    message, or Anthropic's ``system``, given as a string or (with a cache breakpoint) as
+    text blocks joined with the gateway's section joiner."""
+    system = body.get("system")
+    if system is None:
+        messages = body.get("messages") or []
+        first = messages[0] if messages else {}
+        return str(first.get("content", "")) if first.get("role") == "system" else ""
+    if isinstance(system, str):
+        return system
+    return "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, a string or blocks (tool results included)."""
+    return _content_text(content)
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -214,8 +234,10 @@ class _Turn:
     text: str
     tool_calls: list[tuple[str, str, Mapping[str, Any]]]  # (id, name, input)
     stop_reason: str
-    input_tokens: int
+    input_tokens: int  # Anthropic: uncached input; OpenAI: the whole prompt
     output_tokens: int
+    cache_read: int = 0
+    cache_write: int = 0
 
 
 def _not_json(token: str) -> Any:
@@ -243,6 +265,8 @@ class FakeProviderServer:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.default: DefaultReply = echo_reply
+        self.cache = PromptCache()
+        """Prompt caching as the APIs count it (see tests/fakes/prompt_cache.py)."""
         self.port = 0
         self._queues: dict[ApiName, deque[Reply]] = {"anthropic": deque(), "openai": deque()}
         self._counters: dict[str, Iterator[int]] = {}
@@ -342,6 +366,11 @@ class FakeProviderServer:
             return self._error(
                 api, Reply.error(400, self._error_body(api, 400, "body is not a JSON object"))
             )
+        if api == "anthropic":
+            try:
+                self.cache.check(body)
+            except TooManyBreakpoints as exc:
+                return self._error(api, Reply.error(400, self._error_body(api, 400, str(exc))))
         queue = self._queues[api]
         reply = queue.popleft() if queue else self.default(api, body)
         return await self._respond(request, api, body, raw, reply, cut_after=None)
@@ -396,14 +425,22 @@ class FakeProviderServer:
             for c in reply.tool_calls
         ]
         produced = reply.content + "".join(json_bytes(dict(i)).decode() for _, _, i in calls)
+        # Only an answered request reads and writes the prompt cache, as with the real APIs.
+        if anthropic:
+            cached = self.cache.anthropic(body, raw)
+            input_tokens, read, write = cached.input_tokens, cached.cache_read, cached.cache_write
+        else:
+            input_tokens, read, write = len(raw) // 4, self.cache.openai(body, raw), 0
         return _Turn(
             id=self._next_id("msg_fake" if anthropic else "chatcmpl-fake"),
             model=str(body.get("model", "fake-model")),
             text=reply.content,
             tool_calls=calls,
             stop_reason=reply.stop_reason or "end_turn",
-            input_tokens=len(raw) // 4,
+            input_tokens=input_tokens,
             output_tokens=len(produced) // 4 + 1,
+            cache_read=read,
+            cache_write=write,
         )
 
     # -- Anthropic Messages ----------------------------------------------------------
@@ -412,8 +449,8 @@ class FakeProviderServer:
     def _anthropic_usage(turn: _Turn, output_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": turn.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": turn.cache_write,
+            "cache_read_input_tokens": turn.cache_read,
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
@@ -495,7 +532,7 @@ class FakeProviderServer:
             "prompt_tokens": turn.input_tokens,
             "completion_tokens": turn.output_tokens,
             "total_tokens": turn.input_tokens + turn.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": turn.cache_read, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,

@@ -47,7 +47,8 @@ class ScriptedProvider:
                        on_text: TextSink | None = None) -> ProviderResponse:
         if self.keep_bodies:
             self.bodies.append(request_body(self.shape, request.system, request.messages,
-                                            request.tools, request.model, request.params))
+                                            request.tools, request.model, request.params,
+                                            cache=request.cache, sections=request.sections))
         if self.delay:
             await asyncio.sleep(self.delay)
         reply = self._queue.popleft() if self._queue else "ok"

@@ -55,13 +55,15 @@ async def running_core(
     hooks: Sequence[BeforeCallHook] | None = None,
     max_iterations: int = 8,
     observer: TurnObserver = NO_OBSERVER,
+    prompt_cache: bool = True,
 ) -> AsyncIterator[Core]:
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
         provider=provider, prompts=workspace, tools=ToolRegistry(persona_tools(workspace)),
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook], metrics=metrics,
-        settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations),
+        settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations,
+                              prompt_cache=prompt_cache),
         observer=observer,
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)

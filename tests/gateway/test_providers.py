@@ -22,7 +22,7 @@ from gateway.providers.common import parse_tool_input
 from gateway.providers.offline import OfflineProvider
 from gateway.providers.openai import OpenAIProvider
 from sessions.records import MessageDict, ToolSchema
-from sessions.shapes import request_body
+from sessions.shapes import encode_body, request_body
 from tests.fakes.providers import FakeProviderServer, Reply, ToolCall
 
 Remote = AnthropicProvider | OpenAIProvider
@@ -79,12 +79,13 @@ def ask(
 
 
 def assert_sent(srv: FakeProviderServer, provider: Remote, requests: list[ProviderRequest]) -> None:
-    """Every body the fake received equals the shaped body of its request, system included."""
+    """Every body the fake received is byte for byte the encoded shaped body of its request."""
     expected = [
-        request_body(provider.shape, r.system, r.messages, r.tools, r.model, provider.params())
+        encode_body(request_body(provider.shape, r.system, r.messages, r.tools, r.model,
+                                 provider.params()))
         for r in requests
     ]
-    assert [r.body for r in srv.requests] == expected
+    assert [r.raw for r in srv.requests] == expected
     for received in srv.requests:
         if provider.shape == "anthropic":
             system = received.body["system"]
@@ -290,11 +291,13 @@ async def test_params_and_idempotent_aclose(make: Make, api: str) -> None:
     streamed = make(api, temperature=0.5)
     plain = make(api, stream=False, max_tokens=64)
     stream_fields: dict[str, Any] = {"stream": True}
+    limit = "max_tokens"
     if api == "openai":
         stream_fields["stream_options"] = {"include_usage": True}
+        limit = "max_completion_tokens"  # what current OpenAI models take
 
-    assert streamed.params() == {"max_tokens": 1024, "temperature": 0.5, **stream_fields}
-    assert plain.params() == {"max_tokens": 64}
+    assert streamed.params() == {limit: 1024, "temperature": 0.5, **stream_fields}
+    assert plain.params() == {limit: 64}
     await streamed.aclose()
     await streamed.aclose()
 

@@ -18,6 +18,7 @@ from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NotRebuildableError, Replay
 from tests.fakes.observer import RecordingObserver
+from tests.fakes.providers import content_text, system_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
@@ -63,8 +64,8 @@ async def test_tool_edit_rebuilds_prompt_for_next_call_in_same_turn(tmp_path: Pa
         assert accepted is not None
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
-    assert "Ada prefers short answers" not in provider.bodies[0]["system"]
-    assert "Ada prefers short answers" in provider.bodies[1]["system"]
+    assert "Ada prefers short answers" not in system_text(provider.bodies[0])
+    assert "Ada prefers short answers" in system_text(provider.bodies[1])
     assert [(p.reason, p.first_turn) for p in replay.prompts] == [
         ("initial", 1), ("rebuilt:memory_write", 2)
     ]
@@ -85,7 +86,7 @@ async def test_operator_file_edit_is_picked_up(tmp_path: Path) -> None:
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:file_changed"]
-    assert "the operator added this" in provider.bodies[1]["system"]
+    assert "the operator added this" in system_text(provider.bodies[1])
     assert_replay_equals(replay, provider.bodies)
 
 
@@ -124,7 +125,7 @@ async def test_message_during_tool_round_waits_and_windows_stay_exact(tmp_path: 
     roles = [[m["role"] for m in b["messages"]] for b in provider.bodies]
     assert roles == [["user"], ["user", "assistant", "user"],
                      ["user", "assistant", "user", "assistant", "user"]]
-    assert provider.bodies[2]["messages"][-1]["content"] == "and another thing"
+    assert content_text(provider.bodies[2]["messages"][-1]["content"]) == "and another thing"
     assert_replay_equals(replay, provider.bodies)
 
 
@@ -269,7 +270,8 @@ async def test_refused_inbound_message_is_not_acknowledged(tmp_path: Path) -> No
         await core.channel.say("c1", "third")
         await core.channel.wait_replies(2)
     assert (info.value.kind, info.value.fenced) == ("BROKEN", False)
-    texts = [m["content"] for m in provider.bodies[1]["messages"] if m["role"] == "user"]
+    texts = [content_text(m["content"]) for m in provider.bodies[1]["messages"]
+             if m["role"] == "user"]
     assert texts == ["first", "third"]
 
 

@@ -21,7 +21,7 @@ from sessions.persist import persist_call, record_outcome
 from sessions.records import Injected, Outcome
 from sessions.replay import NOTICE_V1, replay_bytes
 from sessions.replay_json import replay_json
-from sessions.shapes import SHAPES, request_body
+from sessions.shapes import SHAPES, encode_body, request_body
 from tests.sessions.helpers import (
     PROMPT_A,
     PROMPT_B,
@@ -334,6 +334,16 @@ def test_request_defaults_to_the_recorded_provider_shape(
     assert orjson.loads(cli("s1", "--request", "1").out) == sessions.live[1, "anthropic"]
 
 
+@pytest.mark.parametrize(("turn", "shape"), [(n, s) for n in (1, 3) for s in SHAPES])
+def test_raw_request_is_the_exact_bytes(
+    cli: Callable[..., Result], sessions: Sessions, turn: int, shape: str
+) -> None:
+    """--request N --raw prints the encoded body byte for byte, without a newline."""
+    result = cli("s1", "--request", str(turn), "--shape", shape, "--raw")
+    assert result.code == 0
+    assert result.out.encode() == encode_body(sessions.live[turn, shape])
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -383,6 +393,7 @@ def test_invalid_session_id_exits_2(cli: Callable[..., Result], bad: str) -> Non
         ["s1", "--request", "0"],
         ["s1", "--turn", "two"],
         ["s1", "--shape", "gemini", "--request", "1"],
+        ["s1", "--turn", "1", "--raw"],
         ["../nowhere/x.jsonl"],
     ],
 )

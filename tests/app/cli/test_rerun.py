@@ -19,7 +19,7 @@ from sessions.ablation import Ablation, RerunError, ablate, rerun_request
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import PROMPT_JOINER
 from sessions.replay import Replay, Turn, replay_bytes
-from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.providers import FakeProviderServer, Reply, system_text
 from tests.gateway.harness import running_core
 
 SEED_DIR = Path(__file__).parents[2] / "sessions" / "fixtures" / "seed-format"
@@ -159,9 +159,9 @@ async def test_drop_section_sends_the_request_minus_that_section(
     assert turn.prompt is not None
     assert [s.name for s in turn.prompt.sections] == ["soul", "user", "memory", "mood", "channel"]
     expected = rec.replay().request(turn)
-    assert "cheerful" in expected["system"]
-    assert received["system"] == system_of(turn, drop="mood")
-    assert "cheerful" not in received["system"]
+    assert "cheerful" in system_text(expected)
+    assert system_text(received) == system_of(turn, drop="mood")
+    assert "cheerful" not in system_text(received)
     assert without(received, "system") == without(expected, "system")
     assert "dropped: mood" in out
     assert "sections  soul, user, memory, channel\n" in out
@@ -186,8 +186,8 @@ async def test_replace_section_swaps_its_text_and_shows_tool_calls_unexecuted(
     assert code == 0
     turn = rec.turn(3)
     expected = rec.replay().request(turn)
-    assert received["system"] == system_of(turn, replace=("soul", NEW_SOUL))
-    assert received["system"].startswith(NEW_SOUL + PROMPT_JOINER)
+    assert system_text(received) == system_of(turn, replace=("soul", NEW_SOUL))
+    assert system_text(received).startswith(NEW_SOUL + PROMPT_JOINER)
     assert without(received, "system") == without(expected, "system")
     assert f"replaced: soul (text from {soul_file.resolve()})" in out
     assert "tool calls are shown, not executed" in out
