@@ -30,11 +30,15 @@ from app.commands import replay as replay_cmd
 from app.commands import run as run_cmd
 from app.commands import sessions as sessions_cmd
 from app.commands import sessions_db as sessions_db_cmd
+from app.commands import usage as usage_cmd
 from app.commands import viewer as viewer_cmd
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
 from app.commands.run import load_settings
 from app.config import Settings
+from app.prices import load_prices
+from gateway.errors import ConfigError
 from sessions.errors import SessionError
+from sessions.pricing import PriceTable
 
 DESCRIPTION = """\
 A gateway from Telegram, Slack, a web chat and the terminal to one AI agent. Every provider
@@ -48,6 +52,7 @@ common tasks:
   gateway replay --list                sessions, newest first
   gateway replay ID --call 2           exactly what the provider received in call 2
   gateway export --all --format otlp-json --out traces.jsonl
+  gateway usage --since 7d --by user   what each person's calls cost this week
   gateway pairing approve CODE         let someone who wrote in a DM talk to the agent
 
 Run "gateway COMMAND --help" for a command's options. Shell completion:
@@ -81,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     drift_cmd.DESCRIPTION))
     export_cmd.add_arguments(command("export", "export calls as OTLP/JSON traces or JSONL",
                                      export_cmd.DESCRIPTION))
+    usage_cmd.add_arguments(command("usage", "tokens and cost by conversation, person, model",
+                                    usage_cmd.DESCRIPTION))
     sessions_cmd.add_arguments(command("sessions", "prune old sessions, size, import/export",
                                        sessions_cmd.DESCRIPTION))
     viewer_cmd.add_arguments(command("viewer", "browse sessions in a read-only web page",
@@ -91,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       pairing_cmd.DESCRIPTION))
     completion_cmd.add_arguments(command("completion", "print shell completion code",
                                          completion_cmd.DESCRIPTION))
-    for name in ("replay", "drift", "export", "viewer"):
+    for name in ("replay", "drift", "export", "viewer", "usage"):
         sub.choices[name].add_argument(
             "--store-url", default=None,
             help="read sessions from this postgresql:// database (GATEWAY_STORE_URL)")
@@ -135,9 +142,18 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await drift_cmd.run(args, store)
         if args.command == "export":
             return await export_cmd.run(args, store)
+        if args.command == "usage":
+            return await usage_cmd.run(args, store, _prices(settings))
     finally:
         await store.aclose()
     raise CommandError("unknown command")
+
+
+def _prices(settings: Settings) -> PriceTable:
+    try:
+        return load_prices(settings.prices_file)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,10 +14,12 @@ from aiohttp import web
 
 from app.compose_channels import build_channels
 from app.config import Settings
+from app.prices import load_prices
 from app.server import Gateway
 from coordination.file_pairing import FilePairingState
 from coordination.local import InProcessCoordinator
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
+from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
 from gateway.coordination import Coordinator, supports_fencing
 from gateway.errors import ConfigError
@@ -152,6 +154,7 @@ def build_loop(
                               window_tokens=settings.window_tokens,
                               prompt_cache=settings.prompt_cache),
         observer=observer,
+        accounting=Accounting(metrics, load_prices(settings.prices_file)),
     )
 
 
@@ -192,7 +195,8 @@ def build_admin_routes(settings: Settings, store: SessionStore) -> list[web.Rout
         return []
     from app.admin import Access, AdminSite
 
-    return AdminSite(store, Access(settings.admin_token.get_secret_value())).routes()
+    return AdminSite(store, Access(settings.admin_token.get_secret_value()),
+                     prices=load_prices(settings.prices_file)).routes()
 
 
 def build_gateway(

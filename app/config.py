@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     openai_reasoning_effort: ReasoningEffort | None = Field(
         None, validation_alias=_env("OPENAI_REASONING_EFFORT"))
     prompt_cache: bool = Field(True, validation_alias=_env("GATEWAY_PROMPT_CACHE"))
+    prices_file: Path | None = Field(None, validation_alias=_env("GATEWAY_PRICES_FILE"))
 
     @field_validator("channels")
     @classmethod

@@ -40,6 +40,14 @@ class Metrics:
             "gateway_provider_latency_seconds", "Latency of one provider call",
             ["provider", "model", "outcome"], registry=r, buckets=LATENCY_BUCKETS,
         )
+        self.tokens = Counter(
+            "gateway_tokens_total", "Tokens of answered provider calls, by kind: input "
+            "(uncached), cache_write, cache_read, output", ["provider", "model", "tenant", "kind"],
+            registry=r)
+        self.cost = Counter(
+            "gateway_cost_usd_total", "What answered provider calls cost, in US dollars, by the "
+            "price table (models without a price are not counted)",
+            ["provider", "model", "tenant"], registry=r)
         self.persist_failures = Counter(
             "gateway_persist_failures_total", "Session writes that failed or timed out", ["kind"],
             registry=r,

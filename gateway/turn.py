@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import logctx
+from gateway.accounting import Accounting
 from gateway.channel import ReplySink
 from gateway.conversation import Conversation
 from gateway.errors import FENCED, NotRecordedError, ProviderError
@@ -85,6 +86,7 @@ class AgentLoop:
         metrics: Metrics,
         settings: LoopSettings | None = None,
         observer: TurnObserver = NO_OBSERVER,
+        accounting: Accounting | None = None,
     ) -> None:
         self.provider = provider
         self.prompts = prompts
@@ -93,6 +95,7 @@ class AgentLoop:
         self.metrics = metrics
         self.settings = settings or LoopSettings()
         self.observer = observer
+        self.accounting = accounting or Accounting(metrics)
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
@@ -189,12 +192,14 @@ class AgentLoop:
                     stop_reason=response.stop_reason, usage=response.usage,
                     response_id=response.response_id,
                     response_model=response.response_model))
+            cost = self.accounting.charge(tenant=conv.key.tenant, provider=self.provider.name,
+                                          model=sent.model, usage=response.usage)
             outcome = None
             if persisted.call is not None:
                 outcome = Outcome(call=persisted.call, stop_reason=response.stop_reason,
                                   usage=response.usage, latency_ms=latency * 1000,
                                   response_id=response.response_id,
-                                  response_model=response.response_model)
+                                  response_model=response.response_model, cost_usd=cost)
             kept = await conv.add_assistant(response.message, outcome)
             text = message_text(response.message["content"]) or ""
             if text:

@@ -31,6 +31,10 @@ version (removed, or its text is not in the log) counts as the empty string and 
     The running sum, over the section's points so far, of ``1 - similarity_prev`` (a ``None``
     counts as ``0``). It grows by one for a section added or removed after the baseline, by
     nothing while the section stays unchanged or absent.
+``cache_bust``
+    True on the section whose change broke a cached prompt prefix when this version was first
+    sent: the first changed section, in prompt order, after a call that had something cached
+    (:mod:`sessions.cache_bust`; "cache-busting change in section X").
 
 A metric is any ``(old: str, new: str) -> float`` returning a similarity in ``[0, 1]``, ``1``
 for identical texts. Built in, selectable by name (:data:`METRICS`):
@@ -59,6 +63,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from sessions.cache_bust import cache_busts
 from sessions.records import PROMPT_JOINER
 from sessions.replay import PromptVersion, Replay
 
@@ -86,6 +91,7 @@ class DriftPoint:
     cumulative: float
     present: bool
     size: int
+    cache_bust: bool = False
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -213,6 +219,7 @@ def drift(
         return 1.0 if builtin and old == new else _score(measure, old, new)
 
     wanted = set(sections) if sections is not None else None
+    busts = {(b.version, b.section) for b in cache_busts(replay)}
     first: dict[str, str] = {}  # section -> text at first appearance; insertion order = output
     previous: dict[str, str] = {}
     from_first: dict[str, float] = {}  # section -> similarity_first at its previous version
@@ -249,6 +256,7 @@ def drift(
                 cumulative=total[name],
                 present=name in texts,
                 size=len(text.encode("utf-8")),
+                cache_bust=(version.number, name) in busts,
             ))
             previous[name] = text
     return points
@@ -258,7 +266,7 @@ def drift(
 
 COLUMNS: tuple[str, ...] = (
     "version", "ts", "fingerprint", "reason", "section", "present", "size", "bytes_added",
-    "bytes_removed", "similarity_prev", "similarity_first", "cumulative",
+    "bytes_removed", "similarity_prev", "similarity_first", "cumulative", "cache_bust",
 )
 """Field order of every row form (JSON keys, CSV header, table columns)."""
 

@@ -100,6 +100,8 @@ def outcome(result: Outcome) -> dict[str, Any]:
         body["response_id"] = result.response_id
     if result.response_model is not None:
         body["response_model"] = result.response_model
+    if result.cost_usd is not None:
+        body["cost_usd"] = round(result.cost_usd, 9)
     return body
 
 

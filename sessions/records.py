@@ -120,6 +120,8 @@ class Outcome:
     """The provider's id of its answer (``msg_...``, ``chatcmpl-...``), when it sent one."""
     response_model: str | None = None
     """The model version that answered, as the provider named it."""
+    cost_usd: float | None = None
+    """What the call cost by the price table in force when it was made (unknown model: None)."""
 
 
 def window_messages(

@@ -19,6 +19,7 @@ asked for, and turns carry window bounds, never copies of the transcript.
 from __future__ import annotations
 
 import gc
+import math
 import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -92,6 +93,7 @@ class Outcome:
     error: Mapping[str, Any] | None
     response_id: str | None = None
     response_model: str | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +471,7 @@ class _Builder:
             error if isinstance(error, dict) else None,
             _str_or_none(entry.get("response_id")),
             _str_or_none(entry.get("response_model")),
+            _cost_or_none(entry.get("cost_usd")),
         )
 
     def check_seq(self, entry: dict[str, Any], line: int) -> None:
@@ -554,6 +557,12 @@ def _with_notice(turn: Turn, notice: str) -> Turn:
     if turn.prompt is not None or turn.prompt_notice not in (None, NOTICE_BEFORE_FIRST):
         return turn
     return replace(turn, prompt_notice=notice)
+
+
+def _cost_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _turn_draft(

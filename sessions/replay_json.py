@@ -22,6 +22,7 @@ def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
         "error": outcome.error,
         "responseId": outcome.response_id,
         "responseModel": outcome.response_model,
+        "costUsd": outcome.cost_usd,
     }
 
 

@@ -20,7 +20,8 @@ class Frame:
 def layout(title: str, body: Markup, frame: Frame | None = None) -> Markup:
     """A whole HTML document: our stylesheet and script only (no CDN, no inline code)."""
     frame = frame or Frame()
-    bar: list[Markup] = [tag("a", "Sessions", href=urls.index(), class_="brand")]
+    bar: list[Markup] = [tag("a", "Sessions", href=urls.index(), class_="brand"),
+                         tag("a", "Usage", href=urls.usage(), class_="nav")]
     if frame.tenant is not None:
         shown = "all tenants" if frame.tenant == ALL_TENANTS else f"tenant {frame.tenant}"
         bar.append(tag("span", shown, class_="badge tenant"))

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.admin import urls
 from app.admin.markup import Markup, join, tag
+from sessions.cache_bust import CacheBust
 from sessions.encoding import dumps
 from sessions.replay import Outcome, PromptVersion, Replay, Turn
 from sessions.scan import message_text
@@ -144,8 +145,9 @@ def _usage_text(usage: Mapping[str, Any] | None) -> str | None:
     return ", ".join(f"{k} {v}" for k, v in usage.items())
 
 
-def turn_summary(replay: Replay, turn: Turn) -> Markup:
-    """The one-line summary of a call: number, model, prompt, stop reason, cost, error."""
+def turn_summary(replay: Replay, turn: Turn, bust: CacheBust | None = None) -> Markup:
+    """The one-line summary of a call: number, model, prompt, stop reason, usage, cost, error,
+    and ``bust``: the cache-busting change this call was the first to send, if any."""
     outcome = replay.outcome_of(turn)
     bits: list[Markup | str] = [tag("strong", f"Call {turn.index}")]
     if turn.model:
@@ -159,14 +161,26 @@ def turn_summary(replay: Replay, turn: Turn) -> Markup:
         usage = _usage_text(outcome.usage)
         if usage:
             bits.append(tag("span", usage, class_="muted"))
+        if outcome.cost_usd is not None:
+            bits.append(tag("span", money(outcome.cost_usd), class_="cost"))
         if outcome.error:
             bits.append(tag("span", f"error {outcome.error.get('kind', '?')}", class_="badge bad"))
     elif turn.assistant is None:
         bits.append(tag("span", "no answer recorded", class_="badge warn"))
+    if bust is not None:
+        bits.append(tag("span", bust.message, class_="badge warn cache-bust",
+                        title="the cached prompt prefix was rebuilt from here on"
+                              + (" (the stable prefix every conversation shares)"
+                                 if bust.stable else "")))
     if not turn.rebuildable:  # replay offers no body for it, and says why
         bits.append(tag("span", turn.status_text, class_="badge bad", data_status=turn.status))
     bits.extend(tag("span", note, class_="badge warn") for note in turn.notes)
     return join(bits, " · ")
+
+
+def money(value: float) -> str:
+    """US dollars, with enough places for a single call's fraction of a cent."""
+    return f"${value:.4f}" if value >= 0.01 or value == 0 else f"${value:.6f}"
 
 
 def _facts(rows: Sequence[tuple[str, Markup | str | None]]) -> Markup:
@@ -181,6 +195,7 @@ def _outcome_rows(outcome: Outcome | None) -> list[tuple[str, Markup | str | Non
         ("stop reason", outcome.stop_reason),
         ("usage", _usage_text(outcome.usage)),
         ("latency", f"{outcome.latency_ms:.1f} ms" if outcome.latency_ms is not None else None),
+        ("cost", money(outcome.cost_usd) if outcome.cost_usd is not None else None),
         ("error", tag("code", compact(outcome.error)) if outcome.error else None),
     ]
 

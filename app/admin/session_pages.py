@@ -9,7 +9,7 @@ long session costs O(log size) to show instead of O(calls x window).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.admin import urls
@@ -20,26 +20,40 @@ from app.admin.pages import Frame, layout
 from app.admin.render import (
     Where,
     message_view,
+    money,
     notice_marker,
     pretty,
     prompt_marker,
     turn_request,
     turn_summary,
 )
+from sessions.cache_bust import CacheBust, cache_busts
 from sessions.drift import METRICS, DriftPoint
+from sessions.pricing import PriceTable
 from sessions.replay import PromptVersion, Replay, Turn
+from sessions.usage import UsageRow, aggregate, calls_of, total
 
 INLINE_BUDGET = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class SessionView:
-    """A replayed session and what the page needs around it."""
+    """A replayed session and what the page needs around it: ``busts`` are its cache-busting
+    changes by call number, ``prices`` the table for calls recorded without a cost."""
 
     replay: Replay
     where: Where
     size: int
     frame: Frame
+    busts: Mapping[int, CacheBust] = field(default_factory=dict)
+    prices: PriceTable = field(default_factory=PriceTable)
+
+    @classmethod
+    def of(cls, replay: Replay, where: Where, size: int, frame: Frame,
+           prices: PriceTable | None = None) -> SessionView:
+        """The view with its cache-busting changes found (a pass over the calls)."""
+        return cls(replay, where, size, frame, {b.call: b for b in cache_busts(replay)},
+                   prices or PriceTable())
 
 
 # -- session page ------------------------------------------------------------------------------
@@ -62,6 +76,7 @@ def _header(view: SessionView) -> Markup:
     errors = sum(1 for o in outcomes if o.error)
     models = sorted({t.model for t in replay.turns if t.model})
     usage = ", ".join(f"{k} {v:g}" for k, v in _usage_totals(replay).items())
+    spent = total(aggregate(calls_of(replay, view.prices), "tenant"))
     rows: list[tuple[str, str]] = [
         ("tenant", str(h.get("tenant") or view.where.tenant)),
         ("channel", str(h.get("channel") or "—")),
@@ -73,10 +88,25 @@ def _header(view: SessionView) -> Markup:
         ("prompt versions", str(len(replay.prompts))),
         ("models", ", ".join(models) or "—"),
         ("usage", usage or "—"),
+        ("cost", _cost_text(spent) if spent.calls else "—"),
+        ("cache", _cache_text(spent) if spent.input_total else "—"),
         ("provider time", f"{latency / 1000:.2f} s" if outcomes else "—"),
         ("log size", f"{view.size:,} bytes"),
     ]
     return tag("dl", [[tag("dt", k), tag("dd", v)] for k, v in rows], class_="facts header")
+
+
+def _cost_text(spent: UsageRow) -> str:
+    text = money(spent.cost_usd)
+    if spent.unpriced:
+        text += f" (+{spent.unpriced} call(s) of a model without a price)"
+    return text
+
+
+def _cache_text(spent: UsageRow) -> str:
+    share = spent.cache_read / spent.input_total
+    return (f"{spent.cache_read:,} input tokens read from the cache ({share:.0%} of input), "
+            f"{spent.cache_write:,} written")
 
 
 def _notices(replay: Replay) -> Markup:
@@ -175,7 +205,8 @@ def _turn_block(view: SessionView, turn: Turn, inline: bool) -> Markup:
                    class_="lazy",
                    data_src=urls.turn(where.session_id, where.tenant, where.home, turn.index,
                                       fragment=True))
-    return tag("details", tag("summary", turn_summary(view.replay, turn)), body,
+    return tag("details", tag("summary", turn_summary(view.replay, turn,
+                                                     view.busts.get(turn.index))), body,
                class_="turn", id=f"call-{turn.index}")
 
 
@@ -240,7 +271,7 @@ def turn_page(view: SessionView, turn: Turn) -> Markup:
     body = join([
         tag("p", tag("a", f"← session {where.session_id}", href=back)),
         tag("h1", f"Call {turn.index}"),
-        tag("p", turn_summary(replay, turn)),
+        tag("p", turn_summary(replay, turn, view.busts.get(turn.index))),
         turn_request(replay, turn),
         tag("details", tag("summary", "Request body as rebuilt by replay (JSON)"),
             tag("pre", pretty(replay.request(turn)), class_="json"))

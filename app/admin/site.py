@@ -6,6 +6,7 @@ Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
     GET  /admin/session/{id}                one session     ?tenant=&metric=
     GET  /admin/session/{id}/turn/{n}       one provider call (``&fragment=1``: just its body)
     GET  /admin/session/{id}/diff?a=&b=     section diff of prompt versions a and b
+    GET  /admin/usage                       cost per day (chart) and per session ?tenant=&days=
     GET  /admin/login, POST /admin/login    the token form; sets the login cookie
     POST /admin/logout                      clears it
     GET  /admin/static/{name}               admin.css, admin.js (package data)
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -39,11 +41,14 @@ from app.admin.session_pages import (
     session_page,
     turn_page,
 )
+from app.admin.usage_page import days_of, usage_page
 from sessions.drift import DEFAULT_METRIC, METRICS, drift
 from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
 from sessions.names import validate_session_id
+from sessions.pricing import PriceTable
 from sessions.replay import replay_bytes
 from sessions.store import SessionInfo
+from sessions.usage import aggregate, calls_of
 
 log = logging.getLogger("gateway.admin")
 
@@ -60,6 +65,8 @@ _HEADERS = {
     "X-Frame-Options": "DENY",
 }
 MAX_QUERY_CHARS = 200
+DEFAULT_USAGE_DAYS = 30
+MAX_USAGE_DAYS = 366
 
 
 class SessionSource(Protocol):
@@ -106,9 +113,10 @@ class AdminSite:
     """The session viewer over a read-only :class:`SessionSource`, guarded by :class:`Access`."""
 
     def __init__(self, source: SessionSource, access: Access, *,
-                 inline_budget: int = INLINE_BUDGET) -> None:
+                 inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None) -> None:
         self.source = source
         self.access = access
+        self.prices = prices or PriceTable()
         self.inline_budget = inline_budget
         folder = resources.files("app.admin") / "static"
         # two small files, read once when the gateway is composed, never per request
@@ -126,6 +134,7 @@ class AdminSite:
             web.get(f"{p}/session/{{id}}", self._guard(self._session)),
             web.get(f"{p}/session/{{id}}/diff", self._guard(self._diff)),
             web.get(f"{p}/session/{{id}}/turn/{{n}}", self._guard(self._turn)),
+            web.get(f"{p}/usage", self._guard(self._usage)),
             web.get(f"{p}/{{tail:.*}}", self._guard(self._not_found)),
         ]
 
@@ -249,8 +258,9 @@ class AdminSite:
         session_id = validate_session_id(request.match_info["id"])
         data = await self.source.read_log(tenant, session_id)
         replay = await asyncio.to_thread(replay_bytes, data)
-        return SessionView(replay, Where(session_id, tenant, self.access.home), len(data),
-                           self._frame(request, tenant))
+        return await asyncio.to_thread(
+            SessionView.of, replay, Where(session_id, tenant, self.access.home), len(data),
+            self._frame(request, tenant), self.prices)
 
     async def _session(self, request: web.Request) -> web.StreamResponse:
         metric = request.query.get("metric") or DEFAULT_METRIC
@@ -275,6 +285,37 @@ class AdminSite:
         if request.query.get("fragment"):
             return html(await asyncio.to_thread(turn_request, view.replay, turn))
         return html(await asyncio.to_thread(turn_page, view, turn))
+
+    async def _usage(self, request: web.Request) -> web.StreamResponse:
+        tenant = self.access.tenant_for(request.query.get("tenant"))
+        span = _int(request.query.get("days"), "days", DEFAULT_USAGE_DAYS)
+        if span > MAX_USAGE_DAYS:
+            raise Refused(400, f"days must be at most {MAX_USAGE_DAYS}")
+        today = datetime.now(UTC).date()
+        since = datetime.combine(today - timedelta(days=span - 1), datetime.min.time(), UTC)
+        logs: list[bytes] = []
+        for info in await self.source.list_sessions(None if tenant == ALL_TENANTS else tenant):
+            if info.modified < since.timestamp():
+                continue  # nothing in it was written in these days
+            try:
+                logs.append(await self.source.read_log(info.tenant, info.session_id))
+            except (SessionNotFoundError, OSError):
+                continue  # pruned meanwhile, or unreadable: the page shows what it can read
+        cutoff = since.strftime("%Y-%m-%dT%H:%M:%S")
+        frame = self._frame(request, tenant)
+
+        def render() -> Markup:
+            calls = []
+            for data in logs:
+                try:
+                    calls += [c for c in calls_of(replay_bytes(data), self.prices)
+                              if c.ts is not None and c.ts >= cutoff]
+                except SessionReadError:
+                    continue
+            days = days_of(aggregate(calls, "day"), today, span)
+            return usage_page(days, aggregate(calls, "session"), span, self.access.home, frame)
+
+        return html(await asyncio.to_thread(render))
 
     async def _diff(self, request: web.Request) -> web.StreamResponse:
         a = _int(request.query.get("a"), "version a")

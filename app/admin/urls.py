@@ -37,5 +37,9 @@ def diff(session_id: str, tenant: str, home: str, a: int, b: int) -> str:
     return session(session_id, tenant, home, "/diff", a=a, b=b)
 
 
+def usage(**params: str | int | None) -> str:
+    return f"{PREFIX}/usage{_query(params)}"
+
+
 def static(name: str) -> str:
     return f"{PREFIX}/static/{name}"

@@ -21,6 +21,7 @@ from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandErr
 from app.commands.progress import progress
 from app.commands.replay import load
 from sessions import drift as drift_mod
+from sessions.cache_bust import cache_busts
 from sessions.errors import InvalidNameError, SessionError
 from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, replay_bytes
@@ -80,6 +81,11 @@ async def run(
             if replay.notice:
                 out.write(f"notice: {replay.notice}\n")
     _write(rows, args.format, out, with_session=bool(args.all))
+    if args.format == "table" and not args.all:
+        for bust in cache_busts(replay):
+            out.write(f"call {bust.call} (prompt v{bust.version}): {bust.message}"
+                      + (" (the stable prefix every conversation shares)" if bust.stable else "")
+                      + "\n")
     return code
 
 

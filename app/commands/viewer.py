@@ -22,6 +22,8 @@ from aiohttp import web
 from app.admin import Access, AdminSite, SessionSource
 from app.commands.common import EXIT_USAGE, CommandError
 from app.config import Settings
+from app.prices import load_prices
+from gateway.errors import ConfigError
 from gateway.hosts import is_loopback
 from sessions.errors import InvalidNameError
 
@@ -70,8 +72,12 @@ async def run(args: argparse.Namespace, source: SessionSource, settings: Setting
     access = access_for(args.host, admin_token(settings), args.tenant)
     if not await asyncio.to_thread(data_dir.is_dir):
         raise CommandError(f"no such data directory: {data_dir}", EXIT_USAGE)
-    runner = web.AppRunner(AdminSite(source, access).application(), access_log=None,
-                           handle_signals=False)
+    try:
+        prices = load_prices(settings.prices_file)
+    except ConfigError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    runner = web.AppRunner(AdminSite(source, access, prices=prices).application(),
+                           access_log=None, handle_signals=False)
     await runner.setup()
     try:
         try:

@@ -305,7 +305,8 @@ async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
     assert rec["response"] == NOON
     assert rec["outcome"] == {"stopReason": "end_turn", "usage": {"input_tokens": 30,
                               "output_tokens": 7}, "latencyMs": 80.0, "error": None,
-                              "responseId": "msg_2", "responseModel": "claude-test-20261201"}
+                              "responseId": "msg_2", "responseModel": "claude-test-20261201",
+                              "costUsd": None}
     failed = jsonl_record(replay, replay.turn(3))
     assert (failed["response"], failed["outcome"]["error"]) == (
         None, {"kind": "timeout", "message": "no answer"})

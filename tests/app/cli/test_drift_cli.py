@@ -16,6 +16,7 @@ from app.cli import main
 from sessions.drift import COLUMNS, as_dicts, drift
 from sessions.replay import replay_bytes
 from tests.sessions.helpers import SEED_DIR
+from tests.sessions.test_cache_bust import NEW_SOUL, A, B, Log
 from tests.sessions.test_drift import VERSIONS, build_drift_session
 
 
@@ -85,7 +86,7 @@ def test_table_is_readable(cli: Callable[..., Result]) -> None:
     assert [(r[0], r[4], r[5]) for r in rows] == [
         ("1", "mood", "yes"), ("2", "mood", "yes"), ("3", "mood", "no"), ("4", "mood", "yes"),
     ]
-    assert rows[1][-6:] == ["13", "+5", "-4", "0.667", "0.667", "0.333"]
+    assert rows[1][-7:] == ["13", "+5", "-4", "0.667", "0.667", "0.333", "no"]
 
 
 def test_csv_with_repeated_section_option(cli: Callable[..., Result]) -> None:
@@ -191,3 +192,21 @@ def test_bad_format_is_an_argparse_error(cli: Callable[..., Result]) -> None:
     result = cli("drift", "--format", "xml")
     assert result.code == 2
     assert "invalid choice" in result.err
+
+
+def test_gateway_drift_names_the_change(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The drift table ends with one line per cache-busting change."""
+    log = Log()
+    log.call(A)
+    log.call(NEW_SOUL)
+    log.call(B)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(log.bytes())
+    assert main(["drift", str(path), "--data-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [
+        "call 2 (prompt v2): cache-busting change in section soul (the stable prefix every "
+        "conversation shares)",
+        "call 3 (prompt v3): cache-busting change in section soul (the stable prefix every "
+        "conversation shares)"]

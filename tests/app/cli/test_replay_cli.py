@@ -268,7 +268,7 @@ def test_turn_json_has_exactly_the_documented_keys(cli: Callable[..., Result]) -
         "params": {"max_tokens": 256},
         "tools": list(TOOLS_A),
         "outcome": {"stopReason": "end_turn", "usage": None, "latencyMs": None, "error": None,
-                    "responseId": None, "responseModel": None},
+                    "responseId": None, "responseModel": None, "costUsd": None},
     }
 
 
