@@ -133,7 +133,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
     store = compose.build_store(settings)
     try:
         if args.command == "replay":
-            return await replay_cmd.run(args, store, data_dir=settings.data_dir)
+            return await replay_cmd.run(args, store, data_dir=settings.data_dir,
+                                        blobs=compose.blob_store_for(store, settings.data_dir))
         if args.command == "sessions":
             return await sessions_db_cmd.run(args, store)
         if args.command == "viewer":

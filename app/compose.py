@@ -7,6 +7,7 @@ gateway is one stateless worker among several: see :mod:`gateway.coordination`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +26,10 @@ from gateway.coordination import Coordinator, supports_fencing
 from gateway.errors import ConfigError
 from gateway.history import StoreHistory
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.media.images import IMAGE_LIMITS
+from gateway.media.intake import MediaIntake
+from gateway.media.policy import MediaLimits
+from gateway.media.transcribe import Transcriber
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
@@ -36,8 +41,11 @@ from gateway.prompt import PromptSource
 from gateway.providers.base import Provider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
+from gateway.send_file import SendFileTool
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
+from sessions.blob_files import FileBlobStore
+from sessions.blobs import BlobStore
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres import schema as pg_schema
 from sessions.store import Durability, SessionStore
@@ -71,6 +79,49 @@ def open_store(data_dir: Path, store_url: str | None = None, *,
 
         return PostgresSessionStore(store_url, schema=schema)
     return JsonlSessionStore(data_dir, durability=durability)
+
+
+def blob_store_for(store: SessionStore, data_dir: Path,
+                   durability: Durability = "turn") -> BlobStore:
+    """The blob store that lives with ``store``: the PostgreSQL table beside its sessions, or
+    files beside the JSONL logs (as durable as they are)."""
+    # A PostgreSQL store's module is loaded exactly when such a store exists.
+    pg = sys.modules.get("sessions.postgres.store")
+    if pg is not None and isinstance(store, pg.PostgresSessionStore):
+        from sessions.postgres.blobs import PostgresBlobStore
+
+        return PostgresBlobStore(store)
+    if isinstance(store, JsonlSessionStore):
+        return FileBlobStore(store.data_dir, durable=store.durability != "none")
+    return FileBlobStore(data_dir, durable=durability != "none")
+
+
+def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | None:
+    """Speech to text: the OpenAI endpoint when ``GATEWAY_TRANSCRIPTION_MODEL`` is set, the
+    offline fake with the offline provider (so ``make run`` shows voice notes), else none."""
+    if settings.transcription_model:
+        from gateway.providers.transcription import OpenAITranscriber
+
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
+        return OpenAITranscriber(api_key=key, model=settings.transcription_model,
+                                 base_url=settings.openai_base_url,
+                                 timeout=settings.provider_timeout,
+                                 max_retries=settings.provider_retries)
+    if provider.name == "offline":
+        from gateway.providers.offline import OfflineTranscriber
+
+        return OfflineTranscriber()
+    return None
+
+
+def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
+                 transcriber: Transcriber | None) -> MediaIntake:
+    """Attachments are fitted to the limits of the provider's request shape."""
+    return MediaIntake(
+        blobs, limits=MediaLimits(max_bytes=settings.max_attachment_bytes,
+                                  max_count=settings.max_attachments),
+        images=IMAGE_LIMITS[provider.shape], transcriber=transcriber,
+    )
 
 
 def build_coordinator(settings: Settings) -> Coordinator:
@@ -141,11 +192,13 @@ def build_loop(
     tools: ToolRegistry | None = None,
     hooks: Sequence[BeforeCallHook] | None = None,
     observer: TurnObserver = NO_OBSERVER,
+    blobs: BlobStore | None = None,
 ) -> AgentLoop:
     if prompts is None or tools is None:
         workspace = PersonaWorkspace(settings.persona_root)
         prompts = prompts or workspace
-        tools = tools or ToolRegistry(persona_tools(workspace))
+        extra = [SendFileTool(blobs)] if blobs is not None else []
+        tools = tools or ToolRegistry([*persona_tools(workspace), *extra])
     return AgentLoop(
         provider=provider, prompts=prompts, tools=tools,
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook],
@@ -155,6 +208,7 @@ def build_loop(
                               prompt_cache=settings.prompt_cache),
         observer=observer,
         accounting=Accounting(metrics, load_prices(settings.prices_file)),
+        blobs=blobs,
     )
 
 
@@ -211,18 +265,23 @@ def build_gateway(
     access: AccessPolicy | None = None,
     coordinator: Coordinator | None = None,
     observer: TurnObserver | None = None,
+    blobs: BlobStore | None = None,
+    transcriber: Transcriber | None = None,
 ) -> Gateway:
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
     observer = observer or build_observer(settings)
     coordinator = coordinator or build_coordinator(settings)
     store = store or build_store(settings)
+    blobs = blobs or blob_store_for(store, settings.data_dir, settings.durability)
     if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
         raise ConfigError("several workers need a session store with fencing tokens "
                           "(PostgreSQL: GATEWAY_STORE_URL)")
     provider = provider or build_provider(settings)
+    transcriber = transcriber or build_transcriber(settings, provider)
+    intake = build_intake(settings, provider, blobs, transcriber)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
-                      observer=observer)
+                      observer=observer, blobs=blobs)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
@@ -231,13 +290,14 @@ def build_gateway(
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     dedup=coordinator.dedup, conversations=coordinator.conversations)
     chosen = (list(channels) if channels is not None
-              else build_channels(settings, StoreHistory(store), metrics, coordinator))
+              else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
 
     async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
         await (sink or gateway.sink_for(inbound)).finish(text)
 
     policy = access or build_access(settings, coordinator)
-    gate = AccessGate(policy, router.deliver, notify, metrics)
+    # The intake sits behind the gate: only people allowed to talk get files stored.
+    gate = AccessGate(policy, intake.wrap(router.deliver), notify, metrics)
     gateway = Gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
@@ -245,5 +305,6 @@ def build_gateway(
         extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
         observer=observer,
         services=[policy.pairing] if isinstance(policy.pairing, LivePairing) else [],
+        closing=[blobs.aclose] + ([transcriber.aclose] if transcriber is not None else []),
     )
     return gateway

@@ -40,6 +40,7 @@ def web_channel(settings: Settings, history: History) -> Channel:
         max_message_chars=settings.max_message_chars,
         reply_timeout=settings.provider_timeout + 30.0,
         shutdown_grace=settings.shutdown_grace,
+        max_body_bytes=settings.max_request_bytes,
     )
 
 
@@ -63,9 +64,11 @@ def telegram_channel(settings: Settings, metrics: Metrics, coordinator: Coordina
         stall_seconds=settings.telegram_stall_seconds,
         close_grace=settings.shutdown_grace,
         typing_delay=settings.typing_delay,
+        max_attachment_bytes=settings.max_attachment_bytes,
     )
     rate_limited = settings.telegram_rate_limit == "on"
-    bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited)
+    bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited,
+                    base_file_url=settings.telegram_file_base_url)
     dedup = _dedup(settings, coordinator, "telegram", "telegram-updates.jsonl", DEDUP_TTL)
     # One election per bot (a hash of the token names it, never the token itself).
     bot_hash = hashlib.sha256(token.encode()).hexdigest()[:16]
@@ -99,6 +102,7 @@ def slack_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator
         typing_delay=settings.typing_delay,
         dedup=_dedup(settings, coordinator, "slack", "slack-events.jsonl", DEDUP_TTL),
         elector=elector,
+        max_attachment_bytes=settings.max_attachment_bytes,
     )
 
 
@@ -108,6 +112,7 @@ def console_channel(settings: Settings, history: History, *, conversation: str,
 
     return ConsoleChannel(history=history, conversation=conversation,
                           max_message_chars=settings.max_message_chars,
+                          max_attachment_bytes=settings.max_attachment_bytes,
                           replay_command=replay_command)
 
 

@@ -63,6 +63,15 @@ class Settings(BaseSettings):
     web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
 
+    # -- attachments ----------------------------------------------------------------------------
+    max_attachment_bytes: int = Field(20 * 1024 * 1024, ge=1,
+                                      validation_alias=_env("GATEWAY_MAX_ATTACHMENT_BYTES"))
+    max_attachments: int = Field(10, ge=0, le=100, validation_alias=_env("GATEWAY_MAX_ATTACHMENTS"))
+    # Speech to text through the OpenAI audio endpoint (OPENAI_BASE_URL, OPENAI_API_KEY);
+    # unset: voice notes are refused, except with the offline provider (a fake transcriber).
+    transcription_model: str | None = Field(None,
+                                            validation_alias=_env("GATEWAY_TRANSCRIPTION_MODEL"))
+
     idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
     typing_delay: float = Field(0.5, ge=0, validation_alias=_env("GATEWAY_TYPING_DELAY"))
     pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
@@ -93,6 +102,8 @@ class Settings(BaseSettings):
     telegram_webhook_url: str | None = Field(None, validation_alias=_env("TELEGRAM_WEBHOOK_URL"))
     telegram_api_base_url: str | None = Field(None,
                                               validation_alias=_env("TELEGRAM_API_BASE_URL"))
+    telegram_file_base_url: str | None = Field(None,
+                                               validation_alias=_env("TELEGRAM_FILE_BASE_URL"))
     telegram_allowed_users: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_USERS"))
     telegram_allowed_chats: str = Field("", validation_alias=_env("TELEGRAM_ALLOWED_CHATS"))
     telegram_group_mode: Literal["mention", "all"] = Field(
@@ -186,6 +197,12 @@ class Settings(BaseSettings):
     def id_list(value: str) -> frozenset[str]:
         """A comma-separated allowlist setting as a set (ids or @usernames, trimmed)."""
         return frozenset(v.strip() for v in value.split(",") if v.strip())
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The HTTP body limit: one attachment at the size limit, base64-encoded, plus room
+        for the rest of the request (at least 2 MiB)."""
+        return max(2 * 1024 * 1024, self.max_attachment_bytes * 4 // 3 + 1024 * 1024)
 
     @property
     def persona_root(self) -> Path:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -57,6 +57,7 @@ class Gateway:
         coordinator: Coordinator,
         observer: TurnObserver = NO_OBSERVER,
         services: Sequence[AbstractAsyncContextManager[object]] = (),
+        closing: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
         self.store = store
         self.provider = provider
@@ -70,6 +71,8 @@ class Gateway:
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
         self.web_app = web.Application(client_max_size=2 * 1024 * 1024)
+        self._closing = list(closing)
+        """More things to close after the store (the blob store, the transcription client)."""
         self.deliver: Deliver = deliver or router.deliver
         """What channels hand inbound messages to: the access gate in front of the router."""
         self.coordinator = coordinator
@@ -178,6 +181,8 @@ class Gateway:
         await _quietly(self.router.__aexit__(None, None, None), "router")
         await _quietly(self.registry.aclose(), "sessions")
         await _quietly(self.coordinator.aclose(), "coordinator")
+        for close in self._closing:
+            await _quietly(close(), "attachments")
         await _quietly(self.store.aclose(), "store")
         await _quietly(self.provider.aclose(), "provider")
         await _quietly(self.observer.aclose(), "traces")

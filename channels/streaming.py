@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+from gateway.errors import ChannelError
+from gateway.messages import OutboundFile
 
 TYPING_DELAY = 0.5
 """Seconds a turn runs before the typing indicator is shown."""
@@ -35,6 +38,14 @@ class EditTarget(Protocol):
     async def deliver_final(self, text: str, preview: str | None) -> None:
         """Render and deliver the final text, replacing the preview message if there is one."""
         ...
+
+
+@runtime_checkable
+class FileTarget(Protocol):
+    """A target that can also send a file as its own message (raising ChannelError when the
+    platform refuses it)."""
+
+    async def send_file(self, file: OutboundFile) -> None: ...
 
 
 class EditStreamer:
@@ -100,6 +111,12 @@ class EditStreamer:
     async def fail(self, text: str) -> None:
         await self._stop_typing()
         await self.target.deliver_final(text, self._ref)
+
+    async def send_file(self, file: OutboundFile) -> None:
+        """Deliver a file now (the ``send_file`` tool); the text stream goes on after it."""
+        if not isinstance(self.target, FileTarget):
+            raise ChannelError("this channel cannot send files")
+        await self.target.send_file(file)
 
     async def _stop_typing(self) -> None:
         self._done = True

@@ -105,6 +105,13 @@ def encode_item(item: QueueItem, origin: str) -> str:
         "received_at": inbound.received_at,
         "meta": dict(inbound.meta),
     }
+    # Attachments are taken in (stored as blobs) before a message is queued; only their
+    # references travel, never their bytes.
+    assert not inbound.attachments, "attachments are taken in before queueing"
+    if inbound.parts:
+        body["parts"] = [dict(p) for p in inbound.parts]
+    if inbound.notice is not None:
+        body["notice"] = inbound.notice
     # Channel meta is plain data; anything else is kept as text rather than refused.
     return f"{item.id} {orjson.dumps(body, default=str).decode()}"
 
@@ -122,6 +129,8 @@ def decode_item(raw: str, *, resumed: bool = False) -> WireItem:
         chat_type=body.get("chat_type", "private"),
         received_at=float(body.get("received_at") or 0.0),
         meta=body.get("meta") or {},
+        parts=tuple(body.get("parts") or ()),
+        notice=body.get("notice"),
     )
     item = QueueItem(inbound, kind=body.get("kind", "message"), id=item_id, resumed=resumed)
     return WireItem(item, str(body.get("origin", "")), bool(body.get("relay")))

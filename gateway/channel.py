@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from gateway.messages import Inbound
+from gateway.messages import Inbound, OutboundFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,19 @@ class ReplySink(Protocol):
     async def finish(self, text: str) -> None: ...
 
     async def fail(self, text: str) -> None: ...
+
+
+@runtime_checkable
+class FileSink(Protocol):
+    """A reply sink that can also deliver a file (Telegram document, Slack upload, web
+    download link, console listing).
+
+    Contract: :meth:`send_file` delivers ``file`` to the person now, as its own message, while
+    the turn goes on; it raises :class:`gateway.errors.ChannelError` when the platform refused
+    it (the tool reports that to the model) and never for a text stream still open.
+    """
+
+    async def send_file(self, file: OutboundFile) -> None: ...
 
 
 class Deliver(Protocol):

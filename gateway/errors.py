@@ -9,6 +9,7 @@
     │   ├── ProviderRateLimited 429 from the provider
     │   ├── ProviderUnavailable 5xx / 529 overloaded / connection refused
     │   └── ProviderStreamCut   the stream ended before its final event
+    ├── TranscriptionError      a voice note could not be transcribed (the person is told)
     ├── ToolError               a tool failed; its message goes back to the model as a tool_result
     ├── ChannelError            a channel could not start or send
     └── NotRecordedError        the session log refused a write the turn needs (closed, broken,
@@ -52,6 +53,14 @@ class ProviderUnavailable(ProviderError):
 
 class ProviderStreamCut(ProviderError):
     kind = "stream_cut"
+
+
+class TranscriptionError(GatewayError):
+    """Transcription failed. ``kind`` is short and safe to log; never the audio or its text."""
+
+    def __init__(self, message: str, *, kind: str = "transcription_error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ToolError(GatewayError):

@@ -31,11 +31,36 @@ class Sender:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file a person sent, as a channel hands it in: downloaded bytes and what the platform
+    claims about them (the core sniffs the real type from the bytes).
+
+    ``kind`` is the platform's word for it (``photo``, ``document``, ``voice``, ``audio``,
+    ``video_note``, ``sticker``, ``video``, ``file``). ``problem`` says why the channel did not
+    download it (``too-large``, ``download-failed``, ``unsupported``); ``data`` is then empty
+    and ``size`` what the platform declared. The core refuses those with a clear notice.
+    """
+
+    name: str
+    media_type: str = "application/octet-stream"
+    data: bytes = field(default=b"", repr=False)
+    kind: str = "file"
+    size: int | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """One message from a person, as a channel adapter hands it to the router.
 
     ``platform_id`` identifies the delivery on its platform (Telegram update id, Slack
     team/channel/ts) so duplicates can be dropped before they reach a session.
+
+    ``attachments`` are the files as the channel downloaded them. The core takes them in before
+    the message is recorded (:mod:`gateway.media.intake`): the bytes go to the blob store and
+    the inbound then carries ``parts`` instead, the content blocks recorded with the text
+    (references by hash, notes about files that were refused), and ``notice``, the sentence
+    the person is told about refused files. ``text`` may be empty when files came alone.
     """
 
     key: ConversationKey
@@ -45,6 +70,37 @@ class Inbound:
     chat_type: str = "private"
     received_at: float = 0.0
     meta: Mapping[str, Any] = field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
+    parts: tuple[Mapping[str, Any], ...] = ()
+    notice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file the agent sends to the person (the ``send_file`` tool): already in the blob
+    store under ``hash``, handed to the reply sink to deliver."""
+
+    name: str
+    media_type: str
+    data: bytes = field(repr=False)
+    hash: str
+
+
+def user_message(inbound: Inbound) -> dict[str, Any]:
+    """The user message recorded for ``inbound``: its text, or (once it carried files) a block
+    list of the attachment references, then the text, then notes about refused files."""
+    if not inbound.parts:
+        return {"role": "user", "content": inbound.text}
+    refs = [dict(p) for p in inbound.parts if p.get("type") == "attachment"]
+    notes = [dict(p) for p in inbound.parts if p.get("type") != "attachment"]
+    text = [{"type": "text", "text": inbound.text}] if inbound.text.strip() else []
+    return {"role": "user", "content": [*refs, *text, *notes]}
+
+
+def answerable(inbound: Inbound) -> bool:
+    """Whether there is anything for the model: text, or at least one accepted attachment.
+    (A message whose files were all refused is answered by its notice alone.)"""
+    return bool(inbound.text.strip()) or any(p.get("type") == "attachment" for p in inbound.parts)
 
 
 @dataclass(frozen=True, slots=True)

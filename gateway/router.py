@@ -31,7 +31,8 @@ from gateway.channel import Accepted, ReplySink, RouterClosedError
 from gateway.conversation import Conversation
 from gateway.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
 from gateway.dedup import Deduplicator
-from gateway.messages import ChannelContext, ConversationKey, Inbound
+from gateway.media.notice import with_notice
+from gateway.messages import ChannelContext, ConversationKey, Inbound, answerable, user_message
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
 from gateway.takeover import locate, prepare_rerun
@@ -150,8 +151,7 @@ class Router:
         # Counted from the moment get() returns (no await in between) until the worker runs.
         self._receiving[key] = self._receiving.get(key, 0) + 1
         try:
-            index = await conv.receive({"role": "user", "content": inbound.text},
-                                       meta_of(inbound))
+            index = await conv.receive(user_message(inbound), meta_of(inbound))
             item = QueueItem(inbound, sink or self.sink_for(inbound), index)
             self._start((await self.conversations.submit(item)).claim)
         finally:
@@ -266,7 +266,7 @@ class Router:
             found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
         if found is None:
             meta = {**meta_of(item.inbound), "item": item.id}
-            index = await conv.receive({"role": "user", "content": item.inbound.text}, meta)
+            index = await conv.receive(user_message(item.inbound), meta)
         elif found.status == "interrupted":
             log.info("%s: finishing a turn a stopped worker had started", key.label())
             index = found.index
@@ -302,16 +302,25 @@ class Router:
         assert item.sink is not None, "the router gives every item a sink"
         conv = await self.registry.get(key, context_of(item.inbound), fence=fence)
         conv.context = context_of(item.inbound)
+        if notice_only(item.inbound):
+            # Every file was refused and there is no text: the notice (recorded with the
+            # message) is the whole answer. The message joins the conversation in its turn's
+            # place, like any other, but no provider call is made.
+            conv.begin(item.index)
+            await item.sink.finish(item.inbound.notice or "")
+            self.metrics.turns.labels(channel=key.channel, outcome="refused").inc()
+            return
+        sink = with_notice(item.sink, item.inbound.notice)  # refused files first, same reply
         self.metrics.active_turns.inc()
         started = time.perf_counter()
         status = "error"
         try:
-            result = await self.loop.run_turn(conv, item.index, item.sink)
+            result = await self.loop.run_turn(conv, item.index, sink)
             status = result.status
         except Exception:
             log.exception("session %s: turn failed", conv.session_id)
             with contextlib.suppress(Exception):
-                await item.sink.fail(self.loop.settings.apology)
+                await sink.fail(self.loop.settings.apology)
         finally:
             self.metrics.active_turns.dec()
             self.metrics.turns.labels(channel=key.channel, outcome=status).inc()
@@ -330,13 +339,22 @@ class Router:
 
 
 def meta_of(inbound: Inbound) -> dict[str, Any]:
-    """The ``meta`` recorded with an inbound message (who sent it, its platform id)."""
+    """The ``meta`` recorded with an inbound message (who sent it, its platform id, and what
+    the person was told about files that were refused)."""
     meta: dict[str, Any] = {"sender": inbound.sender.id}
     if inbound.sender.name:
         meta["name"] = inbound.sender.name
     if inbound.platform_id is not None:
         meta["platform_id"] = inbound.platform_id
+    if inbound.notice:
+        meta["notice"] = inbound.notice
     return meta
+
+
+def notice_only(inbound: Inbound) -> bool:
+    """Every file was refused and there is no text: the notice is the whole answer (recorded
+    with the message), and no provider call is made."""
+    return bool(inbound.notice) and not answerable(inbound)
 
 
 def context_of(inbound: Inbound) -> ChannelContext:

@@ -42,6 +42,8 @@ from gateway.observe import CallInfo as ObservedCall
 from gateway.prompt import BuiltPrompt, PromptSource
 from gateway.providers.base import Provider, ProviderRequest, TextSink
 from gateway.tools import ToolRegistry
+from sessions.attachments import needed
+from sessions.blobs import BlobStore, load
 from sessions.records import CachePlan, CallRequest, Outcome, window_messages
 from sessions.scan import message_text
 
@@ -87,6 +89,7 @@ class AgentLoop:
         settings: LoopSettings | None = None,
         observer: TurnObserver = NO_OBSERVER,
         accounting: Accounting | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.provider = provider
         self.prompts = prompts
@@ -96,6 +99,8 @@ class AgentLoop:
         self.settings = settings or LoopSettings()
         self.observer = observer
         self.accounting = accounting or Accounting(metrics)
+        self.blobs = blobs
+        """Where attachment bytes are read from at send time (None: no attachments)."""
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
@@ -139,6 +144,12 @@ class AgentLoop:
             # compares with the log's last prompt, the one owner of "last prompt").
             reason = "initial" if conv.recorder.last_prompt is None else f"rebuilt:{built.cause}"
             window = conv.order.choose(conv.messages, self.settings.window_tokens)
+            messages = window_messages(conv.messages, window)
+            blobs = await self._blobs(conv, messages)
+            if blobs is None:  # never send (or record) a call whose attachments are gone
+                await sink.fail(self.settings.apology)
+                await conv.recorder.sync()
+                return TurnResult("apologised", self.settings.apology, calls)
             params = dict(self.provider.params())
             cache = self._cache_plan(built)
             request = CallRequest(
@@ -153,12 +164,13 @@ class AgentLoop:
                     raise NotRecordedError(conv.session_id, persisted.failure or FENCED)
                 sent = ProviderRequest(
                     system=prompt.text,
-                    messages=window_messages(conv.messages, window),
+                    messages=messages,
                     tools=self.tools.schemas,
                     model=self.provider.model,
                     params=params,
                     sections=prompt.texts,
                     cache=cache,
+                    blobs=blobs,
                 )
                 observed = turn.call_started(ObservedCall(
                     index=number, provider=self.provider.name, model=sent.model,
@@ -219,10 +231,10 @@ class AgentLoop:
                 args = use.get("input") or {}
                 tool = turn.tool_started(ToolInfo(name=use["name"], call_id=use["id"],
                                                   arguments=args))
-                result = await self.tools.run(use["name"], args, conv.context)
+                result = await self.tools.run(use["name"], args, conv.context, sink=sink)
                 tool.finished(result.text, is_error=result.is_error)
                 block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"],
-                                         "content": result.text}
+                                         "content": result.content()}
                 if result.is_error:
                     block["is_error"] = True
                 results.append(block)
@@ -252,6 +264,21 @@ class AgentLoop:
             return None
         return CachePlan(tools=bool(self.tools.schemas),
                          system=min(built.stable, len(built.prompt.sections)))
+
+    async def _blobs(self, conv: Conversation,
+                     messages: list[dict[str, Any]]) -> dict[str, bytes] | None:
+        """The bytes of the attachments these messages refer to, from the blob store; None
+        (logged with the missing hashes) when any of them cannot be read."""
+        refs = needed(messages)
+        if not refs:
+            return {}
+        found = {} if self.blobs is None else await load(self.blobs, conv.key.tenant, refs)
+        missing = [ref.hash for ref in refs if ref.hash not in found]
+        if missing:
+            log.error("session %s: attachment blob(s) missing from the blob store: %s",
+                      conv.session_id, ", ".join(missing))
+            return None
+        return found
 
     def _count_call(self, outcome: str, latency: float) -> None:
         labels = {"provider": self.provider.name, "model": self.provider.model,

@@ -13,9 +13,14 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
+from sessions.attachments import category, ref_of
 from sessions.records import MessageDict, Window
 
 CHARS_PER_TOKEN = 4
+IMAGE_TOKENS = 1600
+"""About what a provider charges for an image at its largest useful size."""
+PDF_BYTES_PER_TOKEN = 100
+"""A rough rate for PDFs (pages are read as text and as images); at least one image's worth."""
 
 
 def estimate_tokens(message: MessageDict) -> int:
@@ -25,11 +30,28 @@ def estimate_tokens(message: MessageDict) -> int:
         return len(content) // CHARS_PER_TOKEN + 4
     size = 0
     for block in content:
+        ref = ref_of(block)
+        if ref is not None:
+            size += _attachment_chars(block, ref.media_type, ref.size)
+            continue
         for key in ("text", "content", "input"):
             value = block.get(key)
             if value is not None:
                 size += len(value) if isinstance(value, str) else len(repr(value))
     return size // CHARS_PER_TOKEN + 4 * len(content) + 4
+
+
+def _attachment_chars(block: MessageDict, media_type: str, size: int) -> int:
+    """An attachment's estimate, in characters (the unit the rest of the estimate uses)."""
+    transcript = block.get("transcript")
+    if isinstance(transcript, str):
+        return len(transcript)
+    kind = category(media_type)
+    if kind == "image":
+        return IMAGE_TOKENS * CHARS_PER_TOKEN
+    if kind == "pdf":
+        return max(IMAGE_TOKENS, size // PDF_BYTES_PER_TOKEN) * CHARS_PER_TOKEN
+    return size  # text files: about one character a byte
 
 
 def is_plain_user(message: MessageDict) -> bool:

@@ -10,10 +10,12 @@ One tree, so callers can catch at the level they care about::
     ├── SessionWriteError       an append failed (entries kept for later, or refused); the log
     │                           still ends on a whole line
     ├── StaleWriterError        a writer whose lease/fence has been superseded tried to append
-    └── SessionReadError        a log that cannot be read as a session (replay's documented error)
-        ├── EmptySessionError   no bytes, or only a torn header
-        ├── CorruptHeaderError  line 1 is not a session header
-        └── NotARegularFileError  a directory, FIFO, device or symlink where a log should be
+    ├── SessionReadError        a log that cannot be read as a session (replay's documented error)
+    │   ├── EmptySessionError   no bytes, or only a torn header
+    │   ├── CorruptHeaderError  line 1 is not a session header
+    │   ├── NotARegularFileError  a directory, FIFO, device or symlink where a log should be
+    │   └── BlobMissingError    a message refers to attachment bytes the blob store lacks
+    └── BlobWriteError          attachment bytes could not be stored
 
 Replay never raises anything outside ``SessionReadError`` for bad input: a corrupt line in the
 middle of a file is reported as a :class:`Problem` with its line number, not raised.
@@ -89,3 +91,31 @@ class CorruptHeaderError(SessionReadError):
 class NotARegularFileError(SessionReadError):
     """What should be a log is a directory, FIFO, socket, device or symlink (never opened for
     reading beyond a non-blocking ``open``), or starts with an absurdly long line."""
+
+
+class BlobMissingError(SessionReadError, LookupError):
+    """A message refers to a blob (attachment bytes) that the blob store does not hold.
+
+    ``digest`` is the full sha256; ``label`` says which attachment (name, type, size). Replay
+    raises it for the call that cannot be rebuilt (``turn`` set), never a body without it.
+    """
+
+    def __init__(self, digest: str, label: str, *, turn: int | None = None,
+                 line: int | None = None) -> None:
+        what = f"blob sha256 {digest} is not in the blob store ({label})"
+        if turn is not None:
+            what = f"turn {turn} cannot be rebuilt: {what}"
+        super().__init__(what, line=line)
+        self.digest = digest
+        self.label = label
+        self.turn = turn
+
+
+class BlobWriteError(SessionError, OSError):
+    """Attachment bytes did not reach the blob store; nothing half-written is left under the
+    blob's name. ``kind`` is short and safe to log (an errno name or SQLSTATE)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        suffix = f": {detail}" if detail else ""
+        super().__init__(f"blob write failed ({kind}){suffix}")
+        self.kind = kind

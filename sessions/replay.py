@@ -28,8 +28,14 @@ from typing import Any, Final, Literal, TypeGuard, overload
 
 import orjson
 
+from sessions.attachments import BlobRef, needed
 from sessions.encoding import ESCAPED, unescape
-from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
+from sessions.errors import (
+    BlobMissingError,
+    CorruptHeaderError,
+    EmptySessionError,
+    SessionReadError,
+)
 from sessions.fingerprint import fingerprint
 from sessions.records import (
     PROMPT_JOINER,
@@ -233,11 +239,18 @@ class Replay:
     def outcome_of(self, turn: Turn) -> Outcome | None:
         return None if turn.call is None else self.outcomes.get(turn.call)
 
-    def request(self, turn: Turn, shape: Shape | None = None) -> dict[str, Any]:
+    def attachments(self, turn: Turn) -> list[BlobRef]:
+        """The blobs ``turn``'s request needs (each once), to load before :meth:`request`."""
+        return needed(self.sent(turn))
+
+    def request(self, turn: Turn, shape: Shape | None = None,
+                blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
         """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one).
 
+        ``blobs`` holds the bytes of :meth:`attachments` (hash -> bytes), from the blob store.
         Raises :class:`NotRebuildableError` for a call that was not recorded or misses a piece
-        (:attr:`Turn.status_text` says which), and
+        (:attr:`Turn.status_text` says which; a blob missing from ``blobs`` is named by hash),
+        and
         :class:`~sessions.errors.SessionReadError` when the recorded content blocks or tool
         schemas are too malformed to take that shape (a hand-edited or corrupted log).
         """
@@ -263,7 +276,13 @@ class Replay:
                 turn.params or {},
                 cache=turn.cache,
                 sections=sections,
+                blobs=blobs,
             )
+        except BlobMissingError as exc:  # the log is whole; the blob store lacks a piece
+            raise NotRebuildableError(
+                f"turn {turn.index} cannot be rebuilt: recorded but not rebuildable (blob "
+                f"sha256 {exc.digest} is not in the blob store: {exc.label})", line=turn.line
+            ) from exc
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             # The shapes index blocks and schemas as the providers define them; a log may hold
             # anything. Say which turn cannot be rebuilt instead of crashing the caller.

@@ -6,6 +6,10 @@ providers post exactly those bytes, so "sent" and "rebuilt" are equal byte for b
 deterministic: no I/O, no clocks, no randomness; tool-call arguments are serialised with
 orjson so the same input gives the same string every time. Prompt-cache markers are a separate
 step on the shaped body (:func:`sessions.caching.add_breakpoints`).
+
+Attachment references in messages are expanded here (:mod:`sessions.attachments`) from the
+``blobs`` the caller loaded (hash -> bytes): images, PDFs and text files become the shape's own
+blocks. Messages without attachments are shaped exactly as before.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from sessions.attachments import expand_anthropic, expand_openai, has_refs
 from sessions.caching import CachePlan, add_breakpoints
 from sessions.encoding import dumps
 from sessions.records import MessageDict, ToolSchema
@@ -27,13 +32,19 @@ def anthropic_body(
     tools: Sequence[ToolSchema],
     model: str,
     params: Mapping[str, Any],
+    blobs: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
-    """Body of ``POST /v1/messages``. Blocks are passed through as stored."""
+    """Body of ``POST /v1/messages``. Blocks are passed through as stored, attachment
+    references expanded."""
     body: dict[str, Any] = {"model": model}
     body.update(params)
     if system:
         body["system"] = system
-    body["messages"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    body["messages"] = [
+        {"role": m["role"], "content": expand_anthropic(m["content"], blobs or {})
+         if has_refs(m["content"]) else m["content"]}
+        for m in messages
+    ]
     if tools:
         body["tools"] = [dict(t) for t in tools]
     return body
@@ -45,6 +56,7 @@ def openai_body(
     tools: Sequence[ToolSchema],
     model: str,
     params: Mapping[str, Any],
+    blobs: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """Body of ``POST /v1/chat/completions`` (any OpenAI-compatible server)."""
     body: dict[str, Any] = {"model": model}
@@ -53,7 +65,7 @@ def openai_body(
     if system:
         out.append({"role": "system", "content": system})
     for message in messages:
-        out.extend(openai_messages(message))
+        out.extend(openai_messages(message, blobs))
     body["messages"] = out
     if tools:
         body["tools"] = [openai_tool(t) for t in tools]
@@ -71,8 +83,10 @@ def openai_tool(tool: ToolSchema) -> dict[str, Any]:
     }
 
 
-def openai_messages(message: MessageDict) -> list[dict[str, Any]]:
-    """One stored message as the OpenAI messages it becomes (tool results become ``tool`` roles)."""
+def openai_messages(message: MessageDict,
+                    blobs: Mapping[str, bytes] | None = None) -> list[dict[str, Any]]:
+    """One stored message as the OpenAI messages it becomes (tool results become ``tool`` roles;
+    a user message with attachments gets a list of content parts)."""
     role = message["role"]
     content = message["content"]
     if isinstance(content, str):
@@ -101,7 +115,11 @@ def openai_messages(message: MessageDict) -> list[dict[str, Any]]:
         for b in content
         if b.get("type") == "tool_result"
     ]
-    if texts:
+    if any(isinstance(b, dict) and b.get("type") == "attachment" for b in content):
+        parts = expand_openai(content, blobs or {})
+        if parts:
+            result.append({"role": role, "content": parts})
+    elif texts:
         result.append({"role": role, "content": "\n".join(texts)})
     return result
 
@@ -124,14 +142,15 @@ def request_body(
     *,
     cache: CachePlan | None = None,
     sections: Sequence[str] = (),
+    blobs: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """Dispatch to the body builder of ``shape``; for Anthropic, then place the ``cache``
     plan's breakpoints (``sections``: the texts the system prompt is joined from)."""
     if shape == "anthropic":
-        body = anthropic_body(system, messages, tools, model, params)
+        body = anthropic_body(system, messages, tools, model, params, blobs)
         return body if cache is None else add_breakpoints(body, cache, sections)
     if shape == "openai":
-        return openai_body(system, messages, tools, model, params)
+        return openai_body(system, messages, tools, model, params, blobs)
     raise ValueError(f"unknown request shape {shape!r} (choose from {', '.join(SHAPES)})")
 
 

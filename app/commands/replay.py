@@ -20,6 +20,9 @@ from typing import Any, TextIO
 
 from app.commands import rerun as rerun_cmd
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from sessions import blobs as blob_store
+from sessions.attachments import human_size, ref_of
+from sessions.blobs import BlobStore
 from sessions.encoding import dumps
 from sessions.errors import (
     InvalidNameError,
@@ -97,7 +100,7 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
 
 
 async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None,
-              data_dir: Path | None = None) -> int:
+              data_dir: Path | None = None, blobs: BlobStore | None = None) -> int:
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
     rerun_cmd.check_options(args)
     if args.raw and args.request is None:
@@ -108,14 +111,15 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
         raise CommandError("give a session id (or --list)")
     replay = await load(store, args.session, args.tenant)
     if args.rerun is not None:  # the one mode that sends a request (never writes the session)
-        return await rerun_cmd.run(args, replay, out, data_dir)
+        return await rerun_cmd.run(args, replay, out, data_dir, blobs)
     if args.request is not None:
         turn = _turn(replay, args.request)
         if not turn.rebuildable:
             raise CommandError(f"session {replay.session_id}: call {turn.index} cannot be "
                                f"rebuilt: {turn.status_text}", EXIT_UNREADABLE)
-        try:
-            body = replay.request(turn, args.shape)
+        found = await turn_blobs(replay, turn, blobs, args.tenant)
+        try:  # a missing blob: which one, which call; never a body without it
+            body = replay.request(turn, args.shape, found)
         except SessionReadError as exc:
             raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc
         if args.raw:
@@ -133,6 +137,17 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
     else:
         _print_summary(replay, out)
     return 0
+
+
+async def turn_blobs(replay: Replay, turn: Turn, blobs: BlobStore | None,
+                     tenant: str | None) -> dict[str, bytes]:
+    """The attachment bytes ``turn``'s request needs, from the session's tenant's blobs."""
+    refs = replay.attachments(turn)
+    if not refs or blobs is None:
+        return {}
+    owner = tenant or replay.header.get("tenant")
+    return await blob_store.load(blobs, owner if isinstance(owner, str) else DEFAULT_TENANT,
+                                 refs)
 
 
 def _turn(replay: Replay, number: int) -> Turn:
@@ -214,9 +229,25 @@ def describe(message: dict[str, Any]) -> str:
             result = message_text(block.get("content")) or ""
             error = " error" if block.get("is_error") else ""
             parts.append(f"<tool_result{error} {block.get('tool_use_id')}: {result}>")
+            parts.extend(attachment_label(b) for b in block.get("content") or []
+                         if isinstance(b, dict) and b.get("type") == "attachment")
+        elif kind == "attachment":
+            parts.append(attachment_label(block))
         else:
             parts.append(f"<{kind}>")
     return " ".join(parts)
+
+
+def attachment_label(block: dict[str, Any]) -> str:
+    """``<attachment photo.jpg image/jpeg 48.2 KB sha256:…>`` (``<sent file ...>`` for files
+    the agent sent), with the transcript of a voice note."""
+    ref = ref_of(block)
+    if ref is None:
+        return "<attachment (malformed)>"
+    what = "sent file" if block.get("sent") is True else "attachment"
+    label = f"<{what} {ref.name} {ref.media_type} {human_size(ref.size)} sha256:{ref.hash}>"
+    transcript = block.get("transcript")
+    return f"{label} transcript: {transcript}" if isinstance(transcript, str) else label
 
 
 def _print_summary(replay: Replay, out: TextIO) -> None:

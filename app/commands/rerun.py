@@ -29,8 +29,15 @@ from gateway.errors import ConfigError, ProviderError
 from gateway.providers.base import Provider, ProviderRequest
 from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
+from sessions.attachments import needed
+from sessions.blobs import BlobStore, load
 from sessions.encoding import dumps
-from sessions.errors import InvalidNameError, SessionExistsError, SessionWriteError
+from sessions.errors import (
+    BlobMissingError,
+    InvalidNameError,
+    SessionExistsError,
+    SessionWriteError,
+)
 from sessions.fingerprint import fingerprint
 from sessions.names import DEFAULT_TENANT, validate_tenant
 from sessions.persist import persist_call
@@ -94,7 +101,8 @@ class Answer:
 
 
 async def run(
-    args: argparse.Namespace, replay: Replay, out: TextIO, data_dir: Path | None
+    args: argparse.Namespace, replay: Replay, out: TextIO, data_dir: Path | None,
+    blobs: BlobStore | None = None,
 ) -> int:
     """Rerun turn ``args.rerun`` of ``replay`` (options already passed :func:`check_options`);
     0 when the provider answered, 1 when it failed."""
@@ -112,6 +120,7 @@ async def run(
         raise CommandError(str(exc), EXIT_USAGE) from exc
     if args.save and data_dir is None:
         raise CommandError("--save needs a data directory (--data-dir or GATEWAY_DATA_DIR)")
+    found = await _attachments(replay, parts, blobs, args.tenant, turn.index)
     provider, notes = _choose_provider(args.provider, parts.provider)
     try:
         same = provider.name == parts.provider
@@ -127,7 +136,7 @@ async def run(
                 store, writer = await _open_log(data_dir, replay, parts, args, files)
                 saved = data_dir / RERUNS_DIR / writer.tenant / f"{writer.session_id}.jsonl"
                 await persist_call(writer, parts.call_request(provider.name, model, params))
-            answer = await _send(provider, parts, model, params)
+            answer = await _send(provider, parts, model, params, found)
             if writer is not None:
                 await _record(writer, answer)
         except (SessionWriteError, OSError) as exc:
@@ -225,12 +234,27 @@ def _notes(replay: Replay, parts: RerunParts, provider: str, same: bool,
     return notes
 
 
+async def _attachments(replay: Replay, parts: RerunParts, blobs: BlobStore | None,
+                       tenant: str | None, number: int) -> dict[str, bytes]:
+    """The bytes of the attachments the rerun sends; a missing one stops it, named."""
+    refs = needed(parts.messages)
+    owner = tenant or replay.header.get("tenant")
+    found = {} if not refs or blobs is None else await load(
+        blobs, owner if isinstance(owner, str) else DEFAULT_TENANT, refs)
+    for ref in refs:
+        if ref.hash not in found:
+            raise CommandError(str(BlobMissingError(ref.hash, ref.label(), turn=number)),
+                               EXIT_UNREADABLE)
+    return found
+
+
 async def _send(provider: Provider, parts: RerunParts, model: str,
-                params: Mapping[str, Any]) -> Answer:
+                params: Mapping[str, Any], blobs: Mapping[str, bytes]) -> Answer:
     request = ProviderRequest(system=parts.prompt.text, messages=list(parts.messages),
                               tools=parts.tools, model=model, params=params,
                               sections=parts.prompt.texts,
-                              cache=parts.cache if provider.shape == "anthropic" else None)
+                              cache=parts.cache if provider.shape == "anthropic" else None,
+                              blobs=blobs)
     started = time.perf_counter()
     try:
         # No on_text: the answer is shown whole, next to the recorded one. A recorded

@@ -1,8 +1,11 @@
 """The console channel behind ``gateway chat``: a terminal REPL over the gateway's router.
 
 Each input line is one message; the REPL waits for its reply (deltas printed as they stream,
-then a newline) before it reads the next line. ``/session`` prints the session id and the
-replay command; ``/quit`` or the end of input ends the chat and asks the gateway to stop.
+then a newline) before it reads the next line. ``/attach PATH [text]`` sends a file (a
+photo, a PDF, a voice note, a text file) with an optional text (quote a path with spaces);
+a file the agent sends is printed with its name, type and size (and its text). ``/session``
+prints the session id and the replay command; ``/quit`` or the end of input ends the chat
+and asks the gateway to stop.
 
 Input is read by a daemon thread with ``os.read`` on the stdin file descriptor, so a TTY, a
 pipe and a redirected file all work and the event loop never blocks. A thread blocked in a read
@@ -15,30 +18,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import mimetypes
 import os
 import re
+import shlex
+import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 from gateway import commands
 from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
 from gateway.history import History
 from gateway.ids import DEFAULT_TENANT, valid_id
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
 log = logging.getLogger("channels.console")
 
 CHANNEL = "console"
 SENDER_ID = "console-user"
-HELP = (commands.help_text() + "\n/session - show the session and how to replay it"
-        "\n/quit - leave (or Ctrl-D)")
+HELP = (commands.help_text() + "\n/attach PATH [text] - send a file (quote a path with spaces)"
+        "\n/session - show the session and how to replay it\n/quit - leave (or Ctrl-D)")
 # Cc characters except \t: a pasted escape sequence must not reach the session log.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
+
+
+def _read_attachment(name: str, limit: int) -> Attachment:
+    """The file at ``name`` (blocking: run in a thread). Over ``limit`` it is not read; the
+    gateway refuses it, saying why."""
+    path = Path(name).expanduser()
+    claimed = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "not a regular file")
+    if info.st_size > limit:
+        return Attachment(path.name, claimed, size=info.st_size, problem="too-large")
+    data = path.read_bytes()
+    return Attachment(path.name, claimed, data, size=len(data))
 
 
 class ConsoleSink:
@@ -68,6 +90,16 @@ class ConsoleSink:
     async def fail(self, text: str) -> None:
         self._end(text, ok=False)
 
+    async def send_file(self, file: OutboundFile) -> None:
+        """A file from the agent: its name, type and size, then its text (send_file only
+        sends text documents)."""
+        if self.done.done():
+            return
+        head = f"[file {file.name}, {file.media_type}, {len(file.data)} bytes]"
+        body = file.data.decode("utf-8", errors="replace")
+        self.out.write(("\n" if self.streamed else "") + head + "\n" + body.rstrip("\n") + "\n")
+        self.out.flush()
+
     def _end(self, text: str, *, ok: bool) -> None:
         if self.done.done():
             return
@@ -92,6 +124,7 @@ class ConsoleChannel:
         conversation: str = "local",
         tenant: str = DEFAULT_TENANT,
         max_message_chars: int = 16_000,
+        max_attachment_bytes: int = 20 * 1024 * 1024,
         stdin_fd: int = 0,
         stdout: TextIO | None = None,
         replay_command: str = "gateway replay {session}",
@@ -101,6 +134,7 @@ class ConsoleChannel:
         self.key = ConversationKey(CHANNEL, valid_id(conversation, "conversation"),
                                    tenant=tenant)
         self.max_message_chars = max_message_chars
+        self.max_attachment_bytes = max_attachment_bytes
         self.stdin_fd = stdin_fd
         self.out = stdout if stdout is not None else sys.stdout
         self.replay_command = replay_command
@@ -184,6 +218,10 @@ class ConsoleChannel:
                     await self._show_session()
                 elif text == "/help":
                     self._write(HELP + "\n")
+                elif text == "/attach" or text.startswith("/attach "):
+                    attached = await self._attachment(text)
+                    if attached is not None and not await self._say(*attached):
+                        break
                 elif not await self._say(text):
                     break
         except Exception:  # the chat ends either way; say why once
@@ -192,7 +230,26 @@ class ConsoleChannel:
             if self.on_exit is not None:
                 self.on_exit()
 
-    async def _say(self, text: str) -> bool:
+    async def _attachment(self, line: str) -> tuple[str, tuple[Attachment, ...]] | None:
+        """``/attach PATH [text]`` as (text, attachment); None (after saying why) when the file
+        cannot be read. A file over the size limit is not read: the gateway refuses it."""
+        try:
+            words = shlex.split(line)[1:]
+        except ValueError as exc:
+            self._write(f"[error] /attach: {exc}\n")
+            return None
+        if not words:
+            self._write("[error] usage: /attach PATH [text]\n")
+            return None
+        try:
+            attachment = await asyncio.to_thread(_read_attachment, words[0],
+                                                 self.max_attachment_bytes)
+        except OSError as exc:
+            self._write(f"[error] cannot read {words[0]}: {exc.strerror or exc}\n")
+            return None
+        return " ".join(words[1:]), (attachment,)
+
+    async def _say(self, text: str, attachments: tuple[Attachment, ...] = ()) -> bool:
         """Send one message and wait for its reply; False when the gateway stopped."""
         if len(text) > self.max_message_chars:
             self._write(f"[error] message is {len(text)} characters long; "
@@ -201,7 +258,8 @@ class ConsoleChannel:
         assert self._deliver is not None
         sink = ConsoleSink(self.out)
         inbound = Inbound(key=self.key, sender=Sender(id=SENDER_ID), text=text,
-                          chat_type="private", received_at=time.time())
+                          chat_type="private", received_at=time.time(),
+                          attachments=attachments)
         self._sink = sink
         try:
             accepted = await self._deliver(inbound, sink)

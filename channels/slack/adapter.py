@@ -54,10 +54,13 @@ from channels.slack.convert import (
     CHANNEL,
     SLASH_COMMAND,
     Ignored,
+    SlackFile,
+    files_of,
     from_slash_command,
     to_inbound,
 )
 from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
+from channels.slack.files import with_files
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import TYPING_DELAY, EditStreamer
@@ -66,7 +69,7 @@ from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
 from gateway.errors import ChannelError, ConfigError
-from gateway.messages import Inbound, Sender
+from gateway.messages import Attachment, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
 
@@ -103,8 +106,13 @@ class SlackChannel:
         typing_delay: float = TYPING_DELAY,
         dedup: Deduplicator,
         elector: LeaderElector | None = None,
+        max_attachment_bytes: int = 20 * 1024 * 1024,
     ) -> None:
         self.mode: Mode = "socket" if app_token else "http"
+        # Files are downloaded with the bot token, sent only where convert.token_allowed says.
+        self._bot_token = bot_token
+        self._api_base_url = api_base_url
+        self.max_attachment_bytes = max_attachment_bytes
         if self.mode == "http" and not signing_secret:
             raise ConfigError("Slack over HTTP needs SLACK_SIGNING_SECRET "
                               "(or set SLACK_APP_TOKEN for Socket Mode)")
@@ -231,8 +239,10 @@ class SlackChannel:
         if isinstance(result, Ignored):
             log.debug("slack event ignored: %s", result.reason)
             return True
+        files = files_of(body.get("event") or {}, max_bytes=self.max_attachment_bytes,
+                         api_base_url=self._api_base_url)
         try:
-            return await self._accept(result, self._deliver)
+            return await self._accept(result, self._deliver, files)
         except RouterClosedError:
             log.info("slack event not taken: the gateway is shutting down")
             return False
@@ -270,7 +280,8 @@ class SlackChannel:
             log.exception("slack: handing a command to the router failed")
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
 
-    async def _accept(self, inbound: Inbound, deliver: Deliver) -> bool:
+    async def _accept(self, inbound: Inbound, deliver: Deliver,
+                      files: list[SlackFile | Attachment] | None = None) -> bool:
         key = inbound.platform_id
         assert key is not None, "convert always sets it"
         if not await self._dedup.first_time(key):
@@ -284,7 +295,7 @@ class SlackChannel:
         recorded = self._recording[key] = asyncio.get_running_loop().create_future()
         taken = False
         try:
-            await deliver(self._with_names(inbound))
+            await deliver(await self._with_files(self._with_names(inbound), files or []))
             taken = True
         finally:
             del self._recording[key]
@@ -293,6 +304,15 @@ class SlackChannel:
                 await self._dedup.forget(key)  # not recorded: Slack's retry must be taken
         await self._dedup.keep(key)
         return True
+
+    async def _with_files(self, inbound: Inbound,
+                          files: list[SlackFile | Attachment]) -> Inbound:
+        """Download the event's files (once: a redelivery was dropped before this)."""
+        session = self.client.session
+        if not files or session is None:
+            return inbound
+        return await with_files(session, self._bot_token, inbound, files,
+                                self.max_attachment_bytes)
 
     async def _stop_tasks(self) -> None:
         group, self._group = self._group, None

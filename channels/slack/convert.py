@@ -11,7 +11,12 @@ The workspace (``team_id``) is the tenant. Both twins of a mention, and Slack's 
 the same ``platform_id`` ``"{team}:{channel}:{ts}"`` so the duplicates are dropped before they
 reach a session. Everything else is :class:`Ignored` with a short reason for the debug log:
 bot messages (ours included), edits, deletions and other subtypes, channel messages that do
-not mention the bot, and messages left empty once the mention is removed.
+not mention the bot, and messages left empty once the mention is removed (unless they carry
+files: a file alone is a message, with empty text).
+
+Files: :func:`files_of` says which of an event's ``files`` to download (``url_private_download``)
+and which not (over the size limit, not hosted by Slack, or at a URL the bot token must not be
+sent to: :func:`token_allowed`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from gateway.ids import InvalidIdError, valid_id
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 
 CHANNEL: Final = "slack"
 
@@ -92,7 +98,7 @@ def to_inbound(
         if kind == "message" and not mentions(raw_text, bot_user_id):
             return Ignored("channel message without a mention")
     text = clean_text(raw_text, bot_user_id)
-    if not text:
+    if not text and not event.get("files"):
         return Ignored("empty text")
     if len(text) > max_chars:
         text = text[: max(0, max_chars - len(TRUNCATED))] + TRUNCATED
@@ -206,3 +212,74 @@ def from_slash_command(body: Mapping[str, Any], *, received_at: float = 0.0) -> 
     inbound = Inbound(key=key, sender=sender, text=f"/{word}", chat_type="private",
                       received_at=received_at, platform_id=f"{team}:{channel}:command:{trigger}")
     return SlashCommand(word, inbound)
+
+
+# -- files -------------------------------------------------------------------------------------
+
+SLACK_FILE_HOST: Final = "files.slack.com"
+"""Where Slack serves ``url_private_download``: the one host (with the API's own) that may
+receive the bot token."""
+_UNAVAILABLE_MODES: Final = frozenset({"external", "tombstone", "hidden_by_limit"})
+
+
+@dataclass(frozen=True, slots=True)
+class SlackFile:
+    """A file to download with the bot token, and what the core is told about it."""
+
+    url: str
+    name: str
+    media_type: str
+    kind: str
+    size: int | None
+
+
+def token_allowed(url: str, api_base_url: str | None) -> bool:
+    """Whether the bot token may be sent to ``url``: only to Slack's file host over HTTPS, or
+    to the host (scheme, name and port) of ``SLACK_API_BASE_URL``. An event can name any URL;
+    the token never follows one anywhere else."""
+    try:
+        target = urlsplit(url)
+        if target.scheme == "https" and target.hostname == SLACK_FILE_HOST and (
+                target.port in (None, 443)) and not target.username:
+            return True
+        if api_base_url:
+            api = urlsplit(api_base_url)
+            return (target.scheme, target.netloc.lower()) == (api.scheme, api.netloc.lower()) \
+                and bool(api.netloc)
+    except ValueError:  # an unparsable URL (a bad port, say) goes nowhere
+        return False
+    return False
+
+
+def files_of(event: Mapping[str, Any], *, max_bytes: int,
+             api_base_url: str | None) -> list[SlackFile | Attachment]:
+    """The files of a ``message``/``app_mention`` event: to download (:class:`SlackFile`) or,
+    as an :class:`Attachment` with a ``problem``, not (too large, unavailable, or at a URL the
+    token must not go to)."""
+    found: list[SlackFile | Attachment] = []
+    files = event.get("files")
+    if not isinstance(files, list):
+        return found
+    for item in files:
+        if not isinstance(item, Mapping):
+            continue
+        name = _str(item.get("name")) or _str(item.get("title")) or "file"
+        claimed = _str(item.get("mimetype")) or "application/octet-stream"
+        size = item.get("size") if type(item.get("size")) is int else None
+        kind = "voice" if item.get("subtype") == "slack_audio" else "file"
+        url = _str(item.get("url_private_download")) or _str(item.get("url_private"))
+        refused = Attachment(name, claimed, kind=kind, size=size, problem="unavailable")
+        if item.get("mode") in _UNAVAILABLE_MODES or url is None:
+            found.append(refused)
+        elif size is not None and size > max_bytes:
+            found.append(Attachment(name, claimed, kind=kind, size=size, problem="too-large"))
+        elif not token_allowed(url, api_base_url):
+            found.append(Attachment(name, claimed, kind=kind, size=size,
+                                    problem="download-failed"))
+        else:
+            found.append(SlackFile(url, name, claimed, kind, size))
+    return found
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None

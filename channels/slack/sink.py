@@ -32,7 +32,8 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channels.slack.convert import CHANNEL, META_REPLY_THREAD, META_TS
 from channels.slack.render import render_chunks
-from gateway.messages import Inbound
+from gateway.errors import ChannelError
+from gateway.messages import Inbound, OutboundFile
 from gateway.metrics import Metrics
 
 log = logging.getLogger("channels.slack")
@@ -121,6 +122,15 @@ class SlackTarget:
             self._reacted = False
             await self.calls.attempt("reactions.remove", self.calls.client.reactions_remove(
                 channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
+
+    async def send_file(self, file: OutboundFile) -> None:
+        """Upload into the person's thread (files upload v2: get an upload URL, send the bytes,
+        complete the upload); ChannelError when Slack refused it."""
+        response = await self.calls.attempt("files.upload", self.calls.client.files_upload_v2(
+            channel=self.channel, thread_ts=self.thread_ts, file=file.data, filename=file.name,
+            title=file.name))
+        if response is None:
+            raise ChannelError(f"slack refused the file ({self.calls.last_error or 'error'})")
 
     async def _post(self, text: str) -> str | None:
         response = await self.calls.attempt("chat.postMessage", self.calls.client.chat_postMessage(

@@ -49,6 +49,7 @@ from telegram.request import HTTPXRequest
 
 from channels.streaming import TYPING_DELAY, EditStreamer
 from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
+from channels.telegram.files import file_base_url, with_files
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
@@ -87,13 +88,17 @@ class TelegramOptions:
     typing_interval: float = 4.0
     typing_delay: float = TYPING_DELAY
     close_grace: float = 10.0
+    max_attachment_bytes: int = 20 * 1024 * 1024
 
 
-def build_bot(token: str, base_url: str | None, *, rate_limit: bool) -> TelegramBot:
-    """The PTB client; no I/O until ``initialize``."""
+def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
+              base_file_url: str | None = None) -> TelegramBot:
+    """The PTB client; no I/O until ``initialize``. Files are downloaded from
+    ``base_file_url`` (see :func:`channels.telegram.files.file_base_url`)."""
     return ExtBot(
         token,
         base_url=base_url or DEFAULT_BASE_URL,
+        base_file_url=file_base_url(base_url, base_file_url),
         # A few connections carry Telegram's ~30 messages/s; bursts wait for one in the pool.
         request=HTTPXRequest(connection_pool_size=8, read_timeout=15.0, pool_timeout=30.0),
         # Its own pool: a long poll never waits behind replies, nor replies behind it.
@@ -258,6 +263,9 @@ class TelegramChannel:
                 await self._notify(update, result)
             else:
                 try:
+                    if update.message is not None:  # its files, fetched once it is not a repeat
+                        result = await with_files(self.api, update.message, result,
+                                                  self.options.max_attachment_bytes)
                     await self._deliver(result)
                 except RouterClosedError:
                     raise  # not taken: left to Telegram (the poller stops, a webhook says 500)

@@ -10,10 +10,15 @@ What becomes an inbound message, and what does not (the :class:`Skip` reason say
   message that mentions the bot (an ``@username`` mention, a ``text_mention`` of the bot, or a
   ``/command@username``) or replies to one of the bot's messages counts (``not-addressed``);
   with ``group_mode="all"`` every text message counts;
-* media without text (``unsupported``) and texts longer than ``max_chars`` (``too-long``) are
-  refused; in a private chat the refusal carries a short :attr:`Skip.notice` for the sender.
-  In groups refusals stay silent: the access gate has not vetted the group at that point, and
-  a bot must not answer in groups nobody allowed;
+* photos, documents, voice notes, audio, video notes, stickers (and videos, which the core
+  refuses with a notice) count, with their caption as the text (possibly empty);
+  :func:`files_of` says which file of each to fetch (the largest photo size within the limit)
+  and which it cannot (over the limit: Telegram serves bots at most 20 MB); an animated or
+  video sticker becomes the text ``[sticker 😀]``;
+* other media (locations, polls, contacts...: ``unsupported``) and texts longer than
+  ``max_chars`` (``too-long``) are refused; in a private chat the refusal carries a short
+  :attr:`Skip.notice` for the sender. In groups refusals stay silent: the access gate has not
+  vetted the group at that point, and a bot must not answer in groups nobody allowed;
 * a message in a forum topic is its own conversation:
   ``ConversationKey("telegram", chat_id, thread=message_thread_id)``. The text is kept verbatim,
   mention included: the session records what the person wrote, less control characters and
@@ -28,12 +33,13 @@ from typing import Any, Final, Literal
 
 from telegram import Message, MessageEntity, Update
 
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 
 CHANNEL: Final = "telegram"
 GroupMode = Literal["mention", "all"]
 
-UNSUPPORTED_NOTICE: Final = "Sorry, I can only read text messages for now."
+UNSUPPORTED_NOTICE: Final = (
+    "Sorry, I can't read that kind of message. Text, photos, documents and voice notes work.")
 TOO_LONG_NOTICE: Final = (
     "Sorry, that message is too long ({length} characters; the limit is {limit}). "
     "Please send a shorter one."
@@ -91,13 +97,17 @@ def to_inbound(
     private = chat.type == "private"
     if not private and group_mode == "mention" and not addressed(message, bot):
         return Skip("not-addressed")
-    text = message.text
-    if text is None:
+    text = message.text if message.text is not None else message.caption
+    files = has_files(message)
+    if text is None and not files:
         if message.effective_attachment is None:
             return Skip("not-a-message")  # a service message: member joined, pinned, ...
         return Skip("unsupported", UNSUPPORTED_NOTICE if private else None)
-    text = _UNPRINTABLE.sub("", text)
-    if not text.strip():
+    text = _UNPRINTABLE.sub("", text or "")
+    sticker = message.sticker
+    if not text.strip() and sticker is not None and (sticker.is_animated or sticker.is_video):
+        text = f"[sticker {sticker.emoji or ''}]".replace(" ]", "]")
+    if not text.strip() and not files:
         return Skip("empty")
     if len(text) > max_chars:
         notice = TOO_LONG_NOTICE.format(length=len(text), limit=max_chars)
@@ -120,8 +130,11 @@ def to_inbound(
 
 
 def addressed(message: Message, bot: BotIdentity) -> bool:
-    """Whether a group message mentions the bot or replies to one of its messages."""
-    for entity, text in message.parse_entities(_ADDRESSING).items():
+    """Whether a group message (or a caption) mentions the bot or replies to one of its
+    messages."""
+    entities = {**message.parse_entities(_ADDRESSING),
+                **message.parse_caption_entities(_ADDRESSING)}
+    for entity, text in entities.items():
         if entity.type == MessageEntity.MENTION and text.lower() == bot.mention:
             return True
         if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot.id:
@@ -137,3 +150,78 @@ def addressed(message: Message, bot: BotIdentity) -> bool:
         and replied.from_user is not None
         and replied.from_user.id == bot.id
     )
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramFile:
+    """A file to fetch with ``getFile``, and what the core is told about it."""
+
+    file_id: str
+    name: str
+    media_type: str
+    kind: str
+    size: int | None
+
+
+def has_files(message: Message) -> bool:
+    """Whether the message carries a file :func:`files_of` knows about."""
+    return any(getattr(message, kind) for kind in _FILE_KINDS)
+
+
+_FILE_KINDS: Final = ("photo", "document", "voice", "audio", "video_note", "sticker", "video",
+                      "animation")
+
+
+def files_of(message: Message, max_bytes: int) -> list[TelegramFile | Attachment]:
+    """The files to fetch (:class:`TelegramFile`) and, as :class:`Attachment` with a
+    ``problem``, those not to fetch: over ``max_bytes`` (Telegram's declared size) or a kind
+    the core refuses (videos, GIF animations). Animated stickers are text (see
+    :func:`to_inbound`), not files."""
+    found: list[TelegramFile | Attachment] = []
+    if message.photo:
+        fitting = [p for p in message.photo if p.file_size is None or p.file_size <= max_bytes]
+        if fitting:  # the largest size that fits: Telegram lists them smallest first
+            best = max(fitting, key=lambda p: (p.width * p.height, p.file_size or 0))
+            found.append(TelegramFile(best.file_id, "photo.jpg", "image/jpeg", "photo",
+                                      best.file_size))
+        else:
+            largest = max(message.photo, key=lambda p: p.file_size or 0)
+            found.append(Attachment("photo.jpg", "image/jpeg", kind="photo",
+                                    size=largest.file_size, problem="too-large"))
+    # A GIF comes as both animation and document: it is refused once, as an animation.
+    document = message.document if message.animation is None else None
+    if document is not None:
+        found.append(_file(document.file_id, document.file_name or "document",
+                           document.mime_type, "document", document.file_size, max_bytes))
+    voice = message.voice
+    if voice is not None:
+        found.append(_file(voice.file_id, "voice.ogg", voice.mime_type or "audio/ogg", "voice",
+                           voice.file_size, max_bytes))
+    audio = message.audio
+    if audio is not None:
+        found.append(_file(audio.file_id, audio.file_name or "audio", audio.mime_type, "audio",
+                           audio.file_size, max_bytes))
+    note = message.video_note
+    if note is not None:
+        found.append(_file(note.file_id, "video-note.mp4", "video/mp4", "video_note",
+                           note.file_size, max_bytes))
+    sticker = message.sticker
+    if sticker is not None and not (sticker.is_animated or sticker.is_video):
+        found.append(_file(sticker.file_id, "sticker.webp", "image/webp", "sticker",
+                           sticker.file_size, max_bytes))
+    moving = message.animation or message.video
+    if moving is not None:
+        found.append(Attachment(moving.file_name or "video.mp4", moving.mime_type or "video/mp4",
+                                kind="video", size=moving.file_size, problem="unsupported"))
+    return found
+
+
+def _file(file_id: str, name: str, media_type: str | None, kind: str, size: int | None,
+          max_bytes: int) -> TelegramFile | Attachment:
+    claimed = media_type or "application/octet-stream"
+    if size is not None and size > max_bytes:
+        return Attachment(name, claimed, kind=kind, size=size, problem="too-large")
+    return TelegramFile(file_id, name, claimed, kind, size)

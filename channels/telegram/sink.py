@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from telegram import Message, ReplyParameters
+from telegram import InputFile, Message, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -43,6 +43,8 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from channels.telegram.render import TelegramChunk, render_chunks
+from gateway.errors import ChannelError
+from gateway.messages import OutboundFile
 from gateway.metrics import Metrics
 
 log = logging.getLogger("channels.telegram")
@@ -204,6 +206,16 @@ class TelegramTarget:
         finally:
             if self.on_done is not None:
                 self.on_done()
+
+    async def send_file(self, file: OutboundFile) -> None:
+        """``sendDocument`` into the person's chat (and topic); ChannelError if refused."""
+        try:
+            await self.api.request(lambda: self._bot.send_document(
+                self.chat_id, InputFile(file.data, filename=file.name),
+                message_thread_id=self.thread_id, reply_parameters=self._reply()))
+        except Exception as exc:
+            self.api.failed("sendDocument", exc)
+            raise ChannelError(f"telegram refused the file ({error_kind(exc)})") from None
 
     async def _edit_into(self, message_id: int, chunk: TelegramChunk) -> bool:
         """Turn the preview into ``chunk``; False if a new message must be sent instead."""

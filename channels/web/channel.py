@@ -3,18 +3,29 @@
 Routes::
 
     GET  /                  the chat page (package data under ``static/``, no CDN)
-    GET  /static/{name}     its script and stylesheet
-    POST /api/chat          {"conversation", "text"[, "name", "id", "stream"]} -> one turn
+    GET  /static/{name}     its scripts and stylesheets
+    POST /api/chat          {"conversation", "text"[, "name", "id", "stream", "attachments"]}
+                            (JSON, or the same fields as multipart/form-data with file parts)
     GET  /api/history       ?conversation=C[&offset=O&limit=N] -> the session's messages
+    GET  /api/file          ?conversation=C&hash=H -> a file of that conversation
 
 ``POST /api/chat`` records the message, waits for its turn and answers
-``{"session": id, "reply": text}``. With ``"stream": true`` (or ``Accept: text/event-stream``)
-it answers Server-Sent Events instead; every ``data`` line is one JSON object::
+``{"session": id, "reply": text}`` (plus ``"files"`` when the agent sent some). Files come as
+``"attachments": [{"name", "media_type", "data": base64}]`` in JSON, or as file parts of a
+``multipart/form-data`` body (its text fields named like the JSON keys); the body may be as
+large as one file at ``GATEWAY_MAX_ATTACHMENT_BYTES`` in base64 plus 1 MiB (other routes:
+2 MiB). With ``"stream": true`` (or ``Accept: text/event-stream``) it answers Server-Sent
+Events instead; every ``data`` line is one JSON object::
 
     event: session  data: {"session": id}
     event: delta    data: {"text": chunk}                  zero or more, as the provider streams
+    event: file     data: {"name", "media_type", "size", "hash", "url"}   a file the agent sent
     event: done     data: {"session": id, "reply": text}   the final text supersedes the deltas
     event: error    data: {"session": id, "error": message, "status": code}
+
+``GET /api/file`` serves a file only when the conversation's current session refers to it
+(the person's own attachments, files the agent sent): images inline, everything else as a
+download, always with ``nosniff`` and a sandboxing CSP (no uploaded file runs as a page here).
 
 Errors before the stream starts are plain JSON ``{"error": ...}`` with an HTTP status: 400 bad
 input, 401 missing token, 403 foreign origin, 409 duplicate message id, 413 too long, 502 the
@@ -38,24 +49,30 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import orjson
 from aiohttp import web
 
 from channels.web.convert import (
     BadRequest,
+    ChatRequest,
+    blob_hash,
+    chat_request,
     conversation_id,
+    file_json,
+    form_attachments,
+    form_fields,
     history_item,
     int_param,
     parse_chat,
 )
 from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
 from gateway.errors import ConfigError
-from gateway.history import History
+from gateway.history import History, HistoryFile
 from gateway.hosts import host_of, is_loopback
 from gateway.ids import DEFAULT_TENANT
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import ConversationKey, Inbound, OutboundFile, Sender
 
 log = logging.getLogger("channels.web")
 
@@ -67,11 +84,14 @@ _ASSETS = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "style.css": "text/css",
+    "attachments.js": "text/javascript",
+    "attachments.css": "text/css",
 }
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -85,13 +105,26 @@ class WebSink:
 
     Deltas go into :attr:`events` when the request streams; the end of the turn resolves
     :attr:`result` (``(True, text)`` for finish, ``(False, apology)`` for fail) and is also
-    queued as the last event. Calls after the end are ignored.
+    queued as the last event. Files the agent sends are listed in :attr:`files` (and queued
+    as ``file`` events, their JSON as text): the page offers them as download links. Calls
+    after the end are ignored.
     """
 
-    def __init__(self, *, stream: bool) -> None:
+    def __init__(self, *, stream: bool, conversation: str = "") -> None:
         self.stream = stream
+        self.conversation = conversation
         self.events: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self.result: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        self.files: list[dict[str, Any]] = []
+
+    async def send_file(self, file: OutboundFile) -> None:
+        if self.result.done():
+            return
+        shown = file_json(HistoryFile(file.name, file.media_type, len(file.data), file.hash,
+                                      sent=True), self.conversation)
+        self.files.append(shown)
+        if self.stream:
+            self.events.put_nowait(("file", orjson.dumps(shown).decode()))
 
     async def typing(self) -> None:
         return None
@@ -133,8 +166,11 @@ class WebChannel:
         reply_timeout: float = 90.0,
         shutdown_grace: float = 10.0,
         tenant: str = DEFAULT_TENANT,
+        max_body_bytes: int = 2 * 1024 * 1024,
     ) -> None:
         self.history = history
+        self.max_body_bytes = max_body_bytes
+        """The largest ``POST /api/chat`` body: room for attachments (other routes: 2 MiB)."""
         self.host = host
         self.max_message_chars = max_message_chars
         self.reply_timeout = reply_timeout
@@ -189,6 +225,7 @@ class WebChannel:
             web.get("/static/{name}", self._static),
             web.post("/api/chat", self._api(self._chat)),
             web.get("/api/history", self._api(self._history)),
+            web.get("/api/file", self._api(self._file)),
         ]
 
     async def _page(self, request: web.Request) -> web.Response:
@@ -241,11 +278,7 @@ class WebChannel:
         self._requests += 1
         if self._deliver is None or self._close_at is not None:
             return _error(503, "the gateway is not taking messages")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise BadRequest(f"request body is too large ({exc.text})", 413) from exc
-        chat = parse_chat(raw, self.max_message_chars)
+        chat = await self._read_chat(request)
         stream = chat.stream or "text/event-stream" in request.headers.get("Accept", "")
         rid = next(self._ids)
         inbound = Inbound(
@@ -256,8 +289,9 @@ class WebChannel:
             chat_type="private",
             received_at=time.time(),
             meta={"web_request": rid},
+            attachments=chat.attachments,
         )
-        pending = _Pending(WebSink(stream=stream))
+        pending = _Pending(WebSink(stream=stream, conversation=chat.conversation))
         self._pending[rid] = pending
         try:
             try:
@@ -274,6 +308,27 @@ class WebChannel:
             return await self._wait(pending, session)
         finally:
             del self._pending[rid]
+
+    async def _read_chat(self, request: web.Request) -> ChatRequest:
+        """The request's body, JSON or multipart, read within the chat route's own limit."""
+        big = request.clone(client_max_size=self.max_body_bytes)
+        try:
+            if big.content_type == "multipart/form-data":
+                form = await big.post()
+                fields = {k: v for k, v in form.items() if isinstance(v, str)}
+                files = []
+                for value in form.values():
+                    if isinstance(value, web.FileField):
+                        with value.file:  # aiohttp spools parts to temporary files
+                            files.append((value.filename, value.content_type, value.file.read()))
+                return chat_request(form_fields(fields), form_attachments(files),
+                                    self.max_message_chars)
+            raw = await big.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise BadRequest(f"request body is too large ({exc.text})", 413) from exc
+        except ValueError as exc:  # a multipart body aiohttp cannot parse
+            raise BadRequest("request body is not valid multipart/form-data") from exc
+        return parse_chat(raw, self.max_message_chars)
 
     def _timer(self, pending: _Pending) -> asyncio.Timeout:
         when = asyncio.get_running_loop().time() + self.reply_timeout
@@ -297,7 +352,10 @@ class WebChannel:
         if not ok:
             return web.json_response({"session": session, "error": text}, status=502,
                                      dumps=_dumps)
-        return web.json_response({"session": session, "reply": text}, dumps=_dumps)
+        answer: dict[str, Any] = {"session": session, "reply": text}
+        if pending.sink.files:  # files the agent sent, as download links
+            answer["files"] = pending.sink.files
+        return web.json_response(answer, dumps=_dumps)
 
     async def _stream(
         self, request: web.Request, pending: _Pending, session: str | None
@@ -332,6 +390,8 @@ class WebChannel:
                 continue
             if kind == "delta":
                 await _event(response, "delta", {"text": text})
+            elif kind == "file":
+                await _event(response, "file", orjson.loads(text))
             elif kind == "done":
                 await _event(response, "done", {"session": session, "reply": text})
                 return
@@ -352,8 +412,31 @@ class WebChannel:
             "session": page.session,
             "total": page.total,
             "offset": page.offset,
-            "messages": [history_item(item) for item in page.items],
+            "messages": [history_item(item, conversation) for item in page.items],
         }, dumps=_dumps)
+
+    # -- GET /api/file ------------------------------------------------------------------------
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        conversation = conversation_id(request.query.get("conversation"))
+        digest = blob_hash(request.query.get("hash"))
+        key = ConversationKey(CHANNEL, conversation, tenant=self.tenant)
+        found = await self.history.file(key, digest)
+        if found is None:
+            return _error(404, "no such file in this conversation")
+        inline = found.media_type in _INLINE_TYPES
+        disposition = "inline" if inline else "attachment"
+        return web.Response(body=found.data, headers={
+            "Content-Type": found.media_type if inline else "application/octet-stream",
+            "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(found.name)}",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=3600",
+        })
+
+
+_INLINE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+"""Shown in the page (thumbnails); every other file is served as a download only."""
 
 
 def _dumps(value: Any) -> str:

@@ -22,7 +22,8 @@ TextSink = Callable[[str], Awaitable[None]]
 @dataclass(frozen=True, slots=True)
 class ProviderRequest:
     """The parts of one call. ``sections`` are the texts ``system`` is joined from; a
-    ``cache`` plan needs them to place its system breakpoint."""
+    ``cache`` plan needs them to place its system breakpoint. ``blobs`` holds the bytes of the
+    attachments the messages refer to (hash -> bytes), for the shapes to expand."""
 
     system: str
     messages: Sequence[MessageDict]
@@ -31,6 +32,7 @@ class ProviderRequest:
     params: Mapping[str, Any]
     sections: Sequence[str] = ()
     cache: CachePlan | None = None
+    blobs: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ persona tool calls (only for tools the request offers, and only when their schem
 fields can be filled), tool results are acknowledged in text, and anything else gets a reply
 that quotes the user and names the persona from the system prompt, so a broken prompt or
 window shows up even offline. Same request in, same answer out: no clocks, no randomness.
+
+It reads the messages as an Anthropic-shaped body would carry them (attachments expanded from
+the request's blobs, as a real provider would be sent them), says which images and documents
+it got, and quotes transcripts and text files as text. :class:`OfflineTranscriber` is its
+deterministic stand-in for speech to text, so voice notes work in ``make run``.
 """
 
 from __future__ import annotations
@@ -13,14 +18,16 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self
 
 import orjson
 
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from sessions.attachments import has_refs, human_size
 from sessions.records import MessageDict, ToolSchema
-from sessions.shapes import Shape
+from sessions.shapes import Shape, anthropic_body
 
 _WORDS_PER_CHUNK = 3
 _PERSONA = re.compile(r"^\s*(?:you are|i am)\s+([^,.;:\n]+)", re.IGNORECASE)
@@ -47,6 +54,11 @@ class OfflineProvider:
         self, request: ProviderRequest, on_text: TextSink | None = None
     ) -> ProviderResponse:
         """Answer by rule; the text part is streamed into ``on_text`` a few words at a time."""
+        if any(has_refs(m["content"]) for m in request.messages):
+            # What a real provider would be sent: attachments expanded (a missing blob raises).
+            body = anthropic_body(request.system, request.messages, request.tools,
+                                  request.model, request.params, request.blobs)
+            request = replace(request, messages=body["messages"])
         seen = orjson.dumps(list(request.messages), option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(request.system.encode() + seen).hexdigest()
         content: list[dict[str, Any]] = []
@@ -197,9 +209,62 @@ def _reply(request: ProviderRequest) -> str:
     persona = _persona(request.system) or "your assistant"
     count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
     said = _user_text(last).strip() if last is not None and last.get("role") == "user" else ""
+    media = _media_note(last) if last is not None and last.get("role") == "user" else ""
     if not said:
-        return f"{persona} here (offline mode). I can see {count}."
-    return f'{persona} here (offline mode). You said: "{said}". I can see {count}.'
+        return f"{persona} here (offline mode). I can see {count}.{media}"
+    return f'{persona} here (offline mode). You said: "{said}". I can see {count}.{media}'
+
+
+def _media_note(message: MessageDict) -> str:
+    """`` It came with 1 image, 1 document (report.pdf) and a voice note (voice.ogg): "..."``
+    for what a user message carried besides its text, or ``""``."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return ""
+    blocks = [b for b in content if isinstance(b, dict)]
+    images = sum(1 for b in blocks if b.get("type") == "image")
+    documents = [str(b.get("title", "?")) for b in blocks if b.get("type") == "document"]
+    parts = []
+    if images:
+        parts.append(f"{images} image{'s' if images != 1 else ''}")
+    if documents:
+        plural = "s" if len(documents) != 1 else ""
+        parts.append(f"{len(documents)} document{plural} ({', '.join(documents)})")
+    for block in blocks:
+        found = _EXPANDED.match(str(block.get("text", ""))) if block.get("type") == "text" else None
+        if found is None:
+            continue
+        kind, name, body = found.groups()
+        if kind == "transcript":
+            heard = " ".join(body.split())
+            parts.append(f'a voice note ({name}): "{heard}"')
+        else:
+            lines = body.count("\n") + 1
+            parts.append(f"a file ({name}, {lines} line{'s' if lines != 1 else ''})")
+    if not parts:
+        return ""
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f" It came with {listed}."
+
+
+# What sessions.attachments makes of a transcript or a text file (the offline reply names
+# them rather than quoting them as something the person typed).
+_EXPANDED = re.compile(r'<(transcript|file) (?:of|name)="([^"]*)"[^>]*>\n(.*)\n</\1>\Z', re.S)
+
+
+class OfflineTranscriber:
+    """Speech to text without a model: the same audio always gives the same sentence, which
+    names the file, its size and the start of its hash (so a demo shows what was heard)."""
+
+    model = "offline-transcriber"
+
+    async def transcribe(self, audio: bytes, media_type: str, name: str) -> str:
+        digest = hashlib.sha256(audio).hexdigest()[:8]
+        return (f"(offline transcription) a voice message, {name}, {human_size(len(audio))}, "
+                f"{media_type}, fingerprint {digest}.")
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
 
 def _persona(system: str) -> str | None:
@@ -210,6 +275,7 @@ def _persona(system: str) -> str | None:
 
 
 def _user_text(message: MessageDict) -> str:
+    """What the person typed (expanded transcripts and text files excluded)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -217,6 +283,7 @@ def _user_text(message: MessageDict) -> str:
         return ""
     return "\n".join(
         str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+        and not _EXPANDED.match(str(b.get("text", "")))
     )
 
 

@@ -98,6 +98,7 @@ class SdkProvider(ABC):
         return encode_body(request_body(
             self.shape, request.system, request.messages, request.tools, request.model,
             request.params, cache=request.cache, sections=request.sections,
+            blobs=request.blobs,
         ))
 
     async def _events(self, stream: Any) -> AsyncGenerator[Event, None]:

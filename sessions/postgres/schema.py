@@ -8,6 +8,7 @@ the test suite's throw-away schemas, can share a database. Tables::
              fence, next_seq, message_count, first_user_text, size_bytes, created_at,
              modified_at)
     entries(tenant, session_id, seq PK, type, line bytea)   one row per log line
+    blobs(tenant, hash PK, size, data bytea, stored_at)     attachment bytes by sha256
 
 ``entries.line`` holds the exact bytes of one JSONL line (no newline); the log of a session is
 its lines in ``seq`` order, each followed by ``\\n``. ``sessions.fence`` is the writer's fencing
@@ -141,8 +142,24 @@ END
 $fn$;
 """
 
+# Attachment bytes, content-addressed per tenant (sessions.postgres.blobs). Images, PDFs and
+# audio are compressed already: EXTERNAL storage keeps them out of line without compressing
+# them again.
+_V2 = """
+CREATE TABLE {schema}.blobs (
+    tenant    text        NOT NULL,
+    hash      text        NOT NULL CHECK (hash ~ '^[0-9a-f]{64}$'),
+    size      bigint      NOT NULL CHECK (size >= 0),
+    data      bytea       NOT NULL CHECK (octet_length(data) = size),
+    stored_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, hash)
+);
+ALTER TABLE {schema}.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, entries, append_entries()", _V1),
+    Migration(2, "blobs (attachment bytes by sha256)", _V2),
 )
 LATEST = MIGRATIONS[-1].version
 

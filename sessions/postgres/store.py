@@ -168,6 +168,11 @@ class PostgresSessionStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    @property
+    def quoted_schema(self) -> str:
+        """The schema as a quoted SQL identifier (for tables beside the sessions: blobs)."""
+        return self._q
+
     def __repr__(self) -> str:
         return f"PostgresSessionStore({redact_url(self._url)!r}, schema={self.schema!r})"
 

@@ -70,3 +70,27 @@ def test_bad_conversation_name_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert chat.returncode == 2
     assert chat.stderr.startswith("gateway chat: ")
     assert len(chat.stderr.splitlines()) == 1
+
+
+def test_attach_sends_files_and_voice_is_transcribed_offline(tmp_path: Path) -> None:
+    """``/attach PATH [text]``: a photo is seen, a voice note is transcribed by the offline
+    fake, a missing file is one error line; the files are recorded by hash."""
+    from tests.fakes import media
+
+    data = tmp_path / "data"
+    (tmp_path / "cat photo.jpg").write_bytes(media.jpeg(40, 30))
+    (tmp_path / "voice.ogg").write_bytes(media.OGG_VOICE)
+    chat = gateway(["chat", "--data-dir", str(data)], tmp_path,
+                   '/attach "cat photo.jpg" what is this?\n/attach voice.ogg\n'
+                   "/attach nowhere.png\n/quit\n")
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    assert 'You said: "what is this?"' in lines[0]
+    assert lines[0].endswith("It came with 1 image.")
+    assert "(offline transcription) a voice message, voice.ogg" in lines[1]
+    assert lines[2] == "[error] cannot read nowhere.png: No such file or directory"
+    listing = gateway(["replay", "--list", "--json", "--data-dir", str(data)], tmp_path)
+    [info] = orjson.loads(listing.stdout)
+    turn = gateway(["replay", info["id"], "--turn", "1", "--data-dir", str(data)], tmp_path)
+    assert "<attachment cat photo.jpg image/jpeg" in turn.stdout
+    assert len(list((data / "blobs").rglob("*"))) == 4  # two shard folders, two blobs

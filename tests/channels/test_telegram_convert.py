@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from telegram import Update
+from telegram import Message, Update
 
 from channels.telegram.convert import (
     TOO_LONG_NOTICE,
@@ -13,9 +13,12 @@ from channels.telegram.convert import (
     BotIdentity,
     GroupMode,
     Skip,
+    TelegramFile,
+    files_of,
     to_inbound,
 )
-from gateway.messages import ConversationKey, Inbound, Sender
+from channels.telegram.files import file_base_url
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 from tests.fakes.telegram_api import FakeTelegramServer
 
 BOT = BotIdentity(id=123456789, username="fake_test_bot")
@@ -124,17 +127,92 @@ def test_non_messages_skipped(tg: FakeTelegramServer) -> None:
     assert convert(service, group_mode="all") == Skip("not-a-message")
 
 
-def test_media_refused_with_notice_only_in_private(tg: FakeTelegramServer) -> None:
-    """A photo gets a short notice in a DM and silence in a group."""
-    photo = [{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}]
+def test_other_media_refused_with_notice_only_in_private(tg: FakeTelegramServer) -> None:
+    """A location (no file to read) gets a short notice in a DM and silence in a group."""
+    location = {"latitude": 48.85, "longitude": 2.35}
     private = tg.user_message(42, "x")
     del private["message"]["text"]
-    private["message"]["photo"] = photo
+    private["message"]["location"] = location
     assert convert(private) == Skip("unsupported", UNSUPPORTED_NOTICE)
     group = tg.user_message(GROUP, "x", chat_type="supergroup", reply_to_bot=True)
     del group["message"]["text"]
-    group["message"]["photo"] = photo
+    group["message"]["location"] = location
     assert convert(group) == Skip("unsupported")
+
+
+def test_photo_with_caption_and_file_only_messages(tg: FakeTelegramServer) -> None:
+    """The caption is the text; a file without one is a message with empty text."""
+    photo = convert(tg.user_media(42, "photo", b"jpeg bytes", caption="what is this?"))
+    assert isinstance(photo, Inbound)
+    assert (photo.text, photo.attachments) == ("what is this?", ())  # files: fetched later
+    voice = convert(tg.user_media(42, "voice", b"OggS", mime_type="audio/ogg"))
+    assert isinstance(voice, Inbound)
+    assert voice.text == ""
+
+
+def test_caption_mention_addresses_the_bot_in_groups(tg: FakeTelegramServer) -> None:
+    """In mention mode a group photo counts when its caption mentions the bot."""
+    assert isinstance(convert(tg.user_media(GROUP, "photo", b"x", chat_type="supergroup",
+                                            caption="@fake_test_bot look")), Inbound)
+    assert convert(tg.user_media(GROUP, "photo", b"x", chat_type="supergroup",
+                                 caption="look")) == Skip("not-addressed")
+
+
+def message_of(raw: dict[str, Any]) -> Message:
+    update = Update.de_json(raw, None)
+    assert update.message is not None
+    return update.message
+
+
+def test_files_of_picks_what_to_fetch(tg: FakeTelegramServer) -> None:
+    """The largest photo size within the limit; documents, voice, audio, video notes and
+    static stickers by id with their claims; what is over the limit or a video, not at all."""
+    photo = files_of(message_of(tg.user_media(42, "photo", b"p" * 1600)), max_bytes=1000)
+    assert [(f.name, f.media_type, f.kind, f.size) for f in photo
+            if isinstance(f, TelegramFile)] == [("photo.jpg", "image/jpeg", "photo", 400)]
+    assert files_of(message_of(tg.user_media(42, "photo", b"p" * 1600)), max_bytes=10) == [
+        Attachment("photo.jpg", "image/jpeg", kind="photo", size=1600, problem="too-large")]
+    cases = {
+        "document": ("report.pdf", "application/pdf", "document"),
+        "voice": ("voice.ogg", "audio/ogg", "voice"),
+        "audio": ("song.mp3", "audio/mpeg", "audio"),
+        "video_note": ("video-note.mp4", "video/mp4", "video_note"),
+        "sticker": ("sticker.webp", "image/webp", "sticker"),
+    }
+    for kind, (name, mime, expected_kind) in cases.items():
+        [found] = files_of(message_of(tg.user_media(42, kind, b"data", file_name=name,
+                                                    mime_type=mime)), max_bytes=1000)
+        assert isinstance(found, TelegramFile), kind
+        assert (found.name, found.media_type, found.kind, found.size) == (
+            name, mime, expected_kind, 4)
+    [big] = files_of(message_of(tg.user_media(42, "document", b"x", file_name="big.iso",
+                                              declared_size=5000)), max_bytes=1000)
+    assert big == Attachment("big.iso", "application/octet-stream", kind="document", size=5000,
+                             problem="too-large")
+    [gif] = files_of(message_of(tg.user_media(42, "animation", b"GIF89a", file_name="a.gif",
+                                              mime_type="video/mp4")), max_bytes=1000)
+    assert (gif.problem, gif.kind) == ("unsupported", "video")  # type: ignore[union-attr]
+
+
+def test_animated_sticker_is_text(tg: FakeTelegramServer) -> None:
+    """An animated sticker is not fetched; it reads as its emoji."""
+    raw = tg.user_media(42, "sticker", b"tgs", is_animated=True, emoji="🎉")
+    inbound = convert(raw)
+    assert isinstance(inbound, Inbound)
+    assert inbound.text == "[sticker 🎉]"
+    assert files_of(message_of(raw), max_bytes=1000) == []
+
+
+@pytest.mark.parametrize(("api", "files", "expected"), [
+    (None, None, "https://api.telegram.org/file/bot"),
+    ("http://127.0.0.1:8081/bot", None, "http://127.0.0.1:8081/file/bot"),
+    ("http://h/custom/bot", None, "http://h/custom/file/bot"),
+    ("http://h/api", None, "https://api.telegram.org/file/bot"),
+    ("http://h/bot", "http://files.example/x/bot", "http://files.example/x/bot"),
+])
+def test_file_base_url(api: str | None, files: str | None, expected: str) -> None:
+    """TELEGRAM_FILE_BASE_URL wins; else derived from a base URL ending in /bot; else PTB's."""
+    assert file_base_url(api, files) == expected
 
 
 def test_too_long_refused_with_notice_only_in_private(tg: FakeTelegramServer) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,13 @@ Start = Callable[..., Awaitable[Server]]
 @pytest.fixture
 async def start(tmp_path: Path) -> AsyncIterator[Start]:
     """Starts gateways on demand; closes them (and their clients) at the end of the test."""
+    async with web_gateways(tmp_path) as starter:
+        yield starter
+
+
+@asynccontextmanager
+async def web_gateways(tmp_path: Path) -> AsyncIterator[Start]:
+    """What the ``start`` fixture gives (other test modules build their fixture on it)."""
     opened: list[Server] = []
 
     async def _start(provider: Provider | None = None, channel: WebChannel | None = None,
@@ -240,7 +248,9 @@ BAD_BODIES = [
     pytest.param(b'{"conversation": "c1", "text": "hi", "name": []}', 400, id="bad-name"),
     pytest.param(b'{"conversation": "c1", "text": "\xff\xfe"}', 400, id="invalid-utf8"),
     pytest.param(b'{"conversation": "c1", "text": "' + b"x" * 1001 + b'"}', 413, id="too-long"),
-    pytest.param(b"{" + b" " * (3 * 1024 * 1024) + b"}", 413, id="3MB-body"),
+    # Over the body limit: one attachment at GATEWAY_MAX_ATTACHMENT_BYTES in base64, plus 1 MiB.
+    pytest.param(b"{" + b" " * (20 * 1024 * 1024 * 4 // 3 + 1024 * 1024 + 1) + b"}", 413,
+                 id="over-limit-body"),
 ]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.channel import Accepted, Deliver, ReplySink
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
 
 class MemorySink:
@@ -33,6 +33,10 @@ class MemorySink:
     async def fail(self, text: str) -> None:
         self._channel.record_final(self._chat, "fail", text)
 
+    async def send_file(self, file: OutboundFile) -> None:
+        self._channel.files.append((self._chat, file))
+        self._channel.events.append((self._chat, "file", file.name))
+
 
 class MemoryChannel:
     """Channel fake: no I/O, records everything."""
@@ -42,6 +46,7 @@ class MemoryChannel:
         self.tenant = tenant
         self.events: list[tuple[str, str, str]] = []
         self.replies: list[tuple[str, str, str]] = []
+        self.files: list[tuple[str, OutboundFile]] = []
         self._deliver: Deliver | None = None
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -59,13 +64,15 @@ class MemoryChannel:
         self._deliver = None
 
     async def say(self, chat: str, text: str, *, sender: str = "user",
-                  platform_id: str | None = None) -> Accepted | None:
+                  platform_id: str | None = None,
+                  attachments: tuple[Attachment, ...] = ()) -> Accepted | None:
         """Deliver a message from ``sender`` in ``chat``; returns the router's answer."""
         if self._deliver is None:
             raise RuntimeError("channel not started")
         inbound = Inbound(
             key=ConversationKey(self.name, chat, self.tenant), sender=Sender(sender, sender),
             text=text, platform_id=platform_id or f"m{next(self._ids)}",
+            attachments=attachments,
         )
         result = await self._deliver(inbound)
         return result if isinstance(result, Accepted) else None

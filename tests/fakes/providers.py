@@ -83,6 +83,17 @@ _REASONS = {529: "Overloaded"}
 
 
 @dataclass(frozen=True)
+class Transcription:
+    """One upload to the audio transcription endpoint."""
+
+    model: str
+    filename: str
+    content_type: str
+    data: bytes
+    response_format: str
+
+
+@dataclass(frozen=True)
 class ToolCall:
     """One tool call the fake model makes."""
 
@@ -264,6 +275,9 @@ class FakeProviderServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.transcriptions: list[Transcription] = []
+        self.transcript: str | None = None
+        """What ``/v1/audio/transcriptions`` answers; None: a sentence naming the upload."""
         self.default: DefaultReply = echo_reply
         self.cache = PromptCache()
         """Prompt caching as the APIs count it (see tests/fakes/prompt_cache.py)."""
@@ -276,9 +290,11 @@ class FakeProviderServer:
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self) -> None:
-        app = web.Application()
+        # Real APIs take bodies of tens of MB (base64 images and PDFs); aiohttp's default is 1.
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._handle_anthropic)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
+        app.router.add_post("/v1/audio/transcriptions", self._handle_transcription)
         # handler_cancellation: a client that gives up (timeout) cancels a hanging
         # handler instead of leaving it to hold up shutdown.
         self._runner = web.AppRunner(
@@ -344,6 +360,23 @@ class FakeProviderServer:
         # Each API reports its request id under its own header; the SDKs expose it.
         name = "request-id" if api == "anthropic" else "x-request-id"
         return {name: self._next_id("req_fake")}
+
+    async def _handle_transcription(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's ``POST /v1/audio/transcriptions``: multipart with ``file`` and ``model``."""
+        if not request.content_type.startswith("multipart/"):
+            return self._error("openai", Reply.error(400, self._error_body(
+                "openai", 400, "expected multipart/form-data")))
+        form = await request.post()
+        upload, model = form.get("file"), form.get("model")
+        if not isinstance(upload, web.FileField) or not isinstance(model, str) or not model:
+            return self._error("openai", Reply.error(400, self._error_body(
+                "openai", 400, "file and model are required")))
+        data = upload.file.read()
+        self.transcriptions.append(Transcription(model, upload.filename, upload.content_type,
+                                                 data, str(form.get("response_format", ""))))
+        text = self.transcript if self.transcript is not None else (
+            f"transcribed {upload.filename} ({len(data)} bytes) with {model}")
+        return web.json_response({"text": text}, headers=self._request_id("openai"))
 
     async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, "anthropic")

@@ -48,7 +48,8 @@ class ScriptedProvider:
         if self.keep_bodies:
             self.bodies.append(request_body(self.shape, request.system, request.messages,
                                             request.tools, request.model, request.params,
-                                            cache=request.cache, sections=request.sections))
+                                            cache=request.cache, sections=request.sections,
+                                            blobs=request.blobs))
         if self.delay:
             await asyncio.sleep(self.delay)
         reply = self._queue.popleft() if self._queue else "ok"

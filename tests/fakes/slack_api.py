@@ -11,7 +11,11 @@ Only 127.0.0.1 is used. Behaviour kept from the real service: Bearer-token auth 
 bodies with HTTP 200, rate limits as HTTP 429 plus ``Retry-After``, monotonically
 increasing message ``ts``, signed event deliveries (``v0`` HMAC-SHA256) with retry
 headers, two events (``app_mention`` + ``message``) for one channel mention, and a
-Socket Mode WebSocket that greets with ``hello`` and expects envelope acks.
+Socket Mode WebSocket that greets with ``hello`` and expects envelope acks. Files: hosted
+at ``url_private_download`` (``/files-pri/...``; without the bot token a redirect to the
+sign-in page, as Slack answers), every download recorded with the token it carried, file
+events (:meth:`FakeSlackServer.file_event`), and the upload v2 flow
+(``files.getUploadURLExternal``, the upload URL, ``files.completeUploadExternal``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3_000
 
 # Form-encoded requests carry these as JSON strings (slack_sdk does so for files.* etc.).
-_JSON_FIELDS = frozenset({"blocks", "attachments", "metadata", "user_auth_blocks"})
+_JSON_FIELDS = frozenset({"blocks", "attachments", "metadata", "user_auth_blocks", "files"})
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 _MENTION_TOKEN_RE = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 
@@ -183,6 +187,12 @@ class FakeSlackServer:
         self.channels: dict[str, JSONDict] = {}
         self.messages: dict[tuple[str, str], JSONDict] = {}
         self.reactions: dict[tuple[str, str], set[str]] = {}
+        self.hosted: dict[str, bytes] = {}  # /files-pri/... path -> bytes
+        self.file_downloads: list[tuple[str, str | None]] = []  # (path, Authorization header)
+        self.moved: dict[str, str] = {}  # hosted path -> path it redirects to
+        self.uploads: dict[str, JSONDict] = {}  # file id -> {"filename", "length", "data"}
+        self.shared_files: list[JSONDict] = []  # completed uploads, with channel and thread
+        self._file_seq = itertools.count(1)
         self._last_ts_us = 0
         self._event_seq = itertools.count(1)
         self._faults: dict[str, list[_Fault]] = {}
@@ -204,6 +214,8 @@ class FakeSlackServer:
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
             "apps.connections.open": self._apps_connections_open,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
         }
         self.add_user(bot_user_id, name=bot_name, is_bot=True)
 
@@ -213,6 +225,8 @@ class FakeSlackServer:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_route("*", "/api/{method}", self._handle_api)
         app.router.add_get("/link/", self._handle_socket)
+        app.router.add_get("/files-pri/{tail:.+}", self._handle_file_download)
+        app.router.add_post("/upload/v1/{file_id}", self._handle_upload)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -606,6 +620,92 @@ class FakeSlackServer:
             if params.get(key):
                 message[key] = params[key]
         return message
+
+    # ----------------------------------------------------------------- files
+
+    def add_file(self, data: bytes, name: str, mimetype: str, *, user: str = "U0FAKEUSER",
+                 size: int | None = None, **fields: Any) -> JSONDict:
+        """Host ``data`` and return its file object as events carry it (``size`` overrides
+        the announced size, for files past a limit)."""
+        file_id = f"F{next(self._file_seq):08d}"
+        path = f"{self.team_id}-{file_id}/download/{name}"
+        self.hosted[path] = data
+        url = f"{self.root_url}/files-pri/{path}"
+        obj: JSONDict = {
+            "id": file_id, "created": int(time.time()), "timestamp": int(time.time()),
+            "name": name, "title": name, "mimetype": mimetype,
+            "filetype": name.rsplit(".", 1)[-1] if "." in name else "binary",
+            "pretty_type": mimetype, "user": user, "user_team": self.team_id,
+            "editable": False, "size": len(data) if size is None else size, "mode": "hosted",
+            "is_external": False, "external_type": "", "is_public": False,
+            "public_url_shared": False, "display_as_bot": False, "username": "",
+            "url_private": url.replace("/download/", "/"), "url_private_download": url,
+            "permalink": f"{self.root_url}/files/{user}/{file_id}/{name}",
+        }
+        obj.update(fields)
+        return obj
+
+    def file_event(self, channel: str, user: str, files: list[JSONDict], text: str = "", *,
+                   ts: str | None = None, thread_ts: str | None = None) -> JSONDict:
+        """A ``message`` event with ``files`` (subtype ``file_share``), as Slack sends for an
+        upload; in a DM when ``channel`` is the user's IM id."""
+        envelope = self.message_event(channel, text, user=user, ts=ts, thread_ts=thread_ts,
+                                      subtype="file_share")
+        event = envelope["event"]
+        event["files"] = files
+        event["upload"] = True
+        event["display_as_bot"] = False
+        if user and "client_msg_id" not in event:
+            event["client_msg_id"] = str(uuid.uuid4())
+        self.messages[(channel, event["ts"])] = dict(event)
+        return envelope
+
+    async def _handle_file_download(self, request: web.Request) -> web.StreamResponse:
+        path = request.match_info["tail"]
+        auth = request.headers.get("Authorization")
+        self.file_downloads.append((path, auth))
+        if auth != f"Bearer {self.bot_token}":
+            # Slack sends a browser without a valid token to its sign-in page.
+            raise web.HTTPFound(f"{self.root_url}/signin?redir=/files-pri/{path}")
+        if path in self.moved:
+            raise web.HTTPFound(f"{self.root_url}/files-pri/{self.moved[path]}")
+        data = self.hosted.get(path)
+        if data is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def _handle_upload(self, request: web.Request) -> web.StreamResponse:
+        upload = self.uploads.get(request.match_info["file_id"])
+        if upload is None:
+            return web.Response(status=404, text="unknown upload")
+        upload["data"] = await request.read()
+        return web.Response(text=f"OK - {len(upload['data'])}")
+
+    async def _files_get_upload_url(self, params: JSONDict) -> JSONDict:
+        filename, length = params.get("filename"), params.get("length")
+        if not filename or length is None:
+            raise SlackError("invalid_arguments")
+        file_id = f"F{next(self._file_seq):08d}"
+        self.uploads[file_id] = {"filename": filename, "length": int(length), "data": None}
+        return {"upload_url": f"{self.root_url}/upload/v1/{file_id}", "file_id": file_id}
+
+    async def _files_complete_upload(self, params: JSONDict) -> JSONDict:
+        files = params.get("files")
+        if not isinstance(files, list) or not files:
+            raise SlackError("invalid_arguments")
+        done = []
+        for item in files:
+            upload = self.uploads.get(str(item.get("id"))) if isinstance(item, dict) else None
+            if upload is None or upload["data"] is None:
+                raise SlackError("file_not_found")
+            if len(upload["data"]) != upload["length"]:
+                raise SlackError("file_upload_size_mismatch")
+            shared = {"id": item["id"], "title": item.get("title"), **upload,
+                      "channel": params.get("channel_id"), "thread_ts": params.get("thread_ts")}
+            self.shared_files.append(shared)
+            done.append({"id": item["id"], "title": item.get("title") or upload["filename"],
+                         "name": upload["filename"], "size": upload["length"]})
+        return {"files": done}
 
     # ----------------------------------------------------------------- event builders
 

@@ -11,7 +11,10 @@ Point the real python-telegram-bot (PTB) at it::
 Only 127.0.0.1 is used. The fake keeps the parts of the real server's behaviour that
 adapters depend on: long polling with offset acknowledgement, 409 conflicts, flood
 errors with ``retry_after``, HTML entity parsing with Telegram's exact error texts and
-UTF-16 length accounting, per-chat message ids, webhooks with the secret-token header.
+UTF-16 length accounting, per-chat message ids, webhooks with the secret-token header,
+files: ``getFile`` (400 "file is too big" past 20 MB, as the real server answers bots),
+downloads under ``/file/bot<token>/<path>`` with the token checked, media messages
+(:meth:`FakeTelegramServer.user_media`) and ``sendDocument`` uploads.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ JSONDict = dict[str, Any]
 MethodHandler = Callable[[JSONDict], Awaitable[Any]]
 
 MAX_MESSAGE_UTF16 = 4096
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
+"""The Bot API serves bots files up to 20 MB; getFile refuses bigger ones."""
 _DEFAULT_TOKEN = "123456789:AAFakeTokenForLocalTestsOnly_0123456789"
 
 # Parameters PTB (and the Bot API) transmit as JSON-serialised strings inside form data.
@@ -577,6 +582,10 @@ class FakeTelegramServer:
         self.messages: dict[tuple[int, int], JSONDict] = {}
         self.commands: dict[tuple[str, str], list[JSONDict]] = {}
         self.files: dict[str, bytes] = {}  # served at base_file_url + token + "/" + path
+        self.file_ids: dict[str, tuple[str, int]] = {}  # file_id -> (path, size)
+        self.downloads: list[str] = []  # paths downloaded, in order
+        self.documents: list[tuple[int, UploadedFile]] = []  # (chat, file) sent with sendDocument
+        self._next_file = 0
         self._next_update_id = first_update_id
         self._next_message_id: dict[int, int] = {}
         self._poll_generation = 0
@@ -607,6 +616,8 @@ class FakeTelegramServer:
                 "getMyCommands": self._get_my_commands,
                 "deleteMyCommands": self._delete_my_commands,
                 "getChat": self._get_chat,
+                "getFile": self._get_file,
+                "sendDocument": self._send_document,
             }.items()
         }
 
@@ -748,6 +759,73 @@ class FakeTelegramServer:
         )
         return self.push_update({"message": message})
 
+    def add_file(self, data: bytes, folder: str = "documents", suffix: str = "") -> JSONDict:
+        """Store ``data`` for download; returns the file object fields (id, unique id, size)."""
+        self._next_file += 1
+        file_id = f"BQACAgF{self._next_file:06d}"
+        path = f"{folder}/file_{self._next_file}{suffix}"
+        self.files[path] = data
+        self.file_ids[file_id] = (path, len(data))
+        return {"file_id": file_id, "file_unique_id": f"AgAD{self._next_file:06d}",
+                "file_size": len(data)}
+
+    def user_media(
+        self,
+        chat_id: int,
+        kind: str,
+        data: bytes,
+        *,
+        caption: str | None = None,
+        file_name: str | None = None,
+        mime_type: str | None = None,
+        declared_size: int | None = None,
+        chat_type: str = "private",
+        user_id: int | None = None,
+        **fields: Any,
+    ) -> JSONDict:
+        """Push a message carrying a file, as Telegram builds it: ``kind`` is ``photo`` (three
+        sizes, the last the full file), ``document``, ``voice``, ``audio``, ``video_note``,
+        ``sticker``, ``video`` or ``animation``. ``declared_size`` overrides the size the
+        update announces (for files past the download limit)."""
+        update = self.user_message(chat_id, "", chat_type=chat_type, user_id=user_id,
+                                   entities=[])
+        message = update["message"]
+        del message["text"]
+        message.pop("entities", None)
+        stored = self.add_file(data, {"photo": "photos", "voice": "voice"}.get(kind, "documents"))
+        if declared_size is not None:
+            stored["file_size"] = declared_size
+        if kind == "photo":
+            small = self.add_file(data[: max(1, len(data) // 16)], "photos")
+            medium = self.add_file(data[: max(1, len(data) // 4)], "photos")
+            message["photo"] = [{**small, "width": 90, "height": 67},
+                                {**medium, "width": 320, "height": 240},
+                                {**stored, "width": 1280, "height": 960}]
+        else:
+            obj: JSONDict = dict(stored)
+            if file_name is not None:
+                obj["file_name"] = file_name
+            if mime_type is not None:
+                obj["mime_type"] = mime_type
+            if kind in ("voice", "audio", "video_note", "video", "animation"):
+                obj["duration"] = 3
+            if kind == "video_note":
+                obj["length"] = 240
+            if kind in ("video", "animation", "sticker"):
+                obj.update(width=512, height=512)
+            if kind == "sticker":
+                obj.update(type="regular", is_animated=False, is_video=False, emoji="😀")
+            obj.update(fields)
+            message[kind] = obj
+            if kind == "animation":
+                message["document"] = dict(obj)  # Telegram sends a GIF as both
+        if caption is not None:
+            message["caption"] = caption
+            entities = _detect_entities(caption)
+            if entities:
+                message["caption_entities"] = entities
+        return update
+
     def messages_to(self, chat_id: int) -> list[JSONDict]:
         """The bot's messages currently in the chat (edits applied, deleted ones gone)."""
         return [
@@ -849,6 +927,7 @@ class FakeTelegramServer:
         data = self.files.get(request.match_info["path"])
         if data is None:
             return _json_response(TelegramApiError(404, "Not Found").payload(), 404)
+        self.downloads.append(request.match_info["path"])
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
@@ -1108,6 +1187,30 @@ class FakeTelegramServer:
 
     async def _get_me(self, params: JSONDict) -> JSONDict:
         return dict(self.bot_user)
+
+    async def _get_file(self, params: JSONDict) -> JSONDict:
+        found = self.file_ids.get(str(params.get("file_id")))
+        if found is None:
+            raise TelegramApiError(400, "Bad Request: invalid file_id")
+        path, size = found
+        if size > MAX_DOWNLOAD_BYTES:
+            raise TelegramApiError(400, "Bad Request: file is too big")
+        return {"file_id": params["file_id"], "file_unique_id": f"u{path}", "file_size": size,
+                "file_path": path}
+
+    async def _send_document(self, params: JSONDict) -> JSONDict:
+        chat = self._require_chat(params)
+        document = params.get("document")
+        if not isinstance(document, UploadedFile):
+            raise TelegramApiError(400, "Bad Request: there is no document in the request")
+        self.documents.append((chat["id"], document))
+        message = self._store_message(chat, self.bot_user, "", None,
+                                      params.get("message_thread_id"),
+                                      self._resolve_reply(chat["id"], params))
+        del message["text"]
+        message["document"] = {**self.add_file(document.data), "file_name": document.filename,
+                               "mime_type": document.content_type}
+        return dict(message)
 
     async def _send_message(self, params: JSONDict) -> JSONDict:
         chat = self._require_chat(params)

@@ -11,6 +11,10 @@ from pathlib import Path
 from coordination.local import LocalConversations
 from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.media.images import IMAGE_LIMITS
+from gateway.media.intake import MediaIntake
+from gateway.media.policy import MediaLimits
+from gateway.media.transcribe import Transcriber
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
 from gateway.persona import PersonaWorkspace
@@ -20,6 +24,7 @@ from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
+from sessions.blobs import BlobStore
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.fakes.memory_channel import MemoryChannel
@@ -56,7 +61,12 @@ async def running_core(
     max_iterations: int = 8,
     observer: TurnObserver = NO_OBSERVER,
     prompt_cache: bool = True,
+    blobs: BlobStore | None = None,
+    transcriber: Transcriber | None = None,
+    limits: MediaLimits | None = None,
 ) -> AsyncIterator[Core]:
+    """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
+    front of the router) and expanded at send time."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
@@ -65,13 +75,19 @@ async def running_core(
         settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations,
                               prompt_cache=prompt_cache),
         observer=observer,
+        blobs=blobs,
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
     channel = MemoryChannel()
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
                     dedup=MemoryDeduplicator(), conversations=LocalConversations())
+    deliver = router.deliver
+    if blobs is not None:
+        intake = MediaIntake(blobs, limits=limits or MediaLimits(),
+                             images=IMAGE_LIMITS[provider.shape], transcriber=transcriber)
+        deliver = intake.wrap(router.deliver)  # type: ignore[assignment]
     async with router:
-        await channel.start(router.deliver)
+        await channel.start(deliver)
         try:
             yield Core(channel, router, registry, metrics, store, workspace)
         finally:

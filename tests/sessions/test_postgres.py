@@ -244,8 +244,33 @@ async def test_concurrent_upgrades_do_not_race() -> None:
         finally:
             for conn in conns:
                 await conn.close()
-    assert sorted(results) == [(0, 1), (1, 1), (1, 1), (1, 1)]
-    assert [(v, d) for v, d, _ in applied] == [(1, pg_schema.MIGRATIONS[0].description)]
+    latest = pg_schema.LATEST
+    assert sorted(results) == [(0, latest)] + [(latest, latest)] * 3
+    assert [(v, d) for v, d, _ in applied] == [(m.version, m.description)
+                                               for m in pg_schema.MIGRATIONS]
+
+
+async def test_upgrade_from_version_1_adds_the_blob_table() -> None:
+    """A schema made by the first release (sessions only) upgrades to blobs, keeping its
+    sessions."""
+    async with fresh_schema(migrate=False) as name:
+        conn = await connect()
+        try:
+            q = pg_schema.quoted(name)
+            await conn.execute(f"CREATE SCHEMA {q}")
+            await conn.execute(f"CREATE TABLE {q}.schema_version (version integer PRIMARY KEY,"
+                               " description text NOT NULL,"
+                               " applied_at timestamptz NOT NULL DEFAULT now())")
+            first = pg_schema.MIGRATIONS[0]
+            await conn.execute(pg_schema.render(first.sql, name))
+            await conn.execute(f"INSERT INTO {q}.schema_version VALUES (1, $1)", first.description)
+            await conn.execute(f"INSERT INTO {q}.sessions (tenant, id, header) VALUES"
+                               " ('default', 's1', '{}')")
+            assert await pg_schema.upgrade(conn, name) == (1, pg_schema.LATEST)
+            assert await conn.fetchval(f"SELECT count(*) FROM {q}.sessions") == 1
+            assert await conn.fetchval(f"SELECT count(*) FROM {q}.blobs") == 0
+        finally:
+            await conn.close()
 
 
 async def test_newer_schema_is_refused() -> None:

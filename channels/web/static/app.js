@@ -23,6 +23,7 @@
     replay: $("replay-command"),
     newConversation: $("new-conversation"),
   };
+  const files = window.GatewayAttachments; // attachments.js: picker, previews, chips
 
   class NeedsToken extends Error {}
 
@@ -114,7 +115,13 @@
       if (!page.ok) return setStatus(await errorOf(page));
       const body = await page.json();
       for (const m of body.messages) {
-        if (m.text && (m.role === "user" || m.role === "assistant")) addMessage(m.role, m.text);
+        const own = (m.files || []).filter((f) => !f.sent);
+        const sent = (m.files || []).filter((f) => f.sent); // files the agent sent
+        if ((m.text || own.length) && (m.role === "user" || m.role === "assistant")) {
+          const item = addMessage(m.role, m.text || "");
+          if (own.length) files.showStored(item, own, api);
+        }
+        if (sent.length) files.showStored(addMessage("assistant", ""), sent, api);
       }
       showSession(body.session);
     } catch (err) {
@@ -141,20 +148,35 @@
     scrollToEnd();
   }
 
+  // The request: JSON for text alone, multipart/form-data when files go with it.
+  function chatRequest(text, taken) {
+    const fields = { conversation: conversation(), text, id: randomId("m-"), stream: true };
+    if (!taken.length) {
+      return {
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify(fields),
+      };
+    }
+    const form = new FormData();
+    for (const [key, value] of Object.entries(fields)) form.append(key, String(value));
+    for (const entry of taken) form.append("file", entry.file, entry.file.name);
+    return { headers: { Accept: "text/event-stream" }, body: form };
+  }
+
   async function send(text) {
-    addMessage("user", text);
+    const taken = files.take();
+    const mine = addMessage("user", text);
+    files.showSent(mine, taken);
     const bubble = addMessage("assistant", "");
     bubble.classList.add("pending");
     bubble.setAttribute("aria-busy", "true");
     let response;
     try {
-      response = await api("/api/chat", {
-        method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-        body: JSON.stringify({ conversation: conversation(), text, id: randomId("m-"), stream: true }),
-      });
+      response = await api("/api/chat", { method: "POST", ...chatRequest(text, taken) });
     } catch (err) {
       bubble.remove();
+      mine.remove();
+      files.restore(taken);
       if (err instanceof NeedsToken) els.text.value = text;
       return setStatus(err.message);
     }
@@ -177,6 +199,10 @@
         } else if (event.name === "delta") {
           bubble.textContent += event.data.text;
           scrollToEnd();
+        } else if (event.name === "file") {  // a file the agent sent: before its answer
+          const item = addMessage("assistant", "");
+          bubble.before(item);
+          files.showStored(item, [event.data], api);
         } else if (event.name === "done") {
           settle(bubble, event.data.reply, false);
           finished = true;
@@ -192,7 +218,7 @@
   els.composer.addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = els.text.value.trim();
-    if (!text) return;
+    if (!text && !document.querySelector("#pending-files li")) return;
     els.text.value = "";
     setStatus("");
     els.send.disabled = true;
@@ -229,5 +255,8 @@
     els.text.focus();
   });
 
+  files.init({
+    button: $("attach"), input: $("files"), list: $("pending-files"), dropZone: els.composer,
+  });
   loadHistory();
 })();

@@ -63,9 +63,11 @@ def test_upgrade_is_idempotent(cli: Callable[..., Result], schema: str) -> None:
     ]
     status = cli("status", "--url", PG_URL, "--schema", schema)
     lines = status.out.splitlines()
-    assert (status.code, lines[0]) == (0, f"{where}: version 1 of 1 (up to date)")
-    assert lines[1].split()[0] == "1"
-    assert lines[1].endswith(pg_schema.MIGRATIONS[0].description)
+    latest = pg_schema.LATEST
+    assert (status.code, lines[0]) == (0, f"{where}: version {latest} of {latest} (up to date)")
+    for line, migration in zip(lines[1:], pg_schema.MIGRATIONS, strict=True):
+        assert line.split()[0] == str(migration.version)
+        assert line.endswith(migration.description)
     assert asyncio.run(version_of(schema)) == pg_schema.LATEST
 
 
@@ -75,7 +77,8 @@ def test_status_changes_nothing(cli: Callable[..., Result], schema: str,
     monkeypatch.setenv("GATEWAY_STORE_URL", PG_URL)
     result = cli("status", "--schema", schema)
     assert (result.code, result.out, result.err) == (
-        0, f"{PG_URL} schema {schema}: version 0 of 1 (needs `gateway db upgrade`)\n", "")
+        0, f"{PG_URL} schema {schema}: version 0 of {pg_schema.LATEST} "
+        "(needs `gateway db upgrade`)\n", "")
     assert asyncio.run(version_of(schema)) == 0
 
 

@@ -1,0 +1,168 @@
+"""Taking attachments in: check, sniff, fit, transcribe and store them before the message is
+recorded.
+
+The access gate hands every inbound message here first (the composition root puts the intake
+between the gate and the router), so only people allowed to talk to the agent get files
+stored. For each file, in order:
+
+1. refused if the channel could not fetch it, if it is one too many (``max_count``), empty, or
+   over ``max_bytes``;
+2. its type is sniffed from the bytes (:mod:`gateway.media.sniff`), never taken from the claim;
+3. images are fitted to the provider's limits (:mod:`gateway.media.images`), PDFs kept, text
+   files checked for length, voice and audio transcribed (refused with one clear sentence when
+   no transcriber is configured), anything else refused;
+4. the bytes that will be sent are stored in the blob store under their sha256 and the message
+   gets a reference block (:func:`sessions.attachments.ref_block`).
+
+The result is the same inbound with ``attachments`` emptied and ``parts`` (reference blocks and
+notes about refused files) and ``notice`` (the sentence for the person) set. A fault on one file
+(a failed transcription, a blob store error) refuses that file with a notice; nothing here
+raises for bad input. CPU work (sniffing, Pillow) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.channel import Deliver, ReplySink
+from gateway.errors import TranscriptionError
+from gateway.media.images import ImageError, ImageLimits, fit
+from gateway.media.policy import (
+    MediaLimits,
+    Reason,
+    Refusal,
+    clean_name,
+    note_block,
+    notice,
+    too_large,
+    unsupported,
+)
+from gateway.media.sniff import sniff
+from gateway.media.transcribe import Transcriber
+from gateway.messages import Attachment, Inbound
+from sessions.attachments import BlobRef, category, ref_block
+from sessions.blobs import BlobStore
+from sessions.errors import BlobWriteError
+
+log = logging.getLogger("gateway.media")
+
+_AUDIO_KINDS = frozenset({"voice", "audio", "video_note"})
+_FALLBACK_NAMES = {"photo": "photo.jpg", "voice": "voice.ogg", "audio": "audio",
+                   "video_note": "video-note.mp4", "sticker": "sticker.webp"}
+_CHANNEL_PROBLEMS: dict[str, Reason] = {
+    "download-failed": "download-failed", "unsupported": "video", "unavailable": "unavailable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Examined:
+    """An attachment judged fit to store: the bytes to store and send, and what they are."""
+
+    data: bytes
+    media_type: str
+
+
+class MediaIntake:
+    """See the module docstring. One per gateway; holds no per-conversation state."""
+
+    def __init__(self, blobs: BlobStore, *, limits: MediaLimits, images: ImageLimits,
+                 transcriber: Transcriber | None) -> None:
+        self.blobs = blobs
+        self.limits = limits
+        self.images = images
+        self.transcriber = transcriber
+
+    def wrap(self, deliver: Deliver) -> Deliver:
+        """``deliver`` with the intake in front of it (what the access gate calls)."""
+
+        async def deliver_prepared(inbound: Inbound, sink: ReplySink | None = None) -> object:
+            return await deliver(await self.prepare(inbound), sink)
+
+        return deliver_prepared
+
+    async def prepare(self, inbound: Inbound) -> Inbound:
+        """``inbound`` with its attachments taken in (see the module docstring)."""
+        if not inbound.attachments:
+            return inbound
+        refs: list[dict[str, Any]] = []
+        refusals: list[Refusal] = []
+        for position, attachment in enumerate(inbound.attachments):
+            name = clean_name(attachment.name, _FALLBACK_NAMES.get(attachment.kind, "file"))
+            if position >= self.limits.max_count:
+                refusals.append(Refusal(name, "too-many", str(self.limits.max_count)))
+                continue
+            taken = await self._take(inbound.key.tenant, name, attachment)
+            if isinstance(taken, Refusal):
+                refusals.append(taken)
+            else:
+                refs.append(taken)
+        for refusal in refusals:
+            log.info("%s: refused an attachment (%s)", inbound.key.channel, refusal.reason)
+        return dataclasses.replace(
+            inbound, attachments=(),
+            parts=(*refs, *(note_block(r) for r in refusals)),
+            notice=notice(refusals),
+        )
+
+    async def _take(self, tenant: str, name: str,
+                    attachment: Attachment) -> dict[str, Any] | Refusal:
+        if attachment.problem is not None:
+            if attachment.problem == "too-large":
+                return too_large(name, attachment.size or 0, self.limits.max_bytes)
+            return Refusal(name, _CHANNEL_PROBLEMS.get(attachment.problem, "download-failed"))
+        data = attachment.data
+        if not data:
+            return Refusal(name, "empty")
+        if len(data) > self.limits.max_bytes:
+            return too_large(name, len(data), self.limits.max_bytes)
+        examined = await asyncio.to_thread(self._examine, name, attachment)
+        if isinstance(examined, Refusal):
+            return examined
+        transcript: str | None = None
+        if category(examined.media_type) == "audio":
+            if self.transcriber is None:
+                return Refusal(name, "voice-disabled")
+            try:
+                transcript = await self.transcriber.transcribe(examined.data,
+                                                               examined.media_type, name)
+            except TranscriptionError as exc:
+                log.warning("transcription failed (%s)", exc.kind)
+                return Refusal(name, "transcription-failed")
+        try:
+            digest = await self.blobs.put(tenant, examined.data)
+        except BlobWriteError as exc:
+            log.warning("storing an attachment failed (%s)", exc.kind)
+            return Refusal(name, "not-stored")
+        ref = BlobRef(digest, name, examined.media_type, len(examined.data))
+        return ref_block(ref, transcript=transcript)
+
+    def _examine(self, name: str, attachment: Attachment) -> Examined | Refusal:
+        """Sniff, then fit or check by category (CPU work: runs in a worker thread)."""
+        data = attachment.data
+        media_type = sniff(data, name)
+        if media_type is None:
+            return unsupported(name, None)
+        if media_type.startswith("video/") and attachment.kind not in _AUDIO_KINDS:
+            return Refusal(name, "video")
+        kind = category(media_type)
+        if media_type.startswith("image/"):
+            try:
+                fitted = fit(data, media_type, self.images)
+            except ImageError as exc:
+                return Refusal(name, "unreadable-image", str(exc))
+            return Examined(fitted.data, fitted.media_type)
+        if kind == "text":
+            chars = len(data.decode("utf-8"))
+            if chars > self.limits.max_text_chars:
+                return Refusal(name, "text-too-long",
+                               f"{chars:,} characters; the limit is "
+                               f"{self.limits.max_text_chars:,}")
+            return Examined(data, media_type)
+        if kind in ("pdf", "audio"):
+            return Examined(data, media_type)
+        return unsupported(name, media_type)
+
