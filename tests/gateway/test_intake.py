@@ -49,6 +49,7 @@ class FullBlobStore(FileBlobStore):
 async def core(tmp_path: Path, provider: ScriptedProvider, **options: Any) -> AsyncIterator[Core]:
     store = JsonlSessionStore(tmp_path / "data", durability="none")
     options.setdefault("blobs", FileBlobStore(tmp_path / "data"))
+    options.setdefault("prompt_cache", False)  # bodies compared block for block, unmarked
     async with running_core(store, provider, tmp_path / "persona", **options) as c:
         yield c
 
