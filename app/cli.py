@@ -14,12 +14,14 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib import metadata
 
 import argcomplete
 
 from app import compose
+from app.commands import blob_prune as blob_prune_cmd
 from app.commands import chat as chat_cmd
 from app.commands import completion as completion_cmd
 from app.commands import db as db_cmd
@@ -129,7 +131,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "pairing":
         return pairing_cmd.run(args, settings)
     if args.command == "sessions" and args.action not in sessions_db_cmd.ACTIONS:
-        return sessions_cmd.run(args, settings.data_dir)
+        code = sessions_cmd.run(args, settings.data_dir)
+        if args.action == "prune" and code == 0:  # then the blobs no session refers to
+            await _prune_blobs(args, settings)
+        return code
     store = compose.build_store(settings)
     try:
         if args.command == "replay":
@@ -138,7 +143,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         if args.command == "sessions":
             return await sessions_db_cmd.run(args, store)
         if args.command == "viewer":
-            return await viewer_cmd.run(args, store, settings)
+            return await viewer_cmd.run(args, store, settings,
+                                        blobs=compose.blob_store_for(store, settings.data_dir))
         if args.command == "drift":
             return await drift_cmd.run(args, store)
         if args.command == "export":
@@ -155,6 +161,20 @@ def _prices(settings: Settings) -> PriceTable:
         return load_prices(settings.prices_file)
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
+
+
+async def _prune_blobs(args: argparse.Namespace, settings: Settings) -> None:
+    store = compose.build_store(settings)
+    reruns = compose.rerun_store(settings.data_dir)
+    blobs = compose.blob_store_for(store, settings.data_dir)
+    cutoff = time.time() - sessions_cmd.parse_duration(args.older_than)
+    try:
+        await blob_prune_cmd.prune_blobs([store, reruns], blobs, args.tenant, dry=args.dry_run,
+                                         out=sys.stdout, older_than=cutoff)
+    finally:
+        await blobs.aclose()
+        await reruns.aclose()
+        await store.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -243,14 +243,15 @@ def build_access(settings: Settings, coordinator: Coordinator | None = None) -> 
     return AccessPolicy(rules=rules, pairing=pairing)
 
 
-def build_admin_routes(settings: Settings, store: SessionStore) -> list[web.RouteDef]:
+def build_admin_routes(settings: Settings, store: SessionStore,
+                       blobs: BlobStore | None = None) -> list[web.RouteDef]:
     """The session viewer under ``/admin``, only when ``GATEWAY_ADMIN_TOKEN`` is set."""
     if settings.admin_token is None or not settings.admin_token.get_secret_value():
         return []
     from app.admin import Access, AdminSite
 
     return AdminSite(store, Access(settings.admin_token.get_secret_value()),
-                     prices=load_prices(settings.prices_file)).routes()
+                     prices=load_prices(settings.prices_file), blobs=blobs).routes()
 
 
 def build_gateway(
@@ -302,7 +303,7 @@ def build_gateway(
         store=store, provider=provider, router=router, registry=registry, channels=chosen,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
-        extra_routes=build_admin_routes(settings, store), coordinator=coordinator,
+        extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
         observer=observer,
         services=[policy.pairing] if isinstance(policy.pairing, LivePairing) else [],
         closing=[blobs.aclose] + ([transcriber.aclose] if transcriber is not None else []),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sessions.attachments import ATTACHMENT, category, ref_of
 from sessions.encoding import dumps
 
 OPERATION_CHAT = "chat"
@@ -81,7 +82,29 @@ def _part(block: Any) -> dict[str, Any]:
         return part
     if kind == "thinking":
         return {"type": "reasoning", "content": str(block.get("thinking", ""))}
+    if kind == ATTACHMENT:
+        return _file_part(block)
     return {"type": str(kind), **{k: v for k, v in block.items() if k != "type"}}
+
+
+_MODALITIES = {"image": "image", "audio": "audio", "pdf": "document", "text": "text"}
+
+
+def _file_part(block: dict[str, Any]) -> dict[str, Any]:
+    """An attachment as a GenAI ``file`` part that names its blob (``sha256:<hash>``), never
+    its bytes; a voice note keeps the transcript the model read."""
+    ref = ref_of(block)
+    if ref is None:
+        return {"type": "file", "file_id": None}
+    part: dict[str, Any] = {"type": "file", "modality": _MODALITIES.get(category(
+        ref.media_type), "other"), "mime_type": ref.media_type, "file_id": f"sha256:{ref.hash}",
+        "name": ref.name, "size": ref.size}
+    transcript = block.get("transcript")
+    if isinstance(transcript, str):
+        part["transcript"] = transcript
+    if block.get("sent") is True:
+        part["sent"] = True
+    return part
 
 
 def _tool_response(content: Any) -> Any:
@@ -89,6 +112,8 @@ def _tool_response(content: Any) -> Any:
         isinstance(b, dict) and b.get("type") == "text" for b in content
     ):
         return "".join(str(b.get("text", "")) for b in content)
+    if isinstance(content, list):  # text with a sent file: the file by hash, never bytes
+        return [_part(b) for b in content]
     return content
 
 

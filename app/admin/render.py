@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.admin import urls
+from app.admin.attachments import attachment_view
 from app.admin.markup import Markup, join, tag
 from sessions.cache_bust import CacheBust
 from sessions.encoding import dumps
@@ -44,11 +45,16 @@ def _tool_result_text(content: Any) -> str:
     return text if text is not None else pretty(content)
 
 
-def block_view(block: Any) -> Markup:
-    """One content block: text, a tool call, a tool result, or anything else as JSON."""
+def block_view(block: Any, where: Where | None = None) -> Markup:
+    """One content block: text, a tool call, a tool result, an attachment (a thumbnail or a
+    chip, linked to its blob when ``where`` says which session), or anything else as JSON."""
     if not isinstance(block, Mapping):
         return tag("pre", pretty(block), class_="json")
     kind = block.get("type")
+    if kind == "attachment":
+        shown = attachment_view(block, where)
+        if shown is not None:
+            return shown
     if kind == "text":
         return tag("div", str(block.get("text", "")), class_="text")
     if kind == "tool_use":
@@ -68,6 +74,9 @@ def block_view(block: Any) -> Markup:
                 " for ", tag("span", str(block.get("tool_use_id", "")), class_="muted"),
                 class_="block-head"),
             tag("pre", _tool_result_text(block.get("content")), class_="result"),
+            [attachment_view(b, where) for b in block.get("content") or []
+             if isinstance(b, Mapping) and b.get("type") == "attachment"]
+            if isinstance(block.get("content"), list) else None,
             class_="tool-result error" if error else "tool-result",
         )
     return tag("details", tag("summary", f"{kind or 'unknown'} block"),
@@ -84,7 +93,8 @@ def _role_class(message: Mapping[str, Any]) -> str:
 
 
 def message_view(message: Mapping[str, Any], *, index: int | None = None,
-                 ts: str | None = None, note: str | None = None) -> Markup:
+                 ts: str | None = None, note: str | None = None,
+                 where: Where | None = None) -> Markup:
     """A message with its role, log position (1-based) and time."""
     kind = _role_class(message)
     label = "tool results" if kind == "tool" else str(message.get("role", "?"))
@@ -99,7 +109,7 @@ def message_view(message: Mapping[str, Any], *, index: int | None = None,
     if isinstance(content, str):
         body: Markup = tag("div", content, class_="text")
     elif isinstance(content, list):
-        body = join(block_view(b) for b in content)
+        body = join(block_view(b, where) for b in content)
     else:
         body = tag("pre", pretty(content), class_="json")
     return tag("article", tag("header", join(head, " ")), body, class_=f"msg msg-{kind}")
@@ -209,7 +219,7 @@ def _window_text(replay: Replay, turn: Turn) -> str:
     return f"log messages {ranges}{extra}"
 
 
-def _sent_views(replay: Replay, turn: Turn) -> Markup:
+def _sent_views(replay: Replay, turn: Turn, where: Where | None) -> Markup:
     if turn.window is None:
         return tag("p", "The messages of this call were not recorded.", class_="muted")
     indices: list[int | None] = [i for a, b in turn.window for i in range(a, b)]
@@ -220,7 +230,7 @@ def _sent_views(replay: Replay, turn: Turn) -> Markup:
     for index, message in zip(indices, sent, strict=True):
         ts = None if index is None else replay.messages.entry(index).get("ts")
         views.append(message_view(message, index=index, ts=ts if isinstance(ts, str) else None,
-                                  note="injected" if index is None else None))
+                                  note="injected" if index is None else None, where=where))
     return join(views)
 
 
@@ -241,7 +251,7 @@ def _tools_view(replay: Replay, turn: Turn) -> Markup:
     return tag("ul", items, class_="tools")
 
 
-def turn_request(replay: Replay, turn: Turn) -> Markup:
+def turn_request(replay: Replay, turn: Turn, where: Where | None = None) -> Markup:
     """Everything the provider received for ``turn``, verbatim, and what came back."""
     prompt = turn.prompt
     if prompt is None:
@@ -266,7 +276,7 @@ def turn_request(replay: Replay, turn: Turn) -> Markup:
         ]),
         tag("h4", "System prompt"), system,
         tag("details", tag("summary", f"Messages sent ({sent_count})"),
-            _sent_views(replay, turn), class_="sent", open=True),
+            _sent_views(replay, turn, where), class_="sent", open=True),
         tag("details", tag("summary", f"Tools ({len(tools) if tools is not None else 0})"),
             _tools_view(replay, turn), class_="tools-box"),
         class_="request",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.admin import urls
+from app.admin.attachments import elided
 from app.admin.chart import drift_chart, drift_table
 from app.admin.diff import SectionDiff, diff_versions
 from app.admin.markup import Markup, join, tag
@@ -30,7 +31,7 @@ from app.admin.render import (
 from sessions.cache_bust import CacheBust, cache_busts
 from sessions.drift import METRICS, DriftPoint
 from sessions.pricing import PriceTable
-from sessions.replay import PromptVersion, Replay, Turn
+from sessions.replay import NotRebuildableError, PromptVersion, Replay, Turn
 from sessions.usage import UsageRow, aggregate, calls_of, total
 
 INLINE_BUDGET = 2_000_000
@@ -198,7 +199,7 @@ def _inline_cost(view: SessionView) -> int:
 def _turn_block(view: SessionView, turn: Turn, inline: bool) -> Markup:
     where = view.where
     if inline:
-        body = turn_request(view.replay, turn)
+        body = turn_request(view.replay, turn, where)
     else:
         link = urls.turn(where.session_id, where.tenant, where.home, turn.index)
         body = tag("div", tag("a", f"Open the request of call {turn.index}", href=link),
@@ -240,7 +241,7 @@ def conversation(view: SessionView, inline: bool) -> Markup:
             entry = replay.messages.entry(index)
             ts = entry.get("ts")
             out.append(message_view(entry["message"], index=index,
-                                    ts=ts if isinstance(ts, str) else None))
+                                    ts=ts if isinstance(ts, str) else None, where=view.where))
     if not out:
         return tag("p", "This session has no messages.", class_="muted")
     return join(out)
@@ -264,7 +265,10 @@ def session_page(view: SessionView, points: list[DriftPoint], metric: str,
 # -- one call ----------------------------------------------------------------------------------
 
 
-def turn_page(view: SessionView, turn: Turn) -> Markup:
+def turn_page(view: SessionView, turn: Turn,
+              blobs: Mapping[str, bytes] | None = None) -> Markup:
+    """One call; ``blobs``: the bytes of its attachments, to rebuild its body exactly (shown
+    with the base64 elided)."""
     where = view.where
     replay = view.replay
     back = urls.session(where.session_id, where.tenant, where.home) + f"#call-{turn.index}"
@@ -272,16 +276,28 @@ def turn_page(view: SessionView, turn: Turn) -> Markup:
         tag("p", tag("a", f"← session {where.session_id}", href=back)),
         tag("h1", f"Call {turn.index}"),
         tag("p", turn_summary(replay, turn, view.busts.get(turn.index))),
-        turn_request(replay, turn),
-        tag("details", tag("summary", "Request body as rebuilt by replay (JSON)"),
-            tag("pre", pretty(replay.request(turn)), class_="json"))
-        if turn.rebuildable else
-        tag("p", f"No request body: this call was {turn.status_text}.", class_="notice bad"),
+        turn_request(replay, turn, where),
+        _request_body(replay, turn, blobs),
         tag("h4", "Answer"),
-        message_view(replay.messages[turn.assistant], index=turn.assistant)
+        message_view(replay.messages[turn.assistant], index=turn.assistant, where=where)
         if turn.assistant is not None else tag("p", "No answer was recorded.", class_="muted"),
     ])
     return layout(f"Call {turn.index} of {where.session_id}", body, view.frame)
+
+
+def _request_body(replay: Replay, turn: Turn, blobs: Mapping[str, bytes] | None) -> Markup:
+    if not turn.rebuildable:
+        return tag("p", f"No request body: this call was {turn.status_text}.",
+                   class_="notice bad")
+    try:
+        body = replay.request(turn, blobs=blobs)
+    except NotRebuildableError as exc:  # a blob the store does not hold (named in the message)
+        return tag("p", f"No request body: {exc}.", class_="notice bad")
+    summary = "Request body as rebuilt by replay (JSON)"
+    if replay.attachments(turn):
+        summary += ", attachment bytes elided"
+    return tag("details", tag("summary", summary), tag("pre", pretty(elided(body)),
+                                                       class_="json"))
 
 
 # -- diff --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
     GET  /admin/session/{id}/turn/{n}       one provider call (``&fragment=1``: just its body)
     GET  /admin/session/{id}/diff?a=&b=     section diff of prompt versions a and b
     GET  /admin/usage                       cost per day (chart) and per session ?tenant=&days=
+    GET  /admin/session/{id}/blob/{hash}    an attachment the session refers to (thumbnails)
     GET  /admin/login, POST /admin/login    the token form; sets the login cookie
     POST /admin/logout                      clears it
     GET  /admin/static/{name}               admin.css, admin.js (package data)
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from app.admin import urls
+from app.admin.attachments import blob_response
 from app.admin.auth import ALL_TENANTS, COOKIE, COOKIE_TTL, Access, Refused
 from app.admin.listing import ListQuery, list_page
 from app.admin.markup import Markup
@@ -42,8 +44,15 @@ from app.admin.session_pages import (
     turn_page,
 )
 from app.admin.usage_page import days_of, usage_page
+from sessions.attachments import iter_refs, referenced
+from sessions.blobs import BlobStore, load, validate_digest
 from sessions.drift import DEFAULT_METRIC, METRICS, drift
-from sessions.errors import InvalidNameError, SessionNotFoundError, SessionReadError
+from sessions.errors import (
+    BlobMissingError,
+    InvalidNameError,
+    SessionNotFoundError,
+    SessionReadError,
+)
 from sessions.names import validate_session_id
 from sessions.pricing import PriceTable
 from sessions.replay import replay_bytes
@@ -113,8 +122,11 @@ class AdminSite:
     """The session viewer over a read-only :class:`SessionSource`, guarded by :class:`Access`."""
 
     def __init__(self, source: SessionSource, access: Access, *,
-                 inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None) -> None:
+                 inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None,
+                 blobs: BlobStore | None = None) -> None:
         self.source = source
+        self.blobs = blobs
+        """Attachment bytes (thumbnails, exact request bodies); None: shown by hash only."""
         self.access = access
         self.prices = prices or PriceTable()
         self.inline_budget = inline_budget
@@ -135,6 +147,7 @@ class AdminSite:
             web.get(f"{p}/session/{{id}}/diff", self._guard(self._diff)),
             web.get(f"{p}/session/{{id}}/turn/{{n}}", self._guard(self._turn)),
             web.get(f"{p}/usage", self._guard(self._usage)),
+            web.get(f"{p}/session/{{id}}/blob/{{hash}}", self._guard(self._blob)),
             web.get(f"{p}/{{tail:.*}}", self._guard(self._not_found)),
         ]
 
@@ -283,8 +296,32 @@ class AdminSite:
             raise Refused(404, f"This session has no call {number} "
                                f"(it has {len(view.replay.turns)}).") from None
         if request.query.get("fragment"):
-            return html(await asyncio.to_thread(turn_request, view.replay, turn))
-        return html(await asyncio.to_thread(turn_page, view, turn))
+            return html(await asyncio.to_thread(turn_request, view.replay, turn, view.where))
+        found: dict[str, bytes] = {}
+        refs = view.replay.attachments(turn)
+        if refs and self.blobs is not None:
+            found = await load(self.blobs, view.where.tenant, refs)
+        return html(await asyncio.to_thread(turn_page, view, turn, found))
+
+    async def _blob(self, request: web.Request) -> web.StreamResponse:
+        """An attachment of a session the admin may see, only if that session refers to it."""
+        digest = validate_digest(request.match_info["hash"])
+        tenant = self._one_tenant(request)
+        session_id = validate_session_id(request.match_info["id"])
+        log_bytes = await self.source.read_log(tenant, session_id)
+        if digest not in referenced(log_bytes) or self.blobs is None:
+            raise Refused(404, "This session refers to no such file.")
+        view = replay_bytes(log_bytes)
+        name, media_type = "file", "application/octet-stream"
+        for message in view.messages:
+            for ref, _sent in iter_refs(message.get("content")):
+                if ref.hash == digest:
+                    name, media_type = ref.name, ref.media_type
+        try:
+            data = await self.blobs.get(tenant, digest)
+        except BlobMissingError:
+            raise Refused(404, "This file is no longer in the blob store.") from None
+        return blob_response(data, media_type, name)
 
     async def _usage(self, request: web.Request) -> web.StreamResponse:
         tenant = self.access.tenant_for(request.query.get("tenant"))

@@ -25,6 +25,7 @@ from app.config import Settings
 from app.prices import load_prices
 from gateway.errors import ConfigError
 from gateway.hosts import is_loopback
+from sessions.blobs import BlobStore
 from sessions.errors import InvalidNameError
 
 DEFAULT_PORT = 8788
@@ -64,7 +65,7 @@ def access_for(host: str, token: str | None, tenant: str | None) -> Access:
 
 
 async def run(args: argparse.Namespace, source: SessionSource, settings: Settings,
-              out: TextIO | None = None) -> int:
+              out: TextIO | None = None, blobs: BlobStore | None = None) -> int:
     out = out or sys.stdout
     data_dir = settings.data_dir
     if not 0 <= args.port <= 65535:
@@ -76,7 +77,8 @@ async def run(args: argparse.Namespace, source: SessionSource, settings: Setting
         prices = load_prices(settings.prices_file)
     except ConfigError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    runner = web.AppRunner(AdminSite(source, access, prices=prices).application(),
+    runner = web.AppRunner(AdminSite(source, access, prices=prices,
+                                     blobs=blobs).application(),
                            access_log=None, handle_signals=False)
     await runner.setup()
     try:

@@ -6,8 +6,15 @@ from typing import Any
 
 import pytest
 
-from channels.slack.convert import TRUNCATED, Ignored, clean_text, to_inbound
-from gateway.messages import ConversationKey, Inbound, Sender
+from channels.slack.convert import (
+    TRUNCATED,
+    Ignored,
+    SlackFile,
+    clean_text,
+    files_of,
+    to_inbound,
+)
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 
 BOT = "U0BOT"
 TEAM = "T123"
@@ -124,3 +131,44 @@ def test_long_text_truncated() -> None:
 def test_clean_text(wire: str, text: str) -> None:
     """Slack's wire text reads as plain text: our mention gone, links and escapes resolved."""
     assert clean_text(wire, BOT) == text
+
+
+def slack_file(**fields: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "id": "F1", "name": "cat.jpg", "mimetype": "image/jpeg", "size": 1200, "mode": "hosted",
+        "url_private": "https://files.slack.com/files-pri/T123-F1/cat.jpg",
+        "url_private_download": "https://files.slack.com/files-pri/T123-F1/download/cat.jpg"}
+    found.update(fields)
+    return found
+
+
+def test_a_file_without_text_is_a_message() -> None:
+    """A DM that only shares a file counts, with empty text; without files it would not."""
+    result = convert(envelope(text="", subtype="file_share", files=[slack_file()]))
+    assert isinstance(result, Inbound)
+    assert result.text == ""
+    assert convert(envelope(text="")) == Ignored("empty text")
+
+
+def test_files_of_decides_what_to_download() -> None:
+    """Hosted files within the limit are downloaded from url_private_download; too large,
+    external or deleted ones, and any URL the token must not reach, are refused by kind."""
+    wanted = files_of({"files": [
+        slack_file(),
+        slack_file(name="big.mov", size=5000),
+        slack_file(name="gdoc", mode="external"),
+        slack_file(name="gone", mode="tombstone"),
+        slack_file(name="evil.png", url_private_download="https://evil.example/x.png"),
+        slack_file(name="clip.mp4", subtype="slack_audio", mimetype="audio/mp4"),
+        "not a file",
+    ]}, max_bytes=2000, api_base_url=None)
+    assert wanted == [
+        SlackFile("https://files.slack.com/files-pri/T123-F1/download/cat.jpg", "cat.jpg",
+                  "image/jpeg", "file", 1200),
+        Attachment("big.mov", "image/jpeg", size=5000, problem="too-large"),
+        Attachment("gdoc", "image/jpeg", size=1200, problem="unavailable"),
+        Attachment("gone", "image/jpeg", size=1200, problem="unavailable"),
+        Attachment("evil.png", "image/jpeg", size=1200, problem="download-failed"),
+        SlackFile("https://files.slack.com/files-pri/T123-F1/download/cat.jpg", "clip.mp4",
+                  "audio/mp4", "voice", 1200),
+    ]

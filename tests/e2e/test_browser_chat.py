@@ -120,3 +120,49 @@ async def test_token_prompt_then_chat(tmp_path: Path, browser: Browser) -> None:
             re.compile(r'You said: "with a token"'))
     finally:
         await gw.aclose()
+
+
+async def test_attached_image_shows_a_thumbnail_and_gets_a_reply(
+    gateway: Gateway, browser: Browser, tmp_path: Path
+) -> None:
+    """An image picked with the Attach button is previewed, sent with the text, shown as a
+    thumbnail in the person's bubble, answered (the offline provider saw the image), and
+    still shown, fetched from the gateway, after a reload; a file dropped on the composer is
+    listed to send."""
+    from tests.fakes import media
+
+    photo = tmp_path / "cat.jpg"
+    photo.write_bytes(media.jpeg(120, 90))
+    page = await browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"http://127.0.0.1:{gateway.bound_port}/")
+    async with page.expect_file_chooser() as chooser:
+        await page.get_by_role("button", name="Attach").click()
+    await (await chooser.value).set_files(str(photo))
+    preview = page.locator("#pending-files li img.thumbnail")
+    await expect(preview).to_have_attribute("alt", "cat.jpg")
+    await send(page, "what is in this picture?")
+    await expect(page.locator("#pending-files li")).to_have_count(0)
+    sent = page.locator("li.message.user img.thumbnail")
+    await expect(sent).to_have_attribute("alt", "cat.jpg")
+    assistant = page.locator("li.message.assistant")
+    await expect(assistant).to_have_text(re.compile(r"It came with 1 image\."))
+    assert await sent.evaluate("img => img.naturalWidth") == 120
+
+    await page.reload()
+    stored = page.locator("li.message.user img.thumbnail")
+    await expect(stored).to_have_attribute("alt", "cat.jpg")
+    await page.wait_for_function(
+        "() => { const i = document.querySelector('li.message.user img.thumbnail');"
+        " return i !== null && i.complete && i.naturalWidth === 120; }")
+    OUTPUT.mkdir(exist_ok=True)
+    await page.screenshot(path=str(OUTPUT / "chat-attachment.png"), full_page=True)
+
+    # Dropped on the composer, a file joins the list to send, as a chip with its size.
+    dropped = await page.evaluate_handle(
+        "() => { const d = new DataTransfer();"
+        " d.items.add(new File(['# notes'], 'notes.md', {type: 'text/markdown'})); return d; }")
+    await page.locator("#composer").dispatch_event("drop", {"dataTransfer": dropped})
+    await expect(page.locator("#pending-files li .file-chip")).to_have_text("notes.md 7 bytes")
+    assert errors == []

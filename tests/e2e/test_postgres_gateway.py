@@ -56,3 +56,36 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
     assert (replay.problems, len(replay.turns)) == ((), 4)
     assert requests(replay) == provider.bodies
     assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:memory_write"]
+
+
+async def test_attachments_live_beside_the_sessions_in_the_database(tmp_path: Path) -> None:
+    """With the PostgreSQL store the composition root keeps blobs in its ``blobs`` table; a
+    photo's call replays from the database alone (after the gateway restarted)."""
+    from app.compose import blob_store_for
+    from gateway.messages import Attachment
+    from sessions.blobs import load
+    from sessions.postgres.blobs import PostgresBlobStore
+    from tests.fakes import media
+
+    photo = media.jpeg(50, 40)
+    provider = ScriptedProvider()
+    async with fresh_schema() as schema:
+        store = await PostgresSessionStore.connect(PG_URL, schema=schema)
+        try:
+            blobs = blob_store_for(store, tmp_path / "unused")
+            assert isinstance(blobs, PostgresBlobStore)
+            async with running_core(store, provider, tmp_path / "p", blobs=blobs,
+                                    prompt_cache=False) as core:
+                accepted = await core.channel.say(
+                    "c1", "what is this?", attachments=(Attachment("a.jpg", "image/jpeg", photo),))
+                assert accepted is not None
+                assert accepted.session_id is not None
+                await core.channel.wait_replies(1)
+            async with running_core(store, provider, tmp_path / "p", blobs=blobs) as core:
+                replay = await core.replay(accepted.session_id)
+            turn = replay.turn(1)
+            found = await load(PostgresBlobStore(store), "default", replay.attachments(turn))
+        finally:
+            await store.aclose()
+    assert replay.request(turn, "anthropic", found) == provider.bodies[0]
+    assert not (tmp_path / "unused").exists()  # nothing went to files

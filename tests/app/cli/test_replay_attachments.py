@@ -88,3 +88,21 @@ def test_missing_blob_is_reported_not_invented(tmp_path: Path) -> None:
     assert err.startswith("gateway replay: session s1: line 8: turn 1 cannot be rebuilt: "
                           f"recorded but not rebuildable (blob sha256 {digest} is not in the "
                           "blob store: cat.jpg, image/jpeg, ")
+
+
+def export(data_dir: Path, fmt: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["export", "s1", "--format", fmt, "--data-dir", str(data_dir)]) == 0
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["otlp-json", "jsonl"])
+def test_export_refers_to_blobs_by_hash(tmp_path: Path, fmt: str) -> None:
+    """Exported records name each attachment by its hash and never carry its bytes."""
+    digest, _ = asyncio.run(_session(tmp_path, "default"))
+    text = export(tmp_path, fmt)
+    assert digest in text
+    assert base64.b64encode(PHOTO).decode()[:40] not in text
+    if fmt == "otlp-json":
+        assert f'\\"file_id\\":\\"sha256:{digest}\\"' in text  # a GenAI file part, by hash
