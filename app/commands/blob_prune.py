@@ -27,15 +27,21 @@ async def prune_blobs(stores: Sequence[SessionStore], blobs: BlobStore, tenant: 
                       *, dry: bool, out: TextIO, older_than: float | None = None,
                       now: float | None = None) -> int:
     """Remove (or, ``dry``, list) unreferenced blobs of ``tenant`` (None: every tenant) and
-    write one summary line; the number removed (or that would be). ``older_than``: with
-    ``dry``, sessions last modified before it count as gone (they would be pruned)."""
+    write one summary line (none when there are no blobs at all); the number removed (or that
+    would be). ``older_than``: with ``dry``, sessions last modified before it count as gone
+    (they would be pruned)."""
     now = time.time() if now is None else now
     verb = "would remove" if dry else "removed"
     count = total = 0
+    seen = False
     tenants = [tenant] if tenant is not None else await blobs.tenants()
     for name in tenants:
+        stored = await blobs.list_blobs(name)
+        if not stored:
+            continue
+        seen = True
         wanted = await _referenced(stores, name, older_than if dry else None)
-        stale = [b for b in await blobs.list_blobs(name)
+        stale = [b for b in stored
                  if b.hash not in wanted and now - b.stored_at > GRACE_SECONDS]
         if not stale:
             continue
@@ -45,7 +51,8 @@ async def prune_blobs(stores: Sequence[SessionStore], blobs: BlobStore, tenant: 
             out.write(f"{verb} blob {name}/{blob.hash}  {blob.size} bytes\n")
         count += len(stale)
         total += sum(b.size for b in stale)
-    out.write(f"{verb} {count} unreferenced blob(s), {human_size(total)}\n")
+    if seen:
+        out.write(f"{verb} {count} unreferenced blob(s), {human_size(total)}\n")
     return count
 
 
