@@ -417,11 +417,24 @@ def cpu_check_line(runs: Sequence[Run]) -> str:
             f"{statistics.median(diffs):.0f} ms (max {max(diffs):.0f} ms) per run.")
 
 
-def machine_line() -> str:
+def machine_line(before: tuple[float, float, float] | None = None) -> str:
+    """The machine and its load average (1/5/15 min) at the end of the run, and at its start
+    when ``before`` is given: other work on a shared machine shows there."""
     load = os.getloadavg()
+    start = (f"{before[0]:.1f} / {before[1]:.1f} / {before[2]:.1f} at the start, "
+             if before is not None else "")
     return (f"Machine: {os.cpu_count()} vCPU, Python {sys.version.split()[0]}, load average "
-            f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) at the end of the run; "
-            "a shared VM with other work running.")
+            f"(1/5/15 min) {start}{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end of "
+            "the run; a shared VM with other work running.")
+
+
+def check_provider_calls(subject: str, server: Any, replies: int) -> None:
+    """A gateway subject talking to the fake provider made exactly one call per reply."""
+    if not subject.startswith("gateway") or subject.endswith("/scripted"):
+        return
+    if len(server.requests) != replies:
+        raise RuntimeError(f"{subject}: {len(server.requests)} provider calls for {replies} "
+                           "replies")
 
 
 def write_report(name: str, text: str) -> Path:

@@ -1,18 +1,19 @@
 """Benchmark: the Slack path end to end (Events API over HTTP), against a bare aiohttp echo.
 
 The subject is the gateway, built by ``gateway.compose.build_gateway`` as ``gateway run``
-builds it: Slack over HTTP (``POST /slack/events``; bolt, slack_sdk), the instant
-``ScriptedProvider(keep_bodies=False)``, the JSONL store (default durability ``turn``) in a
-temporary directory, and INFO logging set up as ``gateway run`` does. The floor is a bare
+builds it: Slack over HTTP (``POST /slack/events``; bolt, slack_sdk), the real ``openai`` SDK
+streaming from a local fake provider server (``bench/_provider.py``; it answers at once), the
+JSONL store (default durability ``turn``) in a temporary directory, and INFO logging set up as
+``gateway run`` does. The floor is a bare
 aiohttp handler. It verifies the signature with slack_sdk's ``SignatureVerifier``, answers
 200, and posts the text back in the thread with ``chat.postMessage`` through an
 ``AsyncWebClient`` with one shared aiohttp session, as the gateway's client has.
 
 Each subject runs in its own subprocess, so its CPU time and peak RSS are its own. The fake
-Slack Web API (``tests/fakes/slack_api.py``) and the driver run in this process, a fresh fake
-per run. The driver signs and POSTs each event to the subject. The events are ``app_mention``
-events in threads of one channel, one event per message (an app subscribed to
-``app_mention`` only). A message's latency runs from just before its POST to the fake
+Slack Web API (``tests/fakes/slack_api.py``), the fake provider and the driver run in this
+process, fresh fakes per run. The driver signs and POSTs each event to the subject. The
+events are ``app_mention`` events in threads of one channel, one event per message (an app
+subscribed to ``app_mention`` only). A message's latency runs from just before its POST to the fake
 recording the bot's ``chat.postMessage`` in that thread. Scenarios:
 
 (a) 20 threads x 10 messages, closed loop: each thread sends its next message once the
@@ -21,8 +22,10 @@ recording the bot's ``chat.postMessage`` in that thread. Scenarios:
 
 Before each measured run, 3 messages in another thread warm the subject up.
 
-Targets: (a) throughput >= 30 % of the echo's; (b) p50 latency <= 5x the echo's;
-<= 5 ms subject CPU per message; peak RSS <= 2x the echo's.
+Targets: (a) throughput >= 50 % of the echo's; (b) p50 latency <= 3x the echo's;
+<= 5 ms subject CPU per message (the SDK included); peak RSS <= 2x the echo's.
+``--diagnose`` adds the gateway with the Anthropic SDK and with the in-process
+``ScriptedProvider`` (the old subject) as diagnostic rows.
 
 Run: .venv/bin/python bench/bench_slack.py [--rounds 7] [--profile] [--diagnose ROUNDS]
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -47,6 +51,7 @@ from bench._harness import (
     Scenario,
     Targets,
     alternate,
+    check_provider_calls,
     closed_loop,
     cpu_check_line,
     machine_line,
@@ -57,6 +62,13 @@ from bench._harness import (
     top_functions,
     variant_table,
     write_report,
+)
+from bench._provider import (
+    PROVIDER_PROFILE_GROUPS,
+    PROVIDER_VARIANTS,
+    fake_provider,
+    provider_override,
+    provider_settings,
 )
 
 SCENARIOS = (
@@ -71,7 +83,9 @@ VARIANTS = (
     ("gateway/no-reactions", "gateway without the :eyes: reaction (add and remove)"),
     ("gateway/no-preview", "gateway without a preview in the reply's first second"),
     ("gateway/lean", "gateway without both"),
+    *PROVIDER_VARIANTS,
 )
+TARGETS = Targets(rate_ratio=0.5, p50_ratio=3.0)
 """Diagnostics (``--diagnose``): the gateway with parts of its reply path switched off."""
 PROFILE_GROUPS = (
     ("inbound POST /slack/events (aiohttp server, signature, bolt)", "aiohttp/web_protocol.py",
@@ -85,6 +99,7 @@ PROFILE_GROUPS = (
     ("prompt build (persona cache check)", "gateway/persona.py", "build"),
     ("render Markdown -> mrkdwn", "slack/render.py", "render_chunks"),
     ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
+    *PROVIDER_PROFILE_GROUPS,
 )
 PREVIEW_AFTER = 1.0
 """no-preview: as ``channels.telegram.sink.TelegramTarget``'s ``preview_after`` (1 s)."""
@@ -103,7 +118,7 @@ def threads_of(scenario: Scenario) -> list[int]:
 
 def apply_variant(variant: str) -> None:
     """Diagnostics only, in the child: switch off parts of the gateway's reply path."""
-    if variant not in ("", "no-reactions", "no-preview", "lean"):
+    if variant not in ("", "no-reactions", "no-preview", "lean", "anthropic", "scripted"):
         raise ValueError(f"unknown variant {variant!r}")
     from channels.slack.sink import SlackTarget
 
@@ -131,17 +146,16 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     from app import logs
     from app.compose import build_gateway
     from app.config import Settings
-    from tests.fakes.scripted_provider import ScriptedProvider
 
     settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
         _env_file=None,
         GATEWAY_DATA_DIR=cfg["data_dir"], GATEWAY_PORT=0, GATEWAY_CHANNELS="slack",
         GATEWAY_SHUTDOWN_GRACE=2, SLACK_BOT_TOKEN=cfg["bot_token"],
         SLACK_SIGNING_SECRET=cfg["signing_secret"], SLACK_API_BASE_URL=cfg["api_base_url"],
-        SLACK_ALLOWED_USERS=cfg["allowed"],
+        SLACK_ALLOWED_USERS=cfg["allowed"], **provider_settings(cfg),
     )
     logs.configure_from(settings)
-    gateway = build_gateway(settings, provider=ScriptedProvider(keep_bodies=False))
+    gateway = build_gateway(settings, provider=provider_override(cfg))
     try:
         await gateway.start()
         ready({"port": gateway.bound_port})
@@ -240,7 +254,7 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *,
     threads = threads_of(scenario)
     allowed = ",".join(user_of(t) for t in [WARM_THREAD, *threads])
     with tempfile.TemporaryDirectory(prefix="bench-slack-") as tmp:
-        async with timed_fake() as fake:
+        async with timed_fake() as fake, fake_provider() as provider:
             loop = asyncio.get_running_loop()
             fake.add_channel(CHANNEL, name="bench")
             roots = {t: fake.next_ts() for t in [WARM_THREAD, *threads]}
@@ -260,7 +274,8 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *,
 
             config = {"bot_token": fake.bot_token, "signing_secret": fake.signing_secret,
                       "api_base_url": fake.api_base_url, "allowed": allowed,
-                      "data_dir": str(Path(tmp) / "data"), "profile": profile}
+                      "data_dir": str(Path(tmp) / "data"), "profile": profile,
+                      "provider_base_url": provider.base_url}
             log = Path(tmp) / f"{subject.replace('/', '-')}.log"
             async with Child(Path(__file__), subject, config, log) as child:
                 url = f"http://127.0.0.1:{child.info['port']}/slack/events"
@@ -283,6 +298,7 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *,
                                    f"errors {[(c.method, c.error) for c in errors]}; "
                                    f"log:\n{log.read_text()[-3000:]}")
             run.extra["calls_per_message"] = (len(fake.calls) - before) / run.messages
+            check_provider_calls(subject, provider, expected)
             finals = list(fake.final.values())
             run.extra["final_p50"] = percentile(finals, 50)
             run.extra["final_p99"] = percentile(finals, 99)
@@ -300,13 +316,14 @@ async def main() -> None:
                              "variants with parts of its reply path switched off")
     args = parser.parse_args()
     started = time.perf_counter()
+    load_before = os.getloadavg()
 
     async def one(subject: str, scenario: Scenario, round_no: int) -> Run:
         return await run_one(subject, scenario, round_no)
 
     runs = await alternate(args.rounds, SCENARIOS, ("echo", "gateway"), one)
     tables, _ = report_tables(
-        runs, SCENARIOS, "gateway", "echo", Targets(),
+        runs, SCENARIOS, "gateway", "echo", TARGETS,
         extra_rows=[("time to the final text, p50 (ms; the reply's last post or edit)",
                      "final_p50", 1e3),
                     ("time to the final text, p99 (ms)", "final_p99", 1e3)])
@@ -318,8 +335,10 @@ async def main() -> None:
     lines = [
         "## Slack path: gateway vs a bare aiohttp + slack_sdk echo", "",
         f"`{command}` (ELAPSED s)", "",
-        machine_line(), "",
+        machine_line(load_before), "",
         cpu_check_line(runs), "",
+        "The gateway answers through the real openai SDK, streaming from a local fake "
+        "provider server in the driver process.", "",
         f"Medians of {args.rounds} rounds; ratios are medians of per-round ratios (subject and "
         "floor alternate, order flipped every round). Each run uses a fresh subprocess per "
         "subject and a fresh fake Slack (in the driver process, which also signs and POSTs "

@@ -1,17 +1,18 @@
 """Benchmark: the Telegram path end to end, against a bare python-telegram-bot echo bot.
 
 The subject is the gateway, built by ``gateway.compose.build_gateway`` as ``gateway run``
-builds it. It runs in long-polling mode with ``TELEGRAM_RATE_LIMIT=off``, the instant
-``ScriptedProvider(keep_bodies=False)``, the JSONL store (default durability ``turn``) in a
-temporary directory, and INFO logging set up as ``gateway run`` does. The floor is a raw PTB
+builds it. It runs in long-polling mode with ``TELEGRAM_RATE_LIMIT=off``, the real ``openai``
+SDK streaming from a local fake provider server (``bench/_provider.py``; it answers at once),
+the JSONL store (default durability ``turn``) in a temporary directory, and INFO logging set up
+as ``gateway run`` does. The floor is a raw PTB
 ``Bot`` polling loop that sends each message's text back with ``send_message``, one task per
 update. Both use the same ``getUpdates`` parameters (``timeout``, ``allowed_updates``) and the
 gateway's ``HTTPXRequest`` pool sizes.
 
 Each subject runs in its own subprocess, so its CPU time and peak RSS are its own. The fake
-Bot API (``tests/fakes/telegram_api.py``) and the driver run in this process, a fresh fake per
-run. A message's latency runs from pushing its update into the fake to the fake recording the
-bot's ``sendMessage`` to that chat. Scenarios:
+Bot API (``tests/fakes/telegram_api.py``), the fake provider and the driver run in this
+process, fresh fakes per run. A message's latency runs from pushing its update into the fake
+to the fake recording the bot's ``sendMessage`` to that chat. Scenarios:
 
 (a) 20 chats x 10 messages, closed loop: each chat sends its next message once the previous
     one is answered;
@@ -19,8 +20,10 @@ bot's ``sendMessage`` to that chat. Scenarios:
 
 Before each measured run, 3 messages in another chat warm the subject up.
 
-Targets: (a) throughput >= 30 % of the echo bot's; (b) p50 latency <= 5x the echo bot's;
-<= 5 ms subject CPU per message; peak RSS <= 2x the echo bot's.
+Targets: (a) throughput >= 50 % of the echo bot's; (b) p50 latency <= 3x the echo bot's;
+<= 5 ms subject CPU per message (the SDK included); peak RSS <= 2x the echo bot's.
+``--diagnose`` adds the gateway with the Anthropic SDK and with the in-process
+``ScriptedProvider`` (the old subject) as diagnostic rows.
 
 Run: .venv/bin/python bench/bench_telegram.py [--rounds 7] [--poll-timeout 10] [--profile]
      [--diagnose ROUNDS]
@@ -47,6 +50,7 @@ from bench._harness import (
     Scenario,
     Targets,
     alternate,
+    check_provider_calls,
     closed_loop,
     cpu_check_line,
     machine_line,
@@ -57,6 +61,13 @@ from bench._harness import (
     variant_table,
     write_report,
 )
+from bench._provider import (
+    PROVIDER_PROFILE_GROUPS,
+    PROVIDER_VARIANTS,
+    fake_provider,
+    provider_override,
+    provider_settings,
+)
 
 SCENARIOS = (
     Scenario("a", "closed loop, 20 chats x 10 messages", chats=20, per_chat=10),
@@ -65,7 +76,9 @@ SCENARIOS = (
 WARM_CHAT = 5000
 WARM_MESSAGES = 3
 SUBJECTS = ("echo", "gateway")
-VARIANTS = (("gateway/no-typing", "gateway without the typing action (sendChatAction a no-op)"),)
+VARIANTS = (("gateway/no-typing", "gateway without the typing action (sendChatAction a no-op)"),
+            *PROVIDER_VARIANTS)
+TARGETS = Targets(rate_ratio=0.5, p50_ratio=3.0)
 """Diagnostics (``--diagnose``): the gateway with one part of its reply path switched off."""
 PROFILE_GROUPS = (
     ("getUpdates (PTB + httpx, Update parsing included)", "telegram/_bot.py", "get_updates"),
@@ -76,6 +89,7 @@ PROFILE_GROUPS = (
     ("prompt build (persona cache check)", "gateway/persona.py", "build"),
     ("render Markdown -> Telegram HTML", "telegram/render.py", "render_chunks"),
     ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
+    *PROVIDER_PROFILE_GROUPS,
 )
 
 
@@ -95,7 +109,7 @@ def apply_variant(variant: str) -> None:
             return None
 
         TelegramTarget.typing = no_typing  # type: ignore[method-assign]
-    elif variant:
+    elif variant and variant not in ("anthropic", "scripted"):  # those pick the provider
         raise ValueError(f"unknown variant {variant!r}")
 
 
@@ -105,7 +119,6 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     from app import logs
     from app.compose import build_gateway
     from app.config import Settings
-    from tests.fakes.scripted_provider import ScriptedProvider
 
     settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
         _env_file=None,
@@ -113,9 +126,10 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
         GATEWAY_SHUTDOWN_GRACE=2, TELEGRAM_BOT_TOKEN=cfg["token"],
         TELEGRAM_API_BASE_URL=cfg["base_url"], TELEGRAM_RATE_LIMIT="off",
         TELEGRAM_POLL_TIMEOUT=cfg["poll_timeout"], TELEGRAM_ALLOWED_USERS=cfg["allowed"],
+        **provider_settings(cfg),
     )
     logs.configure_from(settings)
-    gateway = build_gateway(settings, provider=ScriptedProvider(keep_bodies=False))
+    gateway = build_gateway(settings, provider=provider_override(cfg))
     try:
         await gateway.start()
         ready({"port": gateway.bound_port})
@@ -184,7 +198,7 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *, poll_timeo
     chats = chats_of(scenario)
     allowed = ",".join(str(c) for c in [WARM_CHAT, *chats])
     with tempfile.TemporaryDirectory(prefix="bench-telegram-") as tmp:
-        async with timed_fake() as fake:
+        async with timed_fake() as fake, fake_provider() as provider:
             loop = asyncio.get_running_loop()
 
             async def send(chat: int, i: int) -> float:
@@ -196,7 +210,7 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *, poll_timeo
 
             config = {"token": fake.token, "base_url": fake.base_url, "allowed": allowed,
                       "poll_timeout": poll_timeout, "data_dir": str(Path(tmp) / "data"),
-                      "profile": profile}
+                      "profile": profile, "provider_base_url": provider.base_url}
             log = Path(tmp) / f"{subject.replace('/', '-')}.log"
             async with Child(Path(__file__), subject, config, log) as child:
                 async with asyncio.timeout(30):
@@ -216,6 +230,7 @@ async def run_one(subject: str, scenario: Scenario, round_no: int, *, poll_timeo
                                    f"errors {[(c.method, c.description) for c in errors]}; "
                                    f"log:\n{log.read_text()[-3000:]}")
             run.extra["calls_per_message"] = (len(fake.sent) - before) / run.messages
+            check_provider_calls(subject, provider, expected)
             return run
 
 
@@ -232,12 +247,13 @@ async def main() -> None:
                              "variants with parts of its reply path switched off")
     args = parser.parse_args()
     started = time.perf_counter()
+    load_before = os.getloadavg()
 
     async def one(subject: str, scenario: Scenario, round_no: int) -> Run:
         return await run_one(subject, scenario, round_no, poll_timeout=args.poll_timeout)
 
     runs = await alternate(args.rounds, SCENARIOS, ("echo", "gateway"), one)
-    tables, _ = report_tables(runs, SCENARIOS, "gateway", "echo", Targets())
+    tables, _ = report_tables(runs, SCENARIOS, "gateway", "echo", TARGETS)
     calls = {s: sorted(r.extra["calls_per_message"] for r in runs if r.subject == s)
              for s in SUBJECTS}
     command = (f".venv/bin/python bench/bench_telegram.py --rounds {args.rounds} "
@@ -246,8 +262,10 @@ async def main() -> None:
     lines = [
         "## Telegram path: gateway vs a bare PTB echo bot", "",
         f"`{command}` (ELAPSED s)", "",
-        machine_line(), "",
+        machine_line(load_before), "",
         cpu_check_line(runs), "",
+        "The gateway answers through the real openai SDK, streaming from a local fake "
+        "provider server in the driver process.", "",
         f"Medians of {args.rounds} rounds; ratios are medians of per-round ratios (subject and "
         "floor alternate, order flipped every round). Each run uses a fresh subprocess per "
         "subject and a fresh fake Bot API (in the driver process). Latency is from pushing "

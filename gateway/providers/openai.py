@@ -102,7 +102,8 @@ class OpenAIProvider(SdkProvider):
         super().__init__(model, params)
         # The key lives only inside the client: nothing here can format it into a message.
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
+            http_client=openai.DefaultAioHttpClient(),
         )
 
     async def _post(self, body: bytes, stream: bool) -> Any:
