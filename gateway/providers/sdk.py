@@ -142,7 +142,7 @@ class SdkProvider(ABC):
         """The gateway error for an SDK error. Messages carry the status, the error's type and
         the request id, never the API's text: auth errors quote part of the key."""
         name, errors = self.name, self.errors
-        if isinstance(exc, errors.timeout):
+        if isinstance(exc, errors.timeout) and not _refused(exc):
             return ProviderTimeout(f"{name}: no answer within the timeout")
         if isinstance(exc, errors.connection):
             if streaming:
@@ -184,6 +184,22 @@ class SdkProvider(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether an error the SDK calls a timeout was a refused or failed connection.
+
+    The SDKs' aiohttp transport maps every ``ClientConnectionError`` to ``ConnectTimeout``, a
+    refused connection included; the cause chain still holds the socket's own ``OSError``
+    (a real timeout's is a ``TimeoutError``)."""
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    for _ in range(8):  # a short chain; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def count(value: Any) -> int:

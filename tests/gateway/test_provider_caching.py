@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ProviderError
+from gateway.errors import ProviderError, ProviderUnavailable
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import ProviderRequest
 from gateway.providers.openai import OpenAIProvider, has_reasoning
@@ -168,3 +168,22 @@ async def test_malformed_answer_is_a_provider_error(
     with pytest.raises(ProviderError, match=message):
         await provider.complete(ProviderRequest("s", grown(0), [], "m", provider.params()))
     await provider.aclose()
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_refused_connection_is_unavailable_not_a_timeout(api: str) -> None:
+    """Nothing listening: ProviderUnavailable at once, though the transport calls it a timeout."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    provider = (AnthropicProvider("k", "m", base_url=base, max_retries=0, timeout=5)
+                if api == "anthropic"
+                else OpenAIProvider("k", "m", base_url=f"{base}/v1", max_retries=0, timeout=5))
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(ProviderRequest("s", grown(0), [], "m", provider.params()))
+    await provider.aclose()
+    assert type(caught.value) is ProviderUnavailable
+    assert str(caught.value) == f"{api}: could not connect"
