@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint unit bench clean
+.PHONY: run test lint unit floors bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest -q
 
+# The lowest versions pyproject.toml allows, installed in .venv-floors (once per pyproject),
+# then imports and the provider tests with them. CI runs it after `make test`.
+floors: $(STAMP)
+	$(PY) .ci/floors.py
+
 bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floors .pytest_cache .mypy_cache .ruff_cache
