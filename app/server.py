@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from app.http_errors import json_api_errors
 from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
 from gateway.coordination import Coordinator
 from gateway.errors import ConfigError
@@ -70,7 +71,8 @@ class Gateway:
         self.shutdown_grace = shutdown_grace
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
-        self.web_app = web.Application(client_max_size=2 * 1024 * 1024)
+        self.web_app = web.Application(middlewares=[json_api_errors],
+                                       client_max_size=2 * 1024 * 1024)
         self._closing = list(closing)
         """More things to close after the store (the blob store, the transcription client)."""
         self.deliver: Deliver = deliver or router.deliver

@@ -86,6 +86,11 @@ _ASSETS = {
     "style.css": "text/css",
     "attachments.js": "text/javascript",
     "attachments.css": "text/css",
+    # Markdown of the answers: vendored from npm (licenses beside them), never a CDN.
+    "markdown.js": "text/javascript",
+    "markdown.css": "text/css",
+    "markdown-it.min.js": "text/javascript",
+    "purify.min.js": "text/javascript",
 }
 _PAGE_HEADERS = {
     "Content-Security-Policy": (

@@ -1,5 +1,7 @@
 // The chat page: history from /api/history, turns over /api/chat as Server-Sent Events.
-// Text only ever goes into the page through textContent, never as HTML.
+// What people type goes into the page through textContent only; the agent's answers are
+// Markdown, rendered by markdown.js (raw HTML off, then sanitized) and nowhere else.
+// A message that could not reach the gateway stays on the page marked "not sent", with Retry.
 "use strict";
 
 (() => {
@@ -24,6 +26,9 @@
     newConversation: $("new-conversation"),
   };
   const files = window.GatewayAttachments; // attachments.js: picker, previews, chips
+  const markdown = window.GatewayMarkdown; // markdown.js: safe rendering of answers
+  const rawText = new WeakMap(); // assistant bubble -> its Markdown source so far
+  const OFFLINE = "Cannot reach the gateway: check that it is running and your connection.";
 
   class NeedsToken extends Error {}
 
@@ -42,8 +47,26 @@
     return id;
   }
 
-  function setStatus(text) {
+  // The status line; with `retry`, a Retry button that runs it (and clears the line).
+  function setStatus(text, retry) {
     els.status.textContent = text || "";
+    els.status.classList.toggle("problem", Boolean(retry));
+    if (!retry) return;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "quiet retry";
+    button.textContent = "Retry";
+    button.addEventListener("click", () => {
+      setStatus("");
+      retry();
+    });
+    els.status.append(" ", button);
+  }
+
+  // fetch() rejects with a TypeError when the request never got an answer (server down,
+  // network gone): the one failure where nothing reached the gateway.
+  function unreachable(err) {
+    return err instanceof TypeError;
   }
 
   function askToken() {
@@ -77,11 +100,32 @@
     main.scrollTop = main.scrollHeight;
   }
 
+  function setAnswer(bubble, text) {
+    rawText.set(bubble, text);
+    markdown.render(bubble, text);
+  }
+
+  // Streamed deltas re-render at most once a frame: Markdown is parsed whole each time (a
+  // half-written list or code fence renders as what it is so far).
+  const dirty = new Set();
+  function appendDelta(bubble, text) {
+    rawText.set(bubble, (rawText.get(bubble) || "") + text);
+    if (!dirty.size) {
+      requestAnimationFrame(() => {
+        for (const item of dirty) markdown.render(item, rawText.get(item) || "");
+        dirty.clear();
+        scrollToEnd();
+      });
+    }
+    dirty.add(bubble);
+  }
+
   function addMessage(role, text) {
     const item = document.createElement("li");
     item.className = `message ${role}`;
     item.dataset.role = role;
-    item.textContent = text;
+    if (role === "assistant" && text) setAnswer(item, text);
+    else item.textContent = text;
     els.messages.append(item);
     els.empty.hidden = true;
     scrollToEnd();
@@ -125,7 +169,7 @@
       }
       showSession(body.session);
     } catch (err) {
-      setStatus(err.message);
+      setStatus(unreachable(err) ? OFFLINE : err.message, unreachable(err) ? loadHistory : null);
     }
   }
 
@@ -141,16 +185,44 @@
   }
 
   function settle(bubble, text, failed) {
+    dirty.delete(bubble);
     bubble.classList.remove("pending");
     bubble.removeAttribute("aria-busy");
-    if (failed) bubble.classList.add("error");
-    bubble.textContent = text;
+    if (failed) {
+      bubble.classList.add("error");
+      bubble.classList.remove("markdown");
+      bubble.textContent = text; // our own error text, not the model's
+    } else {
+      setAnswer(bubble, text);
+    }
     scrollToEnd();
   }
 
+  // The message stays, marked "not sent", with a Retry that sends it again (same id, so a
+  // request that did arrive after all is not answered twice).
+  function markUnsent(mine, retry) {
+    mine.classList.add("unsent");
+    const note = document.createElement("span");
+    note.className = "unsent-note";
+    note.textContent = "Not sent. ";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "quiet retry";
+    button.textContent = "Retry";
+    button.addEventListener("click", async () => {
+      note.remove();
+      mine.classList.remove("unsent");
+      setStatus("");
+      await retry();
+    }, { once: true });
+    note.append(button);
+    mine.append(note);
+    setStatus(OFFLINE);
+  }
+
   // The request: JSON for text alone, multipart/form-data when files go with it.
-  function chatRequest(text, taken) {
-    const fields = { conversation: conversation(), text, id: randomId("m-"), stream: true };
+  function chatRequest(text, taken, id) {
+    const fields = { conversation: conversation(), text, id, stream: true };
     if (!taken.length) {
       return {
         headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
@@ -167,14 +239,19 @@
     const taken = files.take();
     const mine = addMessage("user", text);
     files.showSent(mine, taken);
+    await deliver(mine, text, taken, randomId("m-"));
+  }
+
+  async function deliver(mine, text, taken, id) {
     const bubble = addMessage("assistant", "");
     bubble.classList.add("pending");
     bubble.setAttribute("aria-busy", "true");
     let response;
     try {
-      response = await api("/api/chat", { method: "POST", ...chatRequest(text, taken) });
+      response = await api("/api/chat", { method: "POST", ...chatRequest(text, taken, id) });
     } catch (err) {
       bubble.remove();
+      if (unreachable(err)) return markUnsent(mine, () => deliver(mine, text, taken, id));
       mine.remove();
       files.restore(taken);
       if (err instanceof NeedsToken) els.text.value = text;
@@ -186,7 +263,13 @@
     let buffer = "";
     let finished = false;
     while (!finished) {
-      const { value, done } = await reader.read();
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch {
+        break; // the connection dropped mid-answer: settled as cut short below
+      }
+      const { value, done } = chunk;
       if (done) break;
       buffer += value;
       let cut;
@@ -197,8 +280,7 @@
         if (event.name === "session") {
           showSession(event.data.session);
         } else if (event.name === "delta") {
-          bubble.textContent += event.data.text;
-          scrollToEnd();
+          appendDelta(bubble, event.data.text);
         } else if (event.name === "file") {  // a file the agent sent: before its answer
           const item = addMessage("assistant", "");
           bubble.before(item);
@@ -212,7 +294,9 @@
         }
       }
     }
-    if (!finished) settle(bubble, bubble.textContent || "The connection closed early.", true);
+    if (!finished) {
+      settle(bubble, rawText.get(bubble) || "The connection closed early.", true);
+    }
   }
 
   els.composer.addEventListener("submit", async (event) => {
@@ -254,6 +338,9 @@
     loadHistory();
     els.text.focus();
   });
+
+  window.addEventListener("offline", () => setStatus("You are offline."));
+  window.addEventListener("online", () => setStatus(""));
 
   files.init({
     button: $("attach"), input: $("files"), list: $("pending-files"), dropZone: els.composer,

@@ -1,0 +1,35 @@
+"""JSON errors for the HTTP API: every error under ``/api/`` is ``{"error": "..."}``.
+
+The web chat's own handlers answer their errors as JSON; this middleware covers what they
+never see: aiohttp's router answers an unknown path (404) or a wrong method (405, with its
+``Allow`` header) before any handler runs, and those came back as plain text, which the page
+(and any API client) then failed to parse. Everything outside ``/api/`` (the page, webhooks,
+``/metrics``, the viewer) keeps its own forms.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+log = logging.getLogger("gateway.http")
+
+API_PREFIX = "/api/"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def json_api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not request.path.startswith(API_PREFIX):
+        return await handler(request)
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects and the like are not errors
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.json_response({"error": (exc.reason or "error").lower()}, status=exc.status,
+                                 headers=headers)
