@@ -27,6 +27,8 @@ from app.commands import completion as completion_cmd
 from app.commands import db as db_cmd
 from app.commands import drift as drift_cmd
 from app.commands import export as export_cmd
+from app.commands import forget as forget_cmd
+from app.commands import memory as memory_cmd
 from app.commands import pairing as pairing_cmd
 from app.commands import replay as replay_cmd
 from app.commands import run as run_cmd
@@ -56,6 +58,7 @@ common tasks:
   gateway export --all --format otlp-json --out traces.jsonl
   gateway usage --since 7d --by user   what each person's calls cost this week
   gateway pairing approve CODE         let someone who wrote in a DM talk to the agent
+  gateway forget --user telegram:1001  erase a person's memory and direct conversations
 
 Run "gateway COMMAND --help" for a command's options. Shell completion:
   eval "$(gateway completion bash)"    (or zsh, fish)"""
@@ -98,9 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
                                  db_cmd.DESCRIPTION))
     pairing_cmd.add_arguments(command("pairing", "approve or revoke people in DMs",
                                       pairing_cmd.DESCRIPTION))
+    memory_cmd.add_arguments(command("memory", "list, show or delete what the agent remembers",
+                                     memory_cmd.DESCRIPTION))
+    forget_cmd.add_arguments(command("forget", "erase a person (memory, direct sessions)",
+                                     forget_cmd.DESCRIPTION))
     completion_cmd.add_arguments(command("completion", "print shell completion code",
                                          completion_cmd.DESCRIPTION))
-    for name in ("replay", "drift", "export", "viewer", "usage"):
+    for name in ("replay", "drift", "export", "viewer", "usage", "forget"):
         sub.choices[name].add_argument(
             "--store-url", default=None,
             help="read sessions from this postgresql:// database (GATEWAY_STORE_URL)")
@@ -110,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def command_settings(args: argparse.Namespace) -> Settings:
     """The settings of ``gateway run`` (environment, then ``.env``), with the command's own
-    ``--data-dir``, ``--store-url``/``--url`` and ``--schema`` on top."""
+    ``--data-dir``, ``--persona-dir``, ``--store-url``/``--url`` and ``--schema`` on top."""
     return load_settings(
         GATEWAY_DATA_DIR=getattr(args, "data_dir", None),
+        GATEWAY_PERSONA_DIR=getattr(args, "persona_dir", None),
         GATEWAY_STORE_URL=getattr(args, "store_url", None) or getattr(args, "url", None),
         GATEWAY_STORE_SCHEMA=getattr(args, "schema", None),
     )
@@ -130,6 +138,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return await db_cmd.run(args, settings)
     if args.command == "pairing":
         return pairing_cmd.run(args, settings)
+    if args.command == "memory":
+        return memory_cmd.run(args, settings)
     if args.command == "sessions" and args.action not in sessions_db_cmd.ACTIONS:
         code = sessions_cmd.run(args, settings.data_dir)
         if args.action == "prune" and code == 0:  # then the blobs no session refers to
@@ -151,6 +161,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await export_cmd.run(args, store)
         if args.command == "usage":
             return await usage_cmd.run(args, store, _prices(settings))
+        if args.command == "forget":
+            return await forget_cmd.run(args, store, settings)
     finally:
         await store.aclose()
     raise CommandError("unknown command")

@@ -8,6 +8,7 @@ gateway is one stateless worker among several: see :mod:`gateway.coordination`.
 from __future__ import annotations
 
 import sys
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,14 +23,18 @@ from coordination.local import InProcessCoordinator
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
+from gateway.commands import FORGET
 from gateway.coordination import Coordinator, supports_fencing
+from gateway.erasure import Eraser, ErasureStep, memory_step
 from gateway.errors import ConfigError
+from gateway.forget import ForgetCommand
 from gateway.history import StoreHistory
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
 from gateway.media.policy import MediaLimits
 from gateway.media.transcribe import Transcriber
+from gateway.memory_scopes import delete_scope
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
@@ -42,6 +47,7 @@ from gateway.providers.base import Provider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.send_file import SendFileTool
+from gateway.scopes import Scope, scope_of
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
 from sessions.blob_files import FileBlobStore
@@ -182,6 +188,25 @@ def build_observer(settings: Settings) -> TurnObserver:
                            server_address=address, server_port=port)
     return otlp_observer(OTLPSpanExporter(endpoint=endpoint), options)
 
+def build_persona(settings: Settings) -> PersonaWorkspace:
+    """The persona workspace (operator, tenant and memory-scope layers)."""
+    return PersonaWorkspace(settings.persona_root, self_edit=settings.persona_self_edit)
+
+
+def build_eraser(persona_root: Path, store: SessionStore,
+                 workspace: PersonaWorkspace | None = None) -> Eraser:
+    """What ``gateway forget`` and ``/forget`` run: the memory scope (through the running
+    gateway's workspace, so its cache forgets too; else straight from the disk), then the
+    person's sessions and a tombstone. New kinds of personal data add their step here."""
+    if workspace is not None:
+        steps: list[ErasureStep] = [memory_step(workspace.forget)]
+    else:
+        async def forget(scope: Scope) -> list[str]:
+            return await asyncio.to_thread(delete_scope, persona_root, scope)
+
+        steps = [memory_step(forget)]
+    return Eraser(store, steps)
+
 
 def build_loop(
     settings: Settings,
@@ -193,9 +218,10 @@ def build_loop(
     hooks: Sequence[BeforeCallHook] | None = None,
     observer: TurnObserver = NO_OBSERVER,
     blobs: BlobStore | None = None,
+    workspace: PersonaWorkspace | None = None,
 ) -> AgentLoop:
     if prompts is None or tools is None:
-        workspace = PersonaWorkspace(settings.persona_root)
+        workspace = workspace or build_persona(settings)
         prompts = prompts or workspace
         extra = [SendFileTool(blobs)] if blobs is not None else []
         tools = tools or ToolRegistry([*persona_tools(workspace), *extra])
@@ -281,15 +307,23 @@ def build_gateway(
     provider = provider or build_provider(settings)
     transcriber = transcriber or build_transcriber(settings, provider)
     intake = build_intake(settings, provider, blobs, transcriber)
+    workspace = build_persona(settings) if prompts is None or tools is None else None
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
-                      observer=observer, blobs=blobs)
+                      observer=observer, blobs=blobs, workspace=workspace)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
+
+    async def close(scope: Scope) -> int:
+        return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
+
+    eraser = build_eraser(settings.persona_root, store, workspace)
+    handlers = {FORGET.name: ForgetCommand(eraser, close).run}
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
-                    dedup=coordinator.dedup, conversations=coordinator.conversations)
+                    dedup=coordinator.dedup, conversations=coordinator.conversations,
+                    handlers=handlers)
     chosen = (list(channels) if channels is not None
               else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
 

@@ -75,6 +75,8 @@ class Settings(BaseSettings):
     idle_rotate: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_IDLE_ROTATE"))
     typing_delay: float = Field(0.5, ge=0, validation_alias=_env("GATEWAY_TYPING_DELAY"))
     pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
+    # Let the model's soul_patch tool edit the operator's SOUL.md (shared by every tenant).
+    persona_self_edit: bool = Field(False, validation_alias=_env("GATEWAY_PERSONA_SELF_EDIT"))
 
     # -- several workers (see gateway.coordination) -----------------------------------------
     # Redis shared by the workers (redis://[:password@]host:port/db); unset: one process.

@@ -21,8 +21,9 @@ from gateway.messages import ConversationKey, Inbound
 from gateway.pairing import PairingState
 from sessions.store import SessionWriter
 
-ItemKind = Literal["message", "new"]
-"""A person's message, or ``/new`` (start a fresh session once the queued turns are done)."""
+ItemKind = Literal["message", "new", "command"]
+"""A person's message, ``/new`` (start a fresh session once the queued turns are done), or
+another chat command (:mod:`gateway.commands`: answered, never recorded)."""
 
 
 def new_item_id() -> str:
@@ -151,7 +152,8 @@ class FencedStore(Protocol):
     """
 
     async def create(self, *, tenant: str, channel: str, conversation: str,
-                     fence: int | None = None) -> SessionWriter: ...
+                     fence: int | None = None,
+                     extra: Mapping[str, Any] | None = None) -> SessionWriter: ...
 
     async def open(self, tenant: str, session_id: str,
                    fence: int | None = None) -> SessionWriter: ...

@@ -105,9 +105,16 @@ def answerable(inbound: Inbound) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ChannelContext:
-    """What the persona's channel-context section says about where the agent is speaking."""
+    """What the prompt and the tools see of the conversation: where the agent is speaking,
+    to whom, and so whose memory scope applies (:func:`gateway.scopes.scope_of`).
+
+    ``chat`` is the conversation's chat id (without thread), ``person`` the platform user id of
+    whoever wrote the message being answered, ``speaker`` their display name (or id).
+    """
 
     channel: str
     chat_type: str
     speaker: str | None
     tenant: str = DEFAULT_TENANT
+    chat: str = ""
+    person: str = ""

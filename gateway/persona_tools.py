@@ -1,9 +1,12 @@
-"""The built-in persona tools: how the model edits its own workspace.
+"""The built-in persona tools: how the model keeps what it learns.
 
 Each tool validates its arguments (unknown keys, missing keys or non-strings are a
 :class:`ToolError`), calls one :class:`~gateway.persona.PersonaWorkspace` mutator, whose cause
-is the tool's name, and answers with a short text. The change is visible to the very next
-provider call because :meth:`PersonaWorkspace.build` reflects the cache the mutator updated.
+is the tool's name, and answers with a short text. Writes go to the memory scope of the
+conversation the tool runs in (:func:`gateway.scopes.scope_of` of the call's context), never
+to another person's or chat's; ``soul_patch`` edits the operator's SOUL.md and is refused
+unless the operator turned self-editing on. The change is visible to the very next provider
+call because :meth:`PersonaWorkspace.build` reflects the cache the mutator updated.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gateway.persona import (
     MAX_QUERY,
     PersonaWorkspace,
 )
+from gateway.scopes import scope_of
 from gateway.tools import Tool, ToolResult
 
 SEARCH_LIMIT = 5
@@ -67,41 +71,43 @@ class _PersonaTool:
         self.workspace = workspace
 
     async def run(self, args: Mapping[str, Any], context: ChannelContext) -> ToolResult:
-        return ToolResult(await self.apply(_strings(args, self.input_schema)))
+        return ToolResult(await self.apply(_strings(args, self.input_schema), context))
 
-    async def apply(self, args: dict[str, str]) -> str:
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
         raise NotImplementedError
 
 
 class MemoryWrite(_PersonaTool):
     name = "memory_write"
     description = (
-        "Append one entry to your working memory (MEMORY.md), which is part of your system "
-        "prompt from the next step on. Use it for facts worth keeping across conversations: "
-        "the user's preferences, commitments, ongoing tasks. One self-contained entry per "
-        f"call, at most {MAX_MEMORY_ENTRY} characters."
+        "Append one entry to your memory of this conversation's person (in a direct "
+        "conversation) or chat (in a group), which is part of your system prompt from the "
+        "next step on, here and in later conversations with them; nobody else sees it. Use it "
+        "for facts worth keeping: preferences, commitments, ongoing tasks. One self-contained "
+        f"entry per call, at most {MAX_MEMORY_ENTRY} characters."
     )
     input_schema = _schema(text=("The entry to remember, self-contained.", MAX_MEMORY_ENTRY))
 
-    async def apply(self, args: dict[str, str]) -> str:
-        await self.workspace.append_memory(args["text"], cause=self.name)
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
+        await self.workspace.append_memory(scope_of(context), args["text"], cause=self.name)
         return "saved to memory"
 
 
 class SoulPatch(_PersonaTool):
     name = "soul_patch"
     description = (
-        "Edit your persona (SOUL.md) by exact text replacement: `find` must occur exactly once "
-        "in SOUL.md and is replaced by `replace` (which may be empty to delete it). With an "
-        "empty `find`, `replace` is appended as a new paragraph. Fails if `find` is not found "
-        "or occurs more than once; quote more surrounding text then."
+        "Edit your persona (SOUL.md), which every conversation shares, by exact text "
+        "replacement: `find` must occur exactly once in SOUL.md and is replaced by `replace` "
+        "(which may be empty to delete it). With an empty `find`, `replace` is appended as a "
+        "new paragraph. Fails if `find` is not found or occurs more than once (quote more "
+        "surrounding text then), and always fails unless the operator allowed self-editing."
     )
     input_schema = _schema(
         find=("Exact text currently in SOUL.md, or empty to append.", MAX_PATCH_CHARS),
         replace=("The text to put in its place (or to append).", MAX_PATCH_CHARS),
     )
 
-    async def apply(self, args: dict[str, str]) -> str:
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
         await self.workspace.patch_soul(args["find"], args["replace"], cause=self.name)
         return "SOUL.md appended" if not args["find"] else "SOUL.md updated"
 
@@ -109,8 +115,9 @@ class SoulPatch(_PersonaTool):
 class KbWrite(_PersonaTool):
     name = "kb_write"
     description = (
-        "Save a note in your knowledge base under a short title; writing the same title again "
-        "replaces the note. Your system prompt lists note titles with their first line; use "
+        "Save a note in the knowledge base of this conversation's person or chat under a short "
+        "title; writing the same title again replaces the note. Your system prompt lists note "
+        "titles with their first line; use "
         f"kb_search to read notes. Title at most {MAX_KB_TITLE} characters, text at most "
         f"{MAX_KB_NOTE}."
     )
@@ -119,8 +126,9 @@ class KbWrite(_PersonaTool):
         text=("The note's content; its first line shows in the index.", MAX_KB_NOTE),
     )
 
-    async def apply(self, args: dict[str, str]) -> str:
-        path = await self.workspace.write_kb(args["title"], args["text"], cause=self.name)
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
+        path = await self.workspace.write_kb(scope_of(context), args["title"], args["text"],
+                                             cause=self.name)
         return f"note saved ({path})"
 
 
@@ -133,9 +141,9 @@ class KbSearch(_PersonaTool):
     )
     input_schema = _schema(query=("Words to look for, e.g. a note title.", MAX_QUERY))
 
-    async def apply(self, args: dict[str, str]) -> str:
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
         hits = await self.workspace.search_kb(
-            args["query"], SEARCH_LIMIT, snippet_chars=SEARCH_SNIPPET
+            context, args["query"], SEARCH_LIMIT, snippet_chars=SEARCH_SNIPPET
         )
         if not hits:
             return "no matching notes"
@@ -145,13 +153,14 @@ class KbSearch(_PersonaTool):
 class MoodSet(_PersonaTool):
     name = "mood_set"
     description = (
-        "Set how you feel right now, shown in your system prompt from the next step on. "
+        "Set how you feel right now in this conversation (with this person or chat), shown in "
+        "your system prompt from the next step on. "
         f"A few words, one line, at most {MAX_MOOD} characters (e.g. 'curious and upbeat')."
     )
     input_schema = _schema(mood=("Your current mood in a few words.", MAX_MOOD))
 
-    async def apply(self, args: dict[str, str]) -> str:
-        await self.workspace.set_mood(args["mood"], cause=self.name)
+    async def apply(self, args: dict[str, str], context: ChannelContext) -> str:
+        await self.workspace.set_mood(scope_of(context), args["mood"], cause=self.name)
         return "mood set"
 
 

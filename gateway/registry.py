@@ -26,6 +26,7 @@ from gateway.conversation import Conversation
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
+from gateway.scopes import scope_of
 from sessions.encoding import loads_entry
 from sessions.records import MessageDict
 from sessions.scan import split_lines
@@ -108,7 +109,7 @@ class ConversationRegistry:
         self._fences.pop(key, None)
         if old is not None:
             await _close(old.recorder.writer)
-        writer = await self._create(key, fence)
+        writer = await self._create(key, context, fence)
         conv = self._wrap(key, writer, context, [])
         self._open[key] = conv
         if fence is not None:
@@ -128,6 +129,14 @@ class ConversationRegistry:
         if conv is not None:
             await _close(conv.recorder.writer)
 
+    async def close_where(self, predicate: Callable[[Conversation], bool]) -> int:
+        """Close and drop every open conversation ``predicate`` picks (before an erasure);
+        returns how many. One that speaks again is loaded from the store anew."""
+        keys = [key for key, conv in self._open.items() if predicate(conv)]
+        for key in keys:
+            await self.forget(key)
+        return len(keys)
+
     async def _load(self, key: ConversationKey, context: ChannelContext,
                     fence: int | None = None) -> Conversation:
         label = key.label()
@@ -145,7 +154,7 @@ class ConversationRegistry:
                 conv.last_active = _epoch(last_ts) or self.clock()
                 return conv
             await _close(writer)  # silent too long: the conversation starts a new session
-        conv = self._wrap(key, await self._create(key, fence), context, [])
+        conv = self._wrap(key, await self._create(key, context, fence), context, [])
         if fence is not None:
             self._fences[key] = fence
         return conv
@@ -156,13 +165,18 @@ class ConversationRegistry:
             self.clock() - last_active > self.idle_rotate
         )
 
-    async def _create(self, key: ConversationKey, fence: int | None = None) -> SessionWriter:
+    async def _create(self, key: ConversationKey, context: ChannelContext,
+                      fence: int | None = None) -> SessionWriter:
+        # The header names whose memory scope the conversation has: erasure finds a person's
+        # one-to-one sessions by it (gateway.erasure).
+        extra = {"scope": scope_of(context).header()}
         if fence is not None:
             return await self._fenced().create(
-                tenant=key.tenant, channel=key.channel, conversation=key.label(), fence=fence
+                tenant=key.tenant, channel=key.channel, conversation=key.label(), fence=fence,
+                extra=extra,
             )
         return await self.store.create(
-            tenant=key.tenant, channel=key.channel, conversation=key.label()
+            tenant=key.tenant, channel=key.channel, conversation=key.label(), extra=extra
         )
 
     def _fenced(self) -> FencedStore:

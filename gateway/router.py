@@ -22,19 +22,21 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from gateway import commands
 from gateway.channel import Accepted, ReplySink, RouterClosedError
+from gateway.commands import CommandCall, CommandHandler
 from gateway.conversation import Conversation
-from gateway.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
+from gateway.coordination import Claim, ConversationQueue, ItemKind, LeaseLostError, QueueItem
 from gateway.dedup import Deduplicator
 from gateway.media.notice import with_notice
-from gateway.messages import ChannelContext, ConversationKey, Inbound, answerable, user_message
+from gateway.messages import ChannelContext, ConversationKey, Inbound, answerable
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
+from gateway.speakers import context_of, user_message
 from gateway.takeover import locate, prepare_rerun
 from gateway.turn import AgentLoop
 from sessions.errors import StaleWriterError
@@ -42,6 +44,8 @@ from sessions.errors import StaleWriterError
 log = logging.getLogger("gateway.router")
 
 SinkFactory = Callable[[Inbound], ReplySink]
+
+NOT_HERE = "That command is not available here."
 
 ACK_WAIT = 10.0
 """Shared mode: seconds ``deliver`` waits for a message with its own sink to be recorded (so
@@ -61,6 +65,7 @@ class Router:
         dedup: Deduplicator,
         conversations: ConversationQueue,
         max_concurrent_turns: int = 32,
+        handlers: Mapping[str, CommandHandler] | None = None,
     ) -> None:
         self.registry = registry
         self.loop = loop
@@ -68,6 +73,8 @@ class Router:
         self.metrics = metrics
         self.dedup = dedup
         self.conversations = conversations
+        self.handlers: Mapping[str, CommandHandler] = dict(handlers or {})
+        """Chat commands that need the gateway's services, by name (``forget``)."""
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         # Deliveries between registry.get() and their worker's start, per conversation: the
@@ -146,6 +153,10 @@ class Router:
             return Accepted(session_id=None)
         if command is commands.NEW:
             return await self._new_session(inbound, sink)
+        if command is not None:  # one with a handler (or none here): answered, never kept
+            await self._after_queued(inbound)
+            await self._command(inbound, sink or self.sink_for(inbound))
+            return Accepted(session_id=None)
         key = inbound.key
         conv = await self.registry.get(key, context_of(inbound))
         # Counted from the moment get() returns (no await in between) until the worker runs.
@@ -167,17 +178,25 @@ class Router:
         if command is not None and (reply := commands.answer(command)) is not None:
             await (sink or self.sink_for(inbound)).finish(reply)  # /help, /start: nothing kept
             return Accepted(session_id=None)
+        if command not in (None, commands.NEW) and command.name not in self.handlers:
+            await (sink or self.sink_for(inbound)).finish(NOT_HERE)
+            return Accepted(session_id=None)
         # The dedup check and the push are one atomic step: an id is marked seen exactly when
         # its message is queued, so a client retrying after a lost reply is never told
         # "duplicate" for a message that was not kept.
-        item = QueueItem(inbound, sink, kind="new" if command is commands.NEW else "message")
+        kind: ItemKind = "message"
+        if command is commands.NEW:
+            kind = "new"
+        elif command is not None:
+            kind = "command"  # answered by its handler under the lease, in order
+        item = QueueItem(inbound, sink, kind=kind)
         ticket = await self.conversations.submit(item, dedup_key)
         if ticket.duplicate:
             self.metrics.duplicates.labels(channel=inbound.key.channel).inc()
             return Accepted(session_id=None, duplicate=True)
         self.metrics.inbound.labels(channel=inbound.key.channel).inc()
         self._start(ticket.claim)
-        if sink is None:
+        if sink is None or kind == "command":  # a command is never recorded
             return Accepted(session_id=None)
         return Accepted(session_id=await self.conversations.wait_recorded(item, ACK_WAIT))
 
@@ -196,10 +215,24 @@ class Router:
             else:
                 self._start(claim)
 
+    async def _after_queued(self, inbound: Inbound) -> None:
+        """Wait until the conversation's queued turns are done (commands run in order)."""
+        while inbound.key in self._workers:
+            await asyncio.wait([self._workers[inbound.key]])
+
+    async def _command(self, inbound: Inbound, sink: ReplySink) -> None:
+        """A command with a handler (:mod:`gateway.commands`): run it, answer, record nothing."""
+        command = commands.parse(inbound.text)
+        handler = self.handlers.get(command.name) if command is not None else None
+        if handler is None:
+            await sink.finish(NOT_HERE)
+            return
+        call = CommandCall(inbound, context_of(inbound), commands.arguments(inbound.text))
+        await sink.finish(await handler(call))
+
     async def _new_session(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
         """``/new``: the conversation continues in a fresh session (after queued turns)."""
-        while inbound.key in self._workers:  # let queued turns finish in the old session
-            await asyncio.wait([self._workers[inbound.key]])
+        await self._after_queued(inbound)  # let queued turns finish in the old session
         conv = await self.registry.rotate(inbound.key, context_of(inbound))
         await (sink or self.sink_for(inbound)).finish(
             f"Started a new conversation (session {conv.session_id})."
@@ -252,6 +285,9 @@ class Router:
     async def _serve_shared(self, claim: Claim, item: QueueItem) -> None:
         key, context = item.inbound.key, context_of(item.inbound)
         sink = item.sink or self.sink_for(item.inbound)
+        if item.kind == "command":
+            await self._command(item.inbound, sink)
+            return
         if item.kind == "new":
             conv = await self._fenced(claim, context, rotate=not item.resumed)
             if item.resumed and conv.messages:  # the dead worker's rotation had not happened
@@ -356,11 +392,3 @@ def notice_only(inbound: Inbound) -> bool:
     with the message), and no provider call is made."""
     return bool(inbound.notice) and not answerable(inbound)
 
-
-def context_of(inbound: Inbound) -> ChannelContext:
-    return ChannelContext(
-        channel=inbound.key.channel,
-        chat_type=inbound.chat_type,
-        speaker=inbound.sender.name or inbound.sender.id,
-        tenant=inbound.key.tenant,
-    )

@@ -3,7 +3,9 @@
 Layout::
 
     <data_dir>/sessions/<id>.jsonl                      default tenant
+    <data_dir>/erasures.jsonl                           its tombstones (sessions.tombstones)
     <data_dir>/tenants/<tenant>/sessions/<id>.jsonl     any other tenant
+    <data_dir>/tenants/<tenant>/erasures.jsonl          its tombstones
 
 Files are 0600, directories 0700 (existing ones are tightened on first use). Each session has
 one writer, enforced across processes with ``flock``.
@@ -56,6 +58,7 @@ from sessions.names import (
 )
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
+from sessions.tombstones import ERASURES_FILE, decode_lines, encode
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +253,13 @@ class JsonlSessionStore:
             ensure_private_dir(self.data_dir / "tenants" / tenant)
         return ensure_private_dir(self.sessions_dir(tenant))
 
+    def erasures_path(self, tenant: str) -> Path:
+        """The tenant's tombstones, beside (never inside) its sessions folder."""
+        directory = self.sessions_dir(tenant)
+        if self.folder is not None:
+            return directory.parent / f"{tenant}.{ERASURES_FILE}"
+        return directory.parent / ERASURES_FILE
+
     def tenants(self) -> list[str]:
         if self.folder is not None:
             root = self.data_dir / self.folder
@@ -367,6 +377,10 @@ class JsonlSessionStore:
                             index[conv] = key
                     self._latest[tenant] = index
         found = index.get(conversation)
+        if found is not None and not self.path_of(tenant, found[1]).is_file():
+            # Erased (maybe by another process: ``gateway forget``): look again from the disk.
+            self._latest.pop(tenant, None)
+            return await self.latest_session(tenant, conversation)
         return found[1] if found else None
 
     def _note_latest(self, tenant: str, conversation: str, key: tuple[str, str]) -> None:
@@ -452,6 +466,61 @@ class JsonlSessionStore:
             messages=tuple(messages[offset : offset + limit]),
         )
 
+    # -- erasure -----------------------------------------------------------------------------
+
+    async def erase(self, tenant: str, session_ids: Sequence[str],
+                    tombstone: Mapping[str, Any]) -> list[str]:
+        """See :meth:`sessions.store.SessionStore.erase`: files first, then the tombstone."""
+        paths = [self.path_of(tenant, sid) for sid in session_ids]
+        line = encode(tombstone)
+        deleted = await asyncio.to_thread(self._erase_sync, tenant, paths, line)
+        self._latest.pop(tenant, None)  # rebuilt from the headers on the next lookup
+        self._created.pop(tenant, None)
+        return deleted
+
+    def _erase_sync(self, tenant: str, paths: list[Path], line: bytes) -> list[str]:
+        held: list[tuple[Path, int]] = []
+        try:
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                except FileNotFoundError:
+                    continue
+                held.append((path, fd))
+                # Every lock is taken before anything is deleted: a session a running
+                # gateway holds open refuses the whole erasure, so none is half done.
+                self._lock(fd, path.stem)
+            for path, _ in held:
+                path.unlink()
+        finally:
+            for _, fd in held:
+                os.close(fd)
+        self._private_sessions_dir(tenant)
+        log_path = self.erasures_path(tenant)
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            os.write(fd, line + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return [path.stem for path, _ in held]
+
+    async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        tenants = [validate_tenant(tenant)] if tenant is not None else self.tenants()
+
+        def read() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            for name in tenants:
+                try:
+                    data = self.erasures_path(name).read_bytes()
+                except FileNotFoundError:
+                    continue
+                found.extend(decode_lines(data))
+            return found
+
+        return await asyncio.to_thread(read)
+
     async def aclose(self) -> None:
         return None
 
@@ -533,4 +602,5 @@ def _info(path: Path, tenant: str) -> SessionInfo | None:
         modified=st.st_mtime,
         torn=summary.torn,
         error=None if summary.header else "no readable header",
+        scope=head.get("scope") if isinstance(head.get("scope"), dict) else None,
     )

@@ -60,6 +60,8 @@ class SessionInfo:
     modified: float
     torn: bool = False
     error: str | None = None
+    scope: Mapping[str, Any] | None = None
+    """The header's ``scope`` (whose memory scope the conversation has), if it names one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,5 +153,26 @@ class SessionStore(Protocol):
     async def message_page(
         self, tenant: str, session_id: str, offset: int = 0, limit: int = 50
     ) -> MessagePage: ...
+
+    async def erase(self, tenant: str, session_ids: Sequence[str],
+                    tombstone: Mapping[str, Any]) -> list[str]:
+        """Delete these sessions, every entry of them, and record ``tombstone`` (a body from
+        :func:`sessions.tombstones.tombstone`) for the tenant; returns the ids deleted.
+
+        Contract: names are validated before anything changes. An id with no session is
+        skipped (erasing twice is harmless). A session that a live writer of *another process*
+        holds is refused (:class:`~sessions.errors.SessionLockedError`) before anything is
+        deleted, where the backend can tell (JSONL: its ``flock``; PostgreSQL cannot, and a
+        fenced writer's next append fails instead). The tombstone is recorded even when
+        nothing was left to delete, and once it is recorded the sessions are gone: no read,
+        listing or ``latest_session`` of this store returns them again. PostgreSQL does it
+        in one transaction; JSONL deletes the files, then appends the tombstone (a crash in
+        between leaves the sessions deleted and no tombstone: erase again).
+        """
+        ...
+
+    async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The tombstones of one tenant (``None``: every tenant), oldest first."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -1,9 +1,10 @@
 """``gateway export``: every provider call of a session as OTLP/JSON traces or JSONL.
 
-``gateway export ID --format otlp-json|jsonl [--out FILE]`` exports one session (an id, or a path to
-a ``.jsonl`` file); ``--all`` exports every session (every tenant unless ``--tenant``), oldest
-first, optionally only those started at or after ``--since DATE`` (``YYYY-MM-DD`` or ISO 8601;
-a session whose start time is unknown is left out). Record shapes: :mod:`sessions.export`.
+``gateway export ID --format otlp-json|jsonl [--out FILE]`` exports one session (an id, or a
+path to a ``.jsonl`` file; with ``--tenant T`` only a log whose header names tenant T); ``--all``
+exports every session (every tenant unless ``--tenant``), oldest first, optionally only those
+started at or after ``--since DATE`` (``YYYY-MM-DD`` or ISO 8601; a session whose start time is
+unknown is left out). Record shapes: :mod:`sessions.export`.
 
 Read-only for sessions. ``FILE`` and its checkpoint are created 0600 (they hold whole
 transcripts, as the logs do). Errors are one line starting ``gateway export:``; exit 2 for usage
@@ -46,7 +47,7 @@ from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandErr
 from app.commands.progress import progress
 from app.commands.replay import load
 from sessions.errors import InvalidNameError, SessionError
-from sessions.export import EXPORT_FORMATS, records
+from sessions.export import EXPORT_FORMATS, records, tenant_of
 from sessions.files import FILE_MODE
 from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, replay_bytes
@@ -120,6 +121,11 @@ async def run(
         raise CommandError("--since needs --all")
     if not args.all:
         replay = await load(store, args.session, args.tenant)
+        owner = tenant_of(replay, args.tenant or DEFAULT_TENANT)
+        if args.tenant is not None and owner != args.tenant:
+            # A path can name any file: with --tenant, another tenant's log is not exported
+            # (its records would carry the wrong tenant, and it is not this tenant's to give).
+            raise CommandError(f"{args.session} belongs to tenant {owner!r}, not {args.tenant!r}")
         with _sink(args.out, out) as write:
             _write_session(replay, args.format, args.tenant, write)
         return EXIT_OK

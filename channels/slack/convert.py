@@ -209,7 +209,9 @@ def from_slash_command(body: Mapping[str, Any], *, received_at: float = 0.0) -> 
         return SlashCommand(word, None)
     # Slack sends a fresh trigger_id with every invocation; its retries keep it.
     trigger = str(body.get("trigger_id") or f"at-{received_at}")
-    inbound = Inbound(key=key, sender=sender, text=f"/{word}", chat_type="private",
+    # The words after the command go along (``/gateway forget confirm`` -> ``/forget confirm``).
+    rest = text.split(maxsplit=1)[1] if len(text.split(maxsplit=1)) > 1 else ""
+    inbound = Inbound(key=key, sender=sender, text=f"/{word} {rest}".rstrip(), chat_type="private",
                       received_at=received_at, platform_id=f"{team}:{channel}:command:{trigger}")
     return SlashCommand(word, inbound)
 

@@ -77,7 +77,6 @@ from gateway.messages import ConversationKey, Inbound, OutboundFile, Sender
 log = logging.getLogger("channels.web")
 
 CHANNEL = "web"
-SENDER_ID = "web-user"
 MAX_HISTORY_PAGE = 200
 KEEPALIVE_SECONDS = 15.0
 _ASSETS = {
@@ -288,7 +287,9 @@ class WebChannel:
         rid = next(self._ids)
         inbound = Inbound(
             key=ConversationKey(CHANNEL, chat.conversation, tenant=self.tenant),
-            sender=Sender(id=SENDER_ID, name=chat.name),
+            # The web chat has no accounts: a conversation id is the only identity it has, so
+            # each conversation is its own person (its own memory scope).
+            sender=Sender(id=chat.conversation, name=chat.name),
             text=chat.text,
             platform_id=chat.client_id,
             chat_type="private",

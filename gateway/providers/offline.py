@@ -31,6 +31,7 @@ from sessions.shapes import Shape, anthropic_body
 
 _WORDS_PER_CHUNK = 3
 _PERSONA = re.compile(r"^\s*(?:you are|i am)\s+([^,.;:\n]+)", re.IGNORECASE)
+_SPEAKER = re.compile(r"^\[[^\[\]\n]*\]\s*")
 
 # (tool name, text before the call, input) for a user text, or None when the rule does not apply.
 _Intent = tuple[str, str, dict[str, str]]
@@ -110,7 +111,9 @@ def _intent(request: ProviderRequest) -> _Intent | None:
     """The tool call the last user text asks for, if an offered tool can take it."""
     if not request.messages or request.messages[-1].get("role") != "user":
         return None
-    text = _user_text(request.messages[-1]).strip()
+    # In a group the message starts with its speaker, "[Ada (1001)] remember ...": the
+    # phrasings are matched on what the person wrote.
+    text = _SPEAKER.sub("", _user_text(request.messages[-1]).strip(), count=1)
     schemas = _schemas(request.tools)
     for rule in _RULES:
         found = rule(text, request.system)

@@ -9,6 +9,7 @@ the test suite's throw-away schemas, can share a database. Tables::
              modified_at)
     entries(tenant, session_id, seq PK, type, line bytea)   one row per log line
     blobs(tenant, hash PK, size, data bytea, stored_at)     attachment bytes by sha256
+    erasures(id PK, tenant, ts, line bytea)                 one tombstone per erasure (v3)
 
 ``entries.line`` holds the exact bytes of one JSONL line (no newline); the log of a session is
 its lines in ``seq`` order, each followed by ``\\n``. ``sessions.fence`` is the writer's fencing
@@ -157,9 +158,22 @@ CREATE TABLE {schema}.blobs (
 ALTER TABLE {schema}.blobs ALTER COLUMN data SET STORAGE EXTERNAL;
 """
 
+_V3 = """
+-- Tombstones (sessions.tombstones): what stays of an erased person's sessions. The line is the
+-- exact JSON the JSONL store keeps in erasures.jsonl.
+CREATE TABLE {schema}.erasures (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant  text        NOT NULL,
+    ts      timestamptz NOT NULL DEFAULT now(),
+    line    bytea       NOT NULL CHECK (position('\\x0a'::bytea IN line) = 0)
+);
+CREATE INDEX erasures_by_tenant ON {schema}.erasures (tenant, id);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, entries, append_entries()", _V1),
     Migration(2, "blobs (attachment bytes by sha256)", _V2),
+    Migration(3, "erasures (tombstones)", _V3),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import orjson
 
 from sessions import entries
 from sessions.encoding import loads_entry
@@ -68,6 +69,7 @@ from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
 from sessions.scan import recover_state
 from sessions.store import MessagePage, SessionInfo, SessionState
+from sessions.tombstones import decode_lines, encode
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -378,7 +380,9 @@ class PostgresSessionStore:
         async with self._reading() as conn:
             rows = await conn.fetch(
                 "SELECT tenant, id, started_at, channel, conversation, version, message_count,"
-                " first_user_text, size_bytes, extract(epoch FROM modified_at)::float8 AS mtime"
+                " first_user_text, size_bytes, extract(epoch FROM modified_at)::float8 AS mtime,"
+                " CASE WHEN jsonb_typeof(header->'scope') = 'object'"
+                " THEN (header->'scope')::text END AS scope"
                 f" FROM {self._q}.sessions WHERE $1::text IS NULL OR tenant = $1"
                 " ORDER BY coalesce(started_at, '') COLLATE \"C\" DESC, modified_at DESC",
                 tenant,
@@ -389,6 +393,7 @@ class PostgresSessionStore:
                 channel=r["channel"], conversation=r["conversation"], version=r["version"],
                 message_count=int(r["message_count"]), first_user_text=r["first_user_text"],
                 size_bytes=int(r["size_bytes"]), modified=float(r["mtime"]),
+                scope=None if r["scope"] is None else orjson.loads(r["scope"]),
             )
             for r in rows
         ]
@@ -434,6 +439,35 @@ class PostgresSessionStore:
             )
         return MessagePage(session_id=session_id, total=int(total), offset=offset,
                            messages=tuple(messages))
+
+    # -- erasure -----------------------------------------------------------------------------
+
+    async def erase(self, tenant: str, session_ids: Sequence[str],
+                    tombstone: Mapping[str, Any]) -> list[str]:
+        """See :meth:`sessions.store.SessionStore.erase`: one transaction. A writer still
+        holding one of these sessions finds it gone at its next append (``NOT_FOUND``)."""
+        validate_tenant(tenant)
+        ids = [validate_session_id(sid) for sid in session_ids]
+        line = encode(tombstone)
+        async with self._writing(ids[0] if ids else "erasure") as conn, conn.transaction():
+            rows = await conn.fetch(
+                f"DELETE FROM {self._q}.sessions WHERE tenant = $1 AND id = ANY($2::text[])"
+                " RETURNING id", tenant, ids,
+            )
+            await conn.execute(f"INSERT INTO {self._q}.erasures (tenant, line) VALUES ($1, $2)",
+                               tenant, line)
+        deleted = {str(r["id"]) for r in rows}
+        return [sid for sid in ids if sid in deleted]
+
+    async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        if tenant is not None:
+            validate_tenant(tenant)
+        async with self._reading() as conn:
+            rows = await conn.fetch(
+                f"SELECT line FROM {self._q}.erasures WHERE $1::text IS NULL OR tenant = $1"
+                " ORDER BY id", tenant,
+            )
+        return decode_lines(b"\n".join(bytes(r["line"]) for r in rows))
 
     async def aclose(self) -> None:
         """Close the pool (idempotent); connections still busy after a grace are cut."""

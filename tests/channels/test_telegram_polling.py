@@ -15,6 +15,7 @@ from sessions.records import MessageDict
 from tests.channels.test_telegram_harness import (
     ALICE,
     BOB,
+    GROUP_USER,
     channel_of,
     healthz,
     ok_calls,
@@ -244,8 +245,9 @@ async def test_group_answers_only_when_mentioned(
         fake.user_message(GROUP, "and you?", chat_type="supergroup", reply_to_bot=True)
         await settled(gateway, 2)
         replay = await replay_of(gateway, f"telegram:{GROUP}")
-        assert await sessions(gateway) == [(f"telegram:{GROUP}", "@fake_test_bot hello")]
-    assert user_texts(replay) == ["@fake_test_bot hello", "and you?"]
+        speaker = f"[Test ({GROUP_USER})]"  # a group: each message names who wrote it
+        assert await sessions(gateway) == [(f"telegram:{GROUP}", f"{speaker} @fake_test_bot hello")]
+    assert user_texts(replay) == [f"{speaker} @fake_test_bot hello", f"{speaker} and you?"]
     messages = fake.messages_to(GROUP)
     assert [m["text"] for m in messages] == ["first", "second"]
     assert messages[0]["reply_to_message"]["message_id"] == mention["message"]["message_id"]
@@ -264,8 +266,10 @@ async def test_forum_topics_are_separate_sessions(
         fake.user_message(FORUM, "@fake_test_bot two", chat_type="supergroup",
                           message_thread_id=22)
         await settled(gateway, 2)
-        assert await sessions(gateway) == [(f"telegram:{FORUM}:11", "@fake_test_bot one"),
-                                           (f"telegram:{FORUM}:22", "@fake_test_bot two")]
+        speaker = f"[Test ({GROUP_USER})]"
+        assert await sessions(gateway) == [
+            (f"telegram:{FORUM}:11", f"{speaker} @fake_test_bot one"),
+            (f"telegram:{FORUM}:22", f"{speaker} @fake_test_bot two")]
     assert [(m["text"], m["message_thread_id"]) for m in fake.messages_to(FORUM)] == [
         ("in eleven", 11), ("in twenty-two", 22)]
     actions = [c.params.get("message_thread_id") for c in ok_calls(fake, "sendChatAction")]

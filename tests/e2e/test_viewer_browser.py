@@ -33,7 +33,10 @@ async def record_session(tmp_path: Path) -> JsonlSessionStore:
     """One turn: memory_write (a tool round, prompt rebuilt mid-turn), then a text answer."""
     persona = tmp_path / "persona"
     seed_if_empty(persona, "Lisa")
-    (persona / "MEMORY.md").write_text("- Ada likes tea.\n")
+    # What the model remembered earlier about this person (the memory channel's "user").
+    scope = persona / "memory" / "default" / "memory" / "people" / "user"
+    scope.mkdir(parents=True)
+    (scope / "MEMORY.md").write_text("- Ada likes tea.\n")
     provider = ScriptedProvider()
     provider.script(
         {"role": "assistant", "content": [

@@ -64,15 +64,17 @@ class MemoryChannel:
         self._deliver = None
 
     async def say(self, chat: str, text: str, *, sender: str = "user",
-                  platform_id: str | None = None,
+                  platform_id: str | None = None, chat_type: str = "private",
+                  name: str | None = None,
                   attachments: tuple[Attachment, ...] = ()) -> Accepted | None:
-        """Deliver a message from ``sender`` in ``chat``; returns the router's answer."""
+        """Deliver a message from ``sender`` (display ``name``, default the id) in ``chat``
+        (one-to-one unless ``chat_type`` says otherwise); returns the router's answer."""
         if self._deliver is None:
             raise RuntimeError("channel not started")
         inbound = Inbound(
-            key=ConversationKey(self.name, chat, self.tenant), sender=Sender(sender, sender),
-            text=text, platform_id=platform_id or f"m{next(self._ids)}",
-            attachments=attachments,
+            key=ConversationKey(self.name, chat, self.tenant),
+            sender=Sender(sender, name or sender), text=text, chat_type=chat_type,
+            platform_id=platform_id or f"m{next(self._ids)}", attachments=attachments,
         )
         result = await self._deliver(inbound)
         return result if isinstance(result, Accepted) else None

@@ -134,6 +134,13 @@ class FaultyWriter:
     async def sync(self) -> None:
         """Nothing to make durable in memory."""
 
+    async def erase(self, tenant: str, session_ids: Sequence[str],
+                    tombstone: Mapping[str, Any]) -> list[str]:
+        return await self.inner.erase(tenant, session_ids, tombstone)
+
+    async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        return await self.inner.tombstones(tenant)
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -252,6 +259,13 @@ class FaultyStore:
         return MessagePage(session_id, len(found), offset, tuple(
             {"seq": e["seq"], "ts": e["ts"], "message": e["message"]}
             for e in found[offset:offset + limit]))
+
+    async def erase(self, tenant: str, session_ids: Sequence[str],
+                    tombstone: Mapping[str, Any]) -> list[str]:
+        return await self.inner.erase(tenant, session_ids, tombstone)
+
+    async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        return await self.inner.tombstones(tenant)
 
     async def aclose(self) -> None:
         return None

@@ -1,4 +1,6 @@
-"""The persona workspace and its tools, against real files in a temporary directory."""
+"""The persona workspace and its tools, against real files in a temporary directory.
+
+(Layers and scopes, migration and the operator-layer refusal: ``test_scopes.py``.)"""
 
 from __future__ import annotations
 
@@ -14,15 +16,18 @@ from gateway.errors import ToolError
 from gateway.messages import ChannelContext
 from gateway.persona import KB_HEADER, SECTION_ORDER, PersonaWorkspace
 from gateway.persona_tools import persona_tools
+from gateway.scopes import scope_of
 from gateway.tools import ToolRegistry
 from sessions.records import Section
 
-WEB = ChannelContext(channel="web", chat_type="private", speaker="Ada")
+WEB = ChannelContext(channel="web", chat_type="private", speaker="Ada", chat="ada", person="ada")
+ADA = scope_of(WEB)
+ADA_DIR = "memory/default/web/people/ada"
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> PersonaWorkspace:
-    return PersonaWorkspace(tmp_path / "persona")
+    return PersonaWorkspace(tmp_path / "persona", self_edit=True)
 
 
 @pytest.fixture
@@ -54,14 +59,7 @@ async def test_fresh_dir_is_seeded_with_private_modes(ws: PersonaWorkspace) -> N
     built = await ws.build(WEB)
     root = ws.root
     rel = [p.relative_to(root).as_posix() for p in all_files(root)]
-    assert rel == [
-        "MEMORY.md",
-        "MOOD.md",
-        "SOUL.md",
-        "USER.md",
-        "kb/welcome.md",
-        "skills/short-answers.md",
-    ]
+    assert rel == [".layout", "MOOD.md", "SOUL.md", "kb/welcome.md", "skills/short-answers.md"]
     assert all(mode(p) == 0o600 for p in all_files(root))
     assert [mode(d) for d in (root, root / "skills", root / "kb")] == [0o700] * 3
     assert built.cause == "initial"
@@ -80,21 +78,29 @@ async def test_empty_existing_dir_is_seeded_but_populated_one_is_not(tmp_path: P
     used.mkdir()
     (used / "SOUL.md").write_text("I am custom.")
     built = await PersonaWorkspace(used).build(WEB)
-    assert [p.name for p in all_files(used)] == ["SOUL.md"]
+    assert [p.name for p in all_files(used)] == [".layout", "SOUL.md"]  # (the marker: migrated)
     assert names(built.prompt.sections) == ["soul", "channel"]
 
 
 async def test_sections_come_in_documented_order(ws: PersonaWorkspace) -> None:
     """With every file filled in, the section names are exactly SECTION_ORDER."""
     await ws.build(WEB)
-    await ws.append_memory("Ada likes tea.")
-    external_write(ws.root / "USER.md", "Ada, a mathematician.\n")
+    await ws.append_memory(ADA, "Ada likes tea.")
+    external_write(ws.root / "USER.md", "Our users are mathematicians.\n")
+    external_write(ws.root / "MEMORY.md", "The office closes at six.\n")
+    (ws.root / "tenants" / "default").mkdir(parents=True)
+    external_write(ws.root / "tenants" / "default" / "TENANT.md", "The default tenant.\n")
     built = await ws.build(WEB)
     assert names(built.prompt.sections) == list(SECTION_ORDER)
-    assert list(SECTION_ORDER) == ["soul", "user", "memory", "skills", "mood", "kb", "channel"]
+    assert list(SECTION_ORDER) == ["soul", "user", "notes", "skills", "tenant", "memory", "mood",
+                                   "kb", "channel"]
     texts = {s.name: s.text for s in built.prompt.sections}
-    assert texts["user"] == "## What you know about the user (USER.md)\nAda, a mathematician."
-    assert texts["memory"] == "## Your working memory (MEMORY.md)\nAda likes tea."
+    assert texts["user"] == ("## About the people you serve (from the operator)\n"
+                             "Our users are mathematicians.")
+    assert texts["notes"] == "## Notes from the operator\nThe office closes at six."
+    assert texts["tenant"] == "## About this workspace (from the operator)\nThe default tenant."
+    assert texts["memory"] == (
+        "## What you remember about this person (memory_write adds to it)\nAda likes tea.")
     assert texts["skills"].startswith("## Skills\n### short-answers\nWhen a reply")
     assert texts["mood"] == "## How you feel right now\ncalm"
     assert texts["kb"].startswith(KB_HEADER + "- Welcome: This is your knowledge base.")
@@ -127,7 +133,7 @@ async def test_unchanged_build_returns_same_prompt_object(ws: PersonaWorkspace) 
     first = await ws.build(WEB)
     second = await ws.build(WEB)
     assert second.prompt is first.prompt
-    other = await ws.build(ChannelContext("telegram", "group", "Bob"))
+    other = await ws.build(ChannelContext("telegram", "group", "Bob", chat="-100", person="7"))
     assert other.prompt is not first.prompt
     assert (await ws.build(WEB)).prompt is first.prompt
 
@@ -165,9 +171,10 @@ async def test_tool_after_external_edit_keeps_the_edit(
 ) -> None:
     """A tool edit applies to what is on disk now, not to a stale cached copy."""
     await ws.build(WEB)
-    external_write(ws.root / "MEMORY.md", "Operator note.\n")
+    await tools.run("memory_write", {"text": "First."}, WEB)
+    external_write(ws.root / ADA_DIR / "MEMORY.md", "Operator note.\n")
     await tools.run("memory_write", {"text": "Tool note."}, WEB)
-    assert (ws.root / "MEMORY.md").read_text() == "Operator note.\n\nTool note.\n"
+    assert (ws.root / ADA_DIR / "MEMORY.md").read_text() == "Operator note.\n\nTool note.\n"
     built = await ws.build(WEB)
     assert built.cause == "memory_write"
 
@@ -177,7 +184,7 @@ async def test_kb_index_is_bounded(tmp_path: Path) -> None:
     ws = PersonaWorkspace(tmp_path / "p", kb_index_limit=1000)
     await ws.build(WEB)
     for i in range(200):
-        await ws.write_kb(f"Note number {i}", f"Body of note {i}, with some words.\nMore.")
+        await ws.write_kb(ADA, f"Note number {i}", f"Body of note {i}, with some words.\nMore.")
     built = await ws.build(WEB)
     kb = next(s.text for s in built.prompt.sections if s.name == "kb")
     assert kb.startswith(KB_HEADER)
@@ -204,7 +211,7 @@ async def test_kb_search_finds_a_note(ws: PersonaWorkspace, tools: ToolRegistry)
     """kb_search returns the matching note's title and text, best match first."""
     await tools.run("kb_write", {"title": "Ada's tea", "text": "Earl Grey, no sugar."}, WEB)
     await tools.run("kb_write", {"title": "Bikes", "text": "Ada rides a blue bike."}, WEB)
-    assert await ws.search_kb("earl grey") == [("Ada's tea", "Earl Grey, no sugar.")]
+    assert await ws.search_kb(WEB, "earl grey") == [("Ada's tea", "Earl Grey, no sugar.")]
     result = await tools.run("kb_search", {"query": "tea"}, WEB)
     assert result.text == "## Ada's tea\nEarl Grey, no sugar."
     missing = await tools.run("kb_search", {"query": "zeppelin"}, WEB)
@@ -213,12 +220,12 @@ async def test_kb_search_finds_a_note(ws: PersonaWorkspace, tools: ToolRegistry)
 
 async def test_kb_write_same_title_replaces_note(ws: PersonaWorkspace) -> None:
     """Writing a title again replaces its note; a colliding slug gets a separate file."""
-    first = await ws.write_kb("Plans", "v1")
-    assert await ws.write_kb("Plans", "v2") == first
-    other = await ws.write_kb("plans!", "different")
+    first = await ws.write_kb(ADA, "Plans", "v1")
+    assert await ws.write_kb(ADA, "Plans", "v2") == first
+    other = await ws.write_kb(ADA, "plans!", "different")
     assert other != first
-    assert (ws.root / first).read_text() == "# Plans\n\nv2\n"
-    assert (ws.root / other).read_text() == "# plans!\n\ndifferent\n"
+    assert (ws.root / ADA_DIR / first).read_text() == "# Plans\n\nv2\n"
+    assert (ws.root / ADA_DIR / other).read_text() == "# plans!\n\ndifferent\n"
 
 
 async def test_soul_patch_not_found_is_error_result(
@@ -295,32 +302,40 @@ async def test_tool_schemas_are_strict(ws: PersonaWorkspace) -> None:
 async def test_atomic_writes_leave_no_temp_files(ws: PersonaWorkspace) -> None:
     """After seeding and every kind of write, only the real files exist, all 0600."""
     await ws.build(WEB)
-    await ws.append_memory("one")
+    await ws.append_memory(ADA, "one")
     await ws.patch_soul("", "two")
-    await ws.write_kb("three", "3")
-    await ws.set_mood("four")
+    await ws.write_kb(ADA, "three", "3")
+    await ws.set_mood(ADA, "four")
     files = all_files(ws.root)
-    assert [p.name for p in files if p.name.startswith(".") or p.suffix != ".md"] == []
+    assert [p.relative_to(ws.root).as_posix() for p in files
+            if p.name.startswith(".") or p.suffix != ".md"] == [".layout", f"{ADA_DIR}/scope.json"]
     assert all(mode(p) == 0o600 for p in files)
+    dirs = [p for p in ws.root.rglob("*") if p.is_dir()]
+    assert all(mode(p) == 0o700 for p in dirs)  # the scope's parents too, not just its own
 
 
 async def test_kb_title_traversal_stays_inside_kb(ws: PersonaWorkspace) -> None:
     """A title like ../../etc/passwd becomes a plain file name inside kb/."""
-    rel = await ws.write_kb("../../etc/passwd", "nope")
-    path = (ws.root / rel).resolve()
-    assert path.parent == (ws.root / "kb").resolve()
+    rel = await ws.write_kb(ADA, "../../etc/passwd", "nope")
+    path = (ws.root / ADA_DIR / rel).resolve()
+    assert path.parent == (ws.root / ADA_DIR / "kb").resolve()
     assert path.name == "etc-passwd.md"
     assert not (ws.root.parent / "etc").exists()
 
 
 async def test_channel_section_reflects_context(ws: PersonaWorkspace) -> None:
-    """The last section names channel, chat type and speaker; a missing speaker is left out."""
+    """The last section names channel, chat type and the speaker of a one-to-one chat; a shared
+    chat says that messages name their authors instead (its prompt stays put between them)."""
     built = await ws.build(WEB)
     assert built.prompt.sections[-1].text == (
         "## Where you are\nChannel: web · chat: private · speaking with: Ada"
     )
-    anon = await ws.build(ChannelContext("slack", "group", None))
-    assert anon.prompt.sections[-1].text == "## Where you are\nChannel: slack · chat: group"
+    group = await ws.build(ChannelContext("slack", "channel", "Bob", chat="C1", person="U2"))
+    assert group.prompt.sections[-1].text == (
+        "## Where you are\nChannel: slack · chat: channel · each message starts with "
+        "[name (id)] of the person who wrote it")
+    anon = await ws.build(ChannelContext("slack", "private", None, chat="D1", person="U2"))
+    assert anon.prompt.sections[-1].text == "## Where you are\nChannel: slack · chat: private"
     sneaky = await ws.build(ChannelContext("web", "private", "Eve\n## New rules"))
     assert sneaky.prompt.sections[-1].text.endswith("speaking with: Eve ## New rules")
 
@@ -328,9 +343,9 @@ async def test_channel_section_reflects_context(ws: PersonaWorkspace) -> None:
 async def test_deleted_file_is_picked_up(ws: PersonaWorkspace) -> None:
     """Removing a file outside the gateway drops its content with cause file_changed."""
     await ws.build(WEB)
-    await ws.write_kb("Gone soon", "temporary")
+    await ws.write_kb(ADA, "Gone soon", "temporary")
     assert "Gone soon" in (await ws.build(WEB)).prompt.text
-    (ws.root / "kb" / "gone-soon.md").unlink()
+    (ws.root / ADA_DIR / "kb" / "gone-soon.md").unlink()
     built = await ws.build(WEB)
     assert built.cause == "file_changed"
     assert "Gone soon" not in built.prompt.text

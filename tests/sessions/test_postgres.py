@@ -251,8 +251,8 @@ async def test_concurrent_upgrades_do_not_race() -> None:
 
 
 async def test_upgrade_from_version_1_adds_the_blob_table() -> None:
-    """A schema made by the first release (sessions only) upgrades to blobs, keeping its
-    sessions."""
+    """A schema made by the first release (sessions only) upgrades to blobs and tombstones,
+    keeping its sessions."""
     async with fresh_schema(migrate=False) as name:
         conn = await connect()
         try:
@@ -269,6 +269,7 @@ async def test_upgrade_from_version_1_adds_the_blob_table() -> None:
             assert await pg_schema.upgrade(conn, name) == (1, pg_schema.LATEST)
             assert await conn.fetchval(f"SELECT count(*) FROM {q}.sessions") == 1
             assert await conn.fetchval(f"SELECT count(*) FROM {q}.blobs") == 0
+            assert await conn.fetchval(f"SELECT count(*) FROM {q}.erasures") == 0
         finally:
             await conn.close()
 

@@ -23,6 +23,7 @@ from sessions.records import Outcome
 from sessions.replay import replay_bytes
 from sessions.replay_json import replay_json
 from sessions.store import SessionStore
+from sessions.tombstones import tombstone
 from tests.sessions.helpers import (
     PROMPT_A,
     PROMPT_B,
@@ -271,3 +272,56 @@ async def test_backends_write_the_same_lines(
     file_replay, db_replay = replay_json(replay_bytes(file_log)), replay_json(replay_bytes(db_log))
     assert [t["window"] for t in db_replay["turns"]] == [t["window"] for t in file_replay["turns"]]
     assert db_replay["sections"] == file_replay["sections"]
+
+
+# -- erasure -----------------------------------------------------------------------------------
+
+
+def _stone(sessions: list[str]) -> dict[str, Any]:
+    return tombstone(tenant="default", kind="person", channel="console", ident="u1",
+                     requested_by="operator", sessions=sessions, removed={"session": 2})
+
+
+async def test_erase_deletes_sessions_and_records_a_tombstone(store: SessionStore) -> None:
+    """erase removes exactly the named sessions (reads, lists, latest all forget them), skips
+    unknown ids, and records the tombstone as given."""
+    await conversation(store, "s1")
+    await conversation(store, "s2")
+    keep = await store.create(tenant="default", channel="console", conversation="other",
+                              session_id="s3", extra={"scope": {"kind": "chat", "id": "x"}})
+    await keep.aclose()
+    assert await store.latest_session("default", "c") in ("s1", "s2")
+    stone = _stone(["s1", "s2", "gone"])
+    assert sorted(await store.erase("default", ["s1", "s2", "gone"], stone)) == ["s1", "s2"]
+    assert [i.session_id for i in await store.list_sessions("default")] == ["s3"]
+    assert (await store.list_sessions("default"))[0].scope == {"kind": "chat", "id": "x"}
+    assert await store.latest_session("default", "c") is None
+    assert not await store.exists("default", "s1")
+    with pytest.raises(SessionNotFoundError):
+        await store.read_log("default", "s2")
+    with pytest.raises(SessionNotFoundError):
+        await store.open("default", "s1")
+    assert await store.tombstones("default") == [stone]
+    assert await store.tombstones() == [stone]
+    assert await store.tombstones("other-tenant") == []
+
+
+async def test_erase_refuses_bad_names_before_changing_anything(store: SessionStore) -> None:
+    """An invalid id or tenant is refused up front: no session deleted, no tombstone."""
+    await conversation(store, "s1")
+    with pytest.raises(InvalidNameError):
+        await store.erase("default", ["s1", "../x"], _stone(["s1"]))
+    with pytest.raises(InvalidNameError):
+        await store.erase("../t", ["s1"], _stone(["s1"]))
+    assert await store.exists("default", "s1")
+    assert await store.tombstones() == []
+
+
+async def test_a_new_session_after_erasure_starts_clean(store: SessionStore) -> None:
+    """The conversation of an erased session gets a new one; latest_session finds that."""
+    await conversation(store, "s1")
+    await store.erase("default", ["s1"], _stone(["s1"]))
+    writer = await store.create(tenant="default", channel="console", conversation="c",
+                                session_id="s9")
+    await writer.aclose()
+    assert await store.latest_session("default", "c") == "s9"

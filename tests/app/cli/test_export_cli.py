@@ -108,6 +108,19 @@ def test_one_session_to_a_file_as_jsonl(cli: Callable[..., Result], root: Path,
     assert not out.with_name("t1.jsonl.progress").exists()
 
 
+def test_tenant_export_refuses_another_tenants_file(cli: Callable[..., Result],
+                                                     root: Path) -> None:
+    """With --tenant, a path to another tenant's log is refused, not relabelled; the tenant's
+    own file by path exports as usual."""
+    other = session_path(root, "default", "s1")
+    result = cli(str(other), "--tenant", "acme", "--format", "jsonl")
+    assert result == Result(2, "", f"gateway export: {other} belongs to tenant 'default', "
+                                   "not 'acme'\n")
+    own = cli(str(session_path(root, "acme", "t1")), "--tenant", "acme", "--format", "jsonl")
+    assert own.code == 0
+    assert {orjson.loads(x)["tenant"] for x in own.out.splitlines()} == {"acme"}
+
+
 def test_seed_file_by_path(cli: Callable[..., Result]) -> None:
     """A seed v2 file given by path exports its three calls."""
     result = cli(str(SEED_DIR / "v2-prompt-timeline.jsonl"), "--format", "jsonl")

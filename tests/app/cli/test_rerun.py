@@ -157,14 +157,15 @@ async def test_drop_section_sends_the_request_minus_that_section(
     assert code == 0
     turn = rec.turn(3)
     assert turn.prompt is not None
-    assert [s.name for s in turn.prompt.sections] == ["soul", "user", "memory", "mood", "channel"]
+    assert [s.name for s in turn.prompt.sections] == ["soul", "user", "notes", "memory", "mood",
+                                                      "channel"]
     expected = rec.replay().request(turn)
     assert "cheerful" in system_text(expected)
     assert system_text(received) == system_of(turn, drop="mood")
     assert "cheerful" not in system_text(received)
     assert without(received, "system") == without(expected, "system")
     assert "dropped: mood" in out
-    assert "sections  soul, user, memory, channel\n" in out
+    assert "sections  soul, user, notes, memory, channel\n" in out
 
 
 async def test_replace_section_swaps_its_text_and_shows_tool_calls_unexecuted(
@@ -253,7 +254,7 @@ async def test_unknown_section_exits_2_listing_the_available_ones(
                                     "--drop-section", "soull")
         assert len(srv.requests) == 3
     assert (code, out) == (2, "")
-    assert err == ("gateway replay: unknown section 'soull'; available: soul, user, memory, "
+    assert err == ("gateway replay: unknown section 'soull'; available: soul, user, notes, "
                    "mood, channel\n")
 
 

@@ -1,0 +1,232 @@
+"""``gateway forget`` and ``gateway memory`` on both stores (JSONL, PostgreSQL): exactly the
+person's memory scope and one-to-one sessions go, a tombstone stays, ``replay --list`` agrees."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import stat
+from collections.abc import AsyncIterator, Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from app.cli import main as cli_main
+from app.compose import build_gateway
+from app.config import Settings
+from sessions import entries
+from sessions.jsonl import JsonlSessionStore
+from sessions.postgres.store import PostgresSessionStore
+from sessions.store import SessionStore
+from sessions.tombstones import subject_hash
+from tests.fakes.memory_channel import MemoryChannel
+from tests.sessions.pg import PG_URL, fresh_schema
+
+# An id whose letters cannot occur in hex session ids: a leak into a tombstone would show.
+PERSON = "lovelace"
+
+
+@dataclass
+class Backend:
+    """Where the sessions are, and the CLI options that name it."""
+
+    data: Path
+    store_args: list[str]
+    schema: str | None = None
+
+    def store(self) -> SessionStore:
+        if self.schema is None:
+            return JsonlSessionStore(self.data)
+        return PostgresSessionStore(PG_URL, schema=self.schema)
+
+
+@pytest.fixture(params=["jsonl", pytest.param("postgres", marks=pytest.mark.services)])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    data = tmp_path / "data"
+    if request.param == "jsonl":
+        yield Backend(data, [])
+        return
+    async with fresh_schema() as name:
+        yield Backend(data, ["--store-url", PG_URL, "--schema", name], name)
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli_main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+async def acli(*args: str) -> tuple[int, str, str]:
+    return await asyncio.to_thread(cli, *args)
+
+
+async def say_all(backend: Backend, lines: Sequence[tuple[str, str, str, str]]) -> None:
+    """Run a gateway (offline provider) over ``backend`` and say ``(chat, sender, type, text)``
+    lines in order, each answered before the next."""
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(backend.data),  # type: ignore[call-arg]
+                        GATEWAY_PORT=0)
+    channel = MemoryChannel()
+    gateway = build_gateway(settings, store=backend.store(), channels=[channel])
+    await gateway.start()
+    try:
+        for n, (chat, sender, chat_type, text) in enumerate(lines, start=1):
+            await channel.say(chat, text, sender=sender, chat_type=chat_type)
+            await channel.wait_replies(n)
+    finally:
+        await gateway.aclose()
+
+
+SCRIPT = [
+    (PERSON, PERSON, "private", "remember that I like green tea"),
+    (PERSON, PERSON, "private", "/new"),
+    (PERSON, PERSON, "private", "remember that my code is 4242"),
+    ("babbage", "babbage", "private", "remember that I like coffee"),
+    ("team", PERSON, "group", "remember that the demo is friday"),
+    ("team", "babbage", "group", "hello team"),
+]
+
+
+async def test_forget_erases_exactly_the_person_on_both_stores(backend: Backend) -> None:
+    """Their memory scope and both DM sessions go; the other person and the group they spoke
+    in keep everything; replay --list no longer lists their DMs; one tombstone, no raw id."""
+    await say_all(backend, SCRIPT)
+    code, listing, _ = await acli("replay", "--list", "--data-dir", str(backend.data),
+                                  *backend.store_args)
+    assert code == 0
+    assert len(listing.splitlines()) == 4  # two DM sessions (/new), babbage, the group
+
+    code, out, err = await acli("forget", "--user", f"memory:{PERSON}", "--data-dir",
+                                str(backend.data), *backend.store_args)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"erased memory:{PERSON} (tenant default):"
+    scope_dir = f"memory/default/memory/people/{PERSON}"
+    assert lines[1:3] == [f"  memory   {scope_dir}/MEMORY.md", f"  memory   {scope_dir}/scope.json"]
+    assert [line.split()[0] for line in lines[3:-1]] == ["session", "session"]
+    assert lines[-1] == "tombstone recorded (2 memory, 2 session)"
+
+    code, after, _ = await acli("replay", "--list", "--data-dir", str(backend.data),
+                                *backend.store_args)
+    assert code == 0
+    remaining = after.splitlines()
+    assert len(remaining) == 2
+    assert not any("green tea" in line or "4242" in line for line in remaining)
+    assert any("coffee" in line for line in remaining)
+    assert any("demo is friday" in line for line in remaining)  # the group keeps its log
+
+    persona = backend.data / "persona" / "memory" / "default" / "memory"
+    assert not (persona / "people" / PERSON).exists()
+    assert (persona / "people" / "babbage" / "MEMORY.md").read_text() == "I like coffee\n"
+    assert (persona / "chats" / "team" / "MEMORY.md").read_text() == "the demo is friday\n"
+
+    code, audit, _ = await acli("forget", "--audit", "--user", f"memory:{PERSON}",
+                                "--data-dir", str(backend.data), *backend.store_args)
+    stones = [orjson.loads(line) for line in audit.splitlines()]
+    assert code == 0
+    assert len(stones) == 1
+    stone = stones[0]
+    assert stone["subject"] == {"kind": "person", "channel": "memory",
+                                "sha256": subject_hash("default", "memory", PERSON)}
+    assert (stone["requestedBy"], stone["removed"]) == ("operator", {"memory": 2, "session": 2})
+    assert len(stone["sessions"]) == 2
+    assert PERSON not in audit
+    assert "tea" not in audit
+    if backend.schema is None:
+        assert stat.S_IMODE((backend.data / "erasures.jsonl").stat().st_mode) == 0o600
+
+    code, again, _ = await acli("forget", "--user", f"memory:{PERSON}", "--data-dir",
+                                str(backend.data), *backend.store_args)
+    assert (code, again.splitlines()[-1]) == (0, "tombstone recorded (nothing was left to remove)")
+
+
+async def test_forget_dry_run_changes_nothing(backend: Backend) -> None:
+    """--dry-run lists the sessions that would go and removes nothing."""
+    await say_all(backend, SCRIPT[:3])
+    code, out, _ = await acli("forget", "--user", f"memory:{PERSON}", "--dry-run",
+                              "--data-dir", str(backend.data), *backend.store_args)
+    assert code == 0
+    assert out.splitlines()[0] == (f"would erase memory:{PERSON} (tenant default): 2 one-to-one "
+                                   "session(s) and the memory scope")
+    _, listing, _ = await acli("replay", "--list", "--data-dir", str(backend.data),
+                               *backend.store_args)
+    assert len(listing.splitlines()) == 2
+
+
+async def test_forget_refuses_sessions_a_running_gateway_holds(tmp_path: Path) -> None:
+    """JSONL: with the person's session open in a running gateway, nothing is erased and the
+    error says what to do."""
+    data = tmp_path / "data"
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data),  # type: ignore[call-arg]
+                        GATEWAY_PORT=0)
+    channel = MemoryChannel()
+    gateway = build_gateway(settings, channels=[channel])
+    await gateway.start()
+    try:
+        await channel.say(PERSON, "remember that I like green tea", sender=PERSON)
+        await channel.wait_replies(1)
+        code, out, err = await acli("forget", "--user", f"memory:{PERSON}",
+                                    "--data-dir", str(data))
+    finally:
+        await gateway.aclose()
+    assert (code, out) == (1, "")
+    assert "is open in another process: nothing was erased" in err
+    assert "/forget" in err
+    assert len(await JsonlSessionStore(data).list_sessions()) == 1
+    assert await JsonlSessionStore(data).tombstones() == []
+
+
+def test_memory_list_show_delete(tmp_path: Path) -> None:
+    """memory list names scopes; show prints one; delete removes it; bad refs are usage errors."""
+    data = tmp_path / "data"
+    asyncio.run(say_all(Backend(data, []), SCRIPT))
+    code, out, _ = cli("memory", "list", "--data-dir", str(data))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert rows == [["default", "chat", "memory:team", "1", "19"],
+                    ["default", "person", "memory:babbage", "1", "14"],
+                    ["default", "person", f"memory:{PERSON}", "1", "34"]]
+    code, out, _ = cli("memory", "show", "--user", f"memory:{PERSON}", "--data-dir", str(data))
+    assert (code, out) == (0, "== MEMORY.md\nI like green tea\n\nmy code is 4242\n")
+    code, out, err = cli("memory", "show", "--chat", "memory:nope", "--data-dir", str(data))
+    assert (code, err) == (1, "gateway memory: no memory for chat memory:nope (tenant default)\n")
+    code, out, _ = cli("memory", "delete", "--chat", "memory:team", "--data-dir", str(data))
+    assert code == 0
+    assert out.splitlines()[0] == "deleted the memory of chat memory:team (tenant default): " \
+                                  "2 file(s)"
+    code, out, _ = cli("memory", "list", "--data-dir", str(data))
+    assert "memory:team" not in out
+    code, _, err = cli("memory", "show", "--user", "no-colon", "--data-dir", str(data))
+    assert (code, err) == (2, "gateway memory: 'no-colon' is not CHANNEL:ID (e.g. telegram:1001)\n")
+
+
+async def legacy_session(store: SessionStore, sid: str, conversation: str,
+                         senders: Sequence[str]) -> None:
+    """A session as gateways before scopes wrote it: no scope in the header."""
+    writer = await store.create(tenant="default", channel="slack", conversation=conversation,
+                                session_id=sid)
+    for sender in senders:
+        await writer.append([entries.message({"role": "user", "content": "hi"},
+                                             {"sender": sender})])
+        await writer.append([entries.message({"role": "assistant", "content": "hello"})])
+    await writer.aclose()
+
+
+async def test_older_sessions_are_matched_by_name_or_by_who_spoke(backend: Backend) -> None:
+    """Sessions without a scope in the header are the person's when named after them or when
+    they alone spoke in them; one where someone else spoke too is kept."""
+    store = backend.store()
+    try:
+        await legacy_session(store, "old-named", f"slack:{PERSON}", [])
+        await legacy_session(store, "old-dm", "slack:D0DM", [PERSON, PERSON])
+        await legacy_session(store, "old-shared", "slack:C0GEN:1.2", [PERSON, "babbage"])
+        await legacy_session(store, "old-other", "slack:D0OTHER", ["babbage"])
+    finally:
+        await store.aclose()
+    code, out, _ = await acli("forget", "--user", f"slack:{PERSON}", "--dry-run",
+                              "--data-dir", str(backend.data), *backend.store_args)
+    assert code == 0
+    assert sorted(line.split()[1] for line in out.splitlines()[1:]) == ["old-dm", "old-named"]
