@@ -20,7 +20,8 @@ from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 
 HELP_LINES = ["/new - start a new conversation (the agent forgets this chat's history)",
-              "/help - show the commands"]
+              "/help - show the commands",
+              "/forget - erase what I remember about you and our direct chats (asks first)"]
 
 
 def test_the_table_parses_commands_and_nothing_else() -> None:
@@ -31,7 +32,7 @@ def test_the_table_parses_commands_and_nothing_else() -> None:
     assert commands.parse("/start") is commands.START
     assert [commands.parse(t) for t in ("new", "/newer", "/", "", "hello /new")] == [None] * 5
     assert commands.help_text().splitlines() == ["Commands:", *HELP_LINES]
-    assert [c.name for c in commands.listed()] == ["new", "help"]
+    assert [c.name for c in commands.listed()] == ["new", "help", "forget"]
 
 
 @pytest.fixture
@@ -53,10 +54,11 @@ async def test_telegram_menu_start_and_help(telegram: FakeTelegramServer, tmp_pa
     assert list(telegram.commands.values()) == [[
         {"command": "new", "description": commands.NEW.summary},
         {"command": "help", "description": commands.HELP.summary},
+        {"command": "forget", "description": commands.FORGET.summary},
     ]]
     greeting, help_reply = telegram.texts_to(ALICE)
     assert greeting.startswith(commands.GREETING)
-    assert greeting.splitlines()[-2:] == HELP_LINES
+    assert greeting.splitlines()[-len(HELP_LINES):] == HELP_LINES
     assert help_reply.splitlines() == ["Commands:", *HELP_LINES]
     assert provider.bodies == []
     assert listed == []

@@ -12,7 +12,7 @@ import pytest
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.commands import CommandTable, parse
+from gateway.commands import FORGET, arguments, parse
 from gateway.forget import GROUP_REPLY
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.speakers import attribution, user_message
@@ -44,15 +44,12 @@ async def conversations(gateway: Gateway) -> list[str | None]:
     return sorted(info.conversation for info in await gateway.store.list_sessions("default"))
 
 
-def test_command_parsing() -> None:
-    """/name, /name@bot and arguments are parsed; plain text and bad names are not commands."""
-    assert parse("/forget") == ("forget", "")
-    assert parse("  /Forget@my_bot   confirm  now ") == ("forget", "confirm now")
-    assert parse("forget me") == (None, "")
-    assert parse("/ forget") == (None, "")
-    assert parse("/42") == (None, "")
-    table = CommandTable()
-    assert table.match("/forget") is None
+def test_forget_is_a_command_with_arguments() -> None:
+    """/forget and /forget@bot are the forget command; its words after it are its arguments."""
+    assert parse("/forget") is FORGET
+    assert parse("  /Forget@my_bot   confirm  now ") is FORGET
+    assert arguments("  /Forget@my_bot   confirm  now ") == "confirm now"
+    assert parse("forget me") is None
 
 
 def test_group_messages_name_their_speaker_and_names_cannot_forge_the_frame() -> None:
