@@ -85,6 +85,15 @@ def model(api: ApiName, body: dict[str, Any]) -> Reply:
     return Reply.text("hello")
 
 
+def system_text(body: dict[str, Any]) -> str:
+    """The system prompt an Anthropic body carries: a string, or text blocks (with cache
+    breakpoints)."""
+    system = body.get("system", "")
+    if isinstance(system, list):
+        return "\n\n".join(str(block.get("text", "")) for block in system)
+    return str(system)
+
+
 def in_team(envelope: dict[str, Any], team: str) -> dict[str, Any]:
     """The same event as Slack sends it for another workspace that installed the app."""
     changed = copy.deepcopy(envelope)
@@ -197,10 +206,10 @@ async def run_plan(plan: list[Step], data: Path) -> None:
         earlier = [s for s, owner in written.items()
                    if owner == actor.scope and int(s.split("-")[1]) < n]
         for body in bodies:
-            assert all(s in body["system"] for s in earlier), (n, actor.name, earlier)
+            assert all(s in system_text(body) for s in earlier), (n, actor.name, earlier)
         # ...and the one saved during this step from the call right after the tool round on.
         if f"SECRET-{n:03d}" in written:
-            assert f"SECRET-{n:03d}" in bodies[-1]["system"]
+            assert f"SECRET-{n:03d}" in system_text(bodies[-1])
 
     assert {(info.tenant, info.conversation) for info, _ in logs} == set(conversations)
     for info, log in logs:
