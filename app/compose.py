@@ -7,8 +7,8 @@ gateway is one stateless worker among several: see :mod:`gateway.coordination`.
 
 from __future__ import annotations
 
-import sys
 import asyncio
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,8 +46,8 @@ from gateway.prompt import PromptSource
 from gateway.providers.base import Provider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
-from gateway.send_file import SendFileTool
 from gateway.scopes import Scope, scope_of
+from gateway.send_file import SendFileTool
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
 from sessions.blob_files import FileBlobStore
