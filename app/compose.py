@@ -64,7 +64,8 @@ def build_store(settings: Settings) -> SessionStore:
     under the data dir (with the durability setting). Every command uses it."""
     return open_store(settings.data_dir, settings.store_url.get_secret_value()
                       if settings.store_url is not None else None,
-                      schema=settings.store_schema, durability=settings.durability)
+                      schema=settings.store_schema, durability=settings.durability,
+                      stall_after=settings.persist_timeout)
 
 
 RERUNS_DIR = "reruns"
@@ -78,13 +79,15 @@ def rerun_store(data_dir: Path) -> SessionStore:
 
 def open_store(data_dir: Path, store_url: str | None = None, *,
                schema: str = pg_schema.DEFAULT_SCHEMA,
-               durability: Durability = "turn") -> SessionStore:
-    """A store from its parts (operator commands whose flags override the settings)."""
+               durability: Durability = "turn", stall_after: float = 2.0) -> SessionStore:
+    """A store from its parts (operator commands whose flags override the settings).
+    ``stall_after``: when a JSONL write the disk has not finished counts as failed (the
+    persist timeout)."""
     if store_url is not None:
         from sessions.postgres.store import PostgresSessionStore
 
         return PostgresSessionStore(store_url, schema=schema)
-    return JsonlSessionStore(data_dir, durability=durability)
+    return JsonlSessionStore(data_dir, durability=durability, stall_after=stall_after)
 
 
 def blob_store_for(store: SessionStore, data_dir: Path,

@@ -62,6 +62,8 @@ class Conversation:
         index, written = await self._record(message, [entries.message(message, meta)])
         if index is None:
             raise NotRecordedError(self.session_id, written.failure or "?")
+        # In the log (not only accepted) before the caller acknowledges it.
+        await self.recorder.flush()
         return index
 
     def begin(self, index: int, context: ChannelContext | None = None) -> None:

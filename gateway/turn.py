@@ -190,9 +190,7 @@ class AgentLoop:
                             call=persisted.call, latency_ms=latency * 1000,
                             error={"kind": exc.kind, "message": _safe(str(exc))},
                         ))
-                    await sink.fail(self.settings.apology)
-                    await conv.recorder.sync()
-                    return TurnResult("apologised", self.settings.apology, calls)
+                    return await self._end(conv, sink, "apologised", "", calls)
                 except BaseException as exc:  # cancelled or a bug: the span still ends
                     observed.finished(CallResult(latency=time.perf_counter() - started,
                                                  error=type(exc).__name__))
@@ -220,12 +218,9 @@ class AgentLoop:
             if kept is None:
                 # The log refused the answer, so the model will not see it either: its tools
                 # are not run (their results would answer a call the conversation lacks).
-                return await self._unrecorded(conv, sink, texts, calls)
+                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
             if not uses:
-                final = SEPARATOR.join(texts)
-                await sink.finish(final)
-                await conv.recorder.sync()
-                return TurnResult("answered", final, calls)
+                return await self._end(conv, sink, "answered", SEPARATOR.join(texts), calls)
             results = []
             for use in uses:
                 args = use.get("input") or {}
@@ -239,23 +234,25 @@ class AgentLoop:
                     block["is_error"] = True
                 results.append(block)
             if await conv.add_tool_results({"role": "user", "content": results}) is None:
-                return await self._unrecorded(conv, sink, texts, calls)
-        final = SEPARATOR.join(texts) or CAPPED
-        await sink.finish(final)
-        await conv.recorder.sync()
-        return TurnResult("iteration_cap", final, calls)
+                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
+        return await self._end(conv, sink, "iteration_cap", SEPARATOR.join(texts) or CAPPED,
+                               calls)
 
-    async def _unrecorded(self, conv: Conversation, sink: ReplySink, texts: list[str],
-                          calls: int) -> TurnResult:
-        """End a turn whose answer or tool results the log refused: what was said so far is
-        delivered (or the apology), and the turn stops there."""
-        final = SEPARATOR.join(texts)
-        if final:
-            await sink.finish(final)
+    async def _end(self, conv: Conversation, sink: ReplySink, status: str, text: str,
+                   calls: int) -> TurnResult:
+        """Deliver the turn's final text (or the apology) once the log holds
+        everything the turn recorded, so a gateway restarted after the reply never answers
+        the message again; then make it durable (``sync``, after the reply: no fsync delays
+        it). ``not_recorded``: the log refused the answer or its tool results, and the turn
+        stops with what was said so far."""
+        await conv.recorder.flush()
+        if status == "apologised" or (status == "not_recorded" and not text):
+            text = self.settings.apology
+            await sink.fail(text)
         else:
-            await sink.fail(self.settings.apology)
+            await sink.finish(text)
         await conv.recorder.sync()
-        return TurnResult("not_recorded", final or self.settings.apology, calls)
+        return TurnResult(status, text, calls)
 
     def _cache_plan(self, built: BuiltPrompt) -> CachePlan | None:
         """Breakpoints after the tools, the prompt's stable prefix and the history; only the

@@ -10,28 +10,30 @@ Layout::
 Files are 0600, directories 0700 (existing ones are tightened on first use). Each session has
 one writer, enforced across processes with ``flock``.
 
-Appends are a single ``os.write`` of whole lines to an ``O_APPEND`` descriptor, done inline on
-the event loop: a small append lands in the page cache in microseconds, and a thread hop per
-append would cost more than the write. The blocking part, ``fsync``, runs in a worker thread.
-A failed or short write is rolled back with ``ftruncate`` to the last whole line, so no
-half-written line is ever left behind by an error (only a crash can tear the last line, and the
-next :meth:`JsonlSessionStore.open` repairs that).
+Writers (:mod:`sessions.jsonl_writer`) accept appends at once and leave the writing to the
+store's disk lane (:mod:`sessions.disk_lane`), one thread, so a hung disk never blocks the
+event loop. A failed or short write is rolled back with ``ftruncate`` to the last whole line,
+so no half-written line is ever left behind by an error (only a crash can tear the last line,
+and the next :meth:`JsonlSessionStore.open` repairs that). :meth:`JsonlSessionStore.read_log`
+first lets an open writer of this store write what it has queued, so a session reads as its
+writer has accepted it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
+import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from sessions import entries
+from sessions.disk_lane import DiskLane, FileOps, OsFileOps
 from sessions.encoding import loads_entry
 from sessions.errors import (
     CorruptHeaderError,
@@ -48,6 +50,7 @@ from sessions.files import (
     read_first_line,
     read_regular,
 )
+from sessions.jsonl_writer import JsonlSessionWriter, errno_kind
 from sessions.names import (
     DEFAULT_TENANT,
     create_with_fresh_id,
@@ -62,150 +65,9 @@ from sessions.tombstones import ERASURES_FILE, decode_lines, encode
 
 log = logging.getLogger(__name__)
 
-MAX_BACKLOG_BYTES = 16 * 1024 * 1024
-"""Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""
-
-def _errno_kind(exc: OSError) -> str:
-    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-
-
-class JsonlSessionWriter:
-    """Single writer of one JSONL session file. See :class:`sessions.store.SessionWriter`."""
-
-    def __init__(
-        self,
-        path: Path,
-        fd: int,
-        session_id: str,
-        tenant: str,
-        state: SessionState,
-        size: int,
-        durability: Durability,
-    ) -> None:
-        self._path = path
-        self._fd: int | None = fd
-        self._session_id = session_id
-        self._tenant = tenant
-        self._state = state
-        self._size = size
-        self._durability = durability
-        self._dirty = False
-        self._backlog = b""
-        self._broken = False
-
-    @property
-    def session_id(self) -> str:
-        return self._session_id
-
-    @property
-    def tenant(self) -> str:
-        return self._tenant
-
-    @property
-    def state(self) -> SessionState:
-        return self._state
-
-    @property
-    def completes_inline(self) -> bool:
-        """True when :meth:`append` never suspends (no fsync per append), so a timeout around
-        it could never fire: callers may skip arming one."""
-        return self._durability != "always"
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    async def append(self, items: Sequence[Mapping[str, Any]]) -> int:
-        if self._fd is None:
-            raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
-        if self._broken:
-            raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
-        ts = utc_now_iso()
-        seq = self._state.next_seq
-        chunks: list[bytes] = []
-        for item in items:
-            chunks.append(entries.encode_line(item, seq, ts))
-            seq += 1
-        data = b"\n".join(chunks) + b"\n"
-        # Entries are accepted (seq numbers given, state advanced) before the write, so that a
-        # failed write can be retried ahead of the next append with its original seq and ts.
-        # Message indices in later call windows then still match the log once it recovers.
-        self._state.next_seq = seq
-        for item in items:
-            self._state.advance(item)
-        pending = self._backlog + data if self._backlog else data
-        try:
-            self._write_all(pending)
-        except SessionWriteError as exc:
-            if len(pending) > MAX_BACKLOG_BYTES:
-                self._broken = True
-                raise SessionWriteError(
-                    self._session_id, "BACKLOG_FULL", "unwritten entries dropped"
-                ) from None
-            self._backlog = pending
-            exc.accepted = True  # kept: written ahead of the next append
-            raise
-        self._backlog = b""
-        self._dirty = True
-        if self._durability == "always":
-            await self.sync()
-        return len(data)
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes accepted but not yet on disk because an earlier write failed."""
-        return len(self._backlog)
-
-    def _write_all(self, data: bytes) -> None:
-        assert self._fd is not None
-        view = memoryview(data)
-        written = 0
-        try:
-            while written < len(data):
-                n = os.write(self._fd, view[written:])
-                if n == 0:
-                    raise OSError(errno.EIO, "write returned 0")
-                written += n
-        except OSError as exc:
-            self._rollback()
-            raise SessionWriteError(self._session_id, _errno_kind(exc)) from exc
-        self._size += written
-
-    def _rollback(self) -> None:
-        """Cut the file back to the last whole line we know of."""
-        assert self._fd is not None
-        try:
-            os.ftruncate(self._fd, self._size)
-        except OSError:
-            # The file may now end in a partial line; the next open() repairs a torn tail.
-            log.warning("session %s: rollback after failed append also failed", self._session_id)
-
-
-    async def sync(self) -> None:
-        if self._fd is None or not self._dirty or self._durability == "none":
-            return
-        fd = self._fd
-        self._dirty = False
-        try:
-            await asyncio.to_thread(os.fsync, fd)
-        except OSError as exc:
-            raise SessionWriteError(self._session_id, _errno_kind(exc), "fsync") from exc
-
-    async def aclose(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            if self._backlog:
-                try:
-                    self._write_all(self._backlog)
-                    self._backlog = b""
-                except SessionWriteError:
-                    log.warning("session %s: %d unwritten bytes lost at close",
-                                self._session_id, len(self._backlog))
-            await self.sync()
-        finally:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # also releases the flock
+READ_FLUSH_WAIT = 1.0
+"""Seconds :meth:`JsonlSessionStore.read_log` waits for an open writer's queued entries to
+reach the file before it reads what is there."""
 
 
 class JsonlSessionStore:
@@ -213,10 +75,14 @@ class JsonlSessionStore:
 
     def __init__(self, data_dir: Path | str, durability: Durability = "turn", *,
                  folder: str | None = None,
-                 new_id: Callable[[], str] = new_session_id) -> None:
+                 new_id: Callable[[], str] = new_session_id,
+                 stall_after: float = 2.0, ops: FileOps | None = None) -> None:
         """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
         instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``).
-        ``new_id`` draws the ids of sessions created without one (tests force collisions)."""
+        ``new_id`` draws the ids of sessions created without one (tests force collisions).
+        ``stall_after``: seconds after which a write the disk has not finished is reported as
+        ``STALLED`` (the gateway passes its persist timeout). ``ops``: the disk operations
+        (tests pass a disk that fails or hangs)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
@@ -228,6 +94,10 @@ class JsonlSessionStore:
         self._created: dict[str, dict[str, tuple[str, str]]] = {}  # created before the index
         self._index_locks: dict[str, asyncio.Lock] = {}
         self._reported: set[tuple[str, str]] = set()  # (tenant, file name) skipped by the index
+        self._ops: FileOps = ops or OsFileOps()
+        self._lane = DiskLane(f"jsonl:{self.data_dir.name}")
+        self._stall_after = stall_after
+        self._writers: dict[Path, JsonlSessionWriter] = {}  # open writers, by file
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -302,8 +172,8 @@ class JsonlSessionStore:
         except FileExistsError as exc:
             raise SessionExistsError(f"session {sid} is being created") from exc
         except OSError as exc:
-            raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
-        writer = JsonlSessionWriter(path, fd, sid, tenant, SessionState(), 0, self.durability)
+            raise SessionWriteError(sid, errno_kind(exc), "create") from exc
+        writer = self._writer(path, fd, sid, tenant, SessionState(), 0)
         try:
             self._lock(fd, sid)
             head = entries.header(
@@ -311,12 +181,13 @@ class JsonlSessionStore:
                 conversation=conversation, extra=extra,
             )
             await writer.append([head])
+            await writer.flush()  # the header is in the file before the file has its name
             try:
                 os.link(temporary, path)
             except FileExistsError as exc:
                 raise SessionExistsError(f"session {sid} already exists") from exc
             except OSError as exc:
-                raise SessionWriteError(sid, _errno_kind(exc), "create") from exc
+                raise SessionWriteError(sid, errno_kind(exc), "create") from exc
             # Remember it even while the header index is still being built (the scan may have
             # listed the directory before this file existed).
             self._note_latest(tenant, conversation, (head["startedAt"], sid))
@@ -350,7 +221,19 @@ class JsonlSessionStore:
         except BaseException:
             os.close(fd)
             raise
-        return JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability)
+        return self._writer(path, fd, session_id, tenant, state, size)
+
+    def _writer(self, path: Path, fd: int, session_id: str, tenant: str, state: SessionState,
+                size: int) -> JsonlSessionWriter:
+        writer = JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability,
+                                    lane=self._lane, ops=self._ops,
+                                    stall_after=self._stall_after, on_close=self._closed)
+        self._writers[path] = writer
+        return writer
+
+    def _closed(self, writer: JsonlSessionWriter) -> None:
+        if self._writers.get(writer.path) is writer:
+            del self._writers[writer.path]
 
     @staticmethod
     def _lock(fd: int, session_id: str) -> None:
@@ -425,6 +308,10 @@ class JsonlSessionStore:
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:
         path = self.path_of(tenant, session_id)
+        writer = self._writers.get(path)
+        if writer is not None:  # read what the writer accepted, unless the disk is stuck
+            with contextlib.suppress(SessionWriteError, TimeoutError):
+                await asyncio.wait_for(writer.flush(), READ_FLUSH_WAIT)
         try:
             return await asyncio.to_thread(read_regular, path)
         except FileNotFoundError as exc:

@@ -87,7 +87,10 @@ class SessionWriter(Protocol):
     original ``seq`` and ``ts``, ahead of the next append (so message indices stay aligned with
     later call windows). A refusal raises with ``accepted=False``. Appends from one writer
     never interleave.
-    :meth:`sync` makes what was appended durable (per the store's durability setting).
+    :meth:`flush` waits until everything accepted so far is in the log (written, not
+    necessarily durable), raising ``SessionWriteError(accepted=True)`` while it cannot be:
+    the gateway flushes before it acknowledges a message or sends an answer.
+    :meth:`sync` also makes it durable (per the store's durability setting).
     :meth:`aclose` is idempotent and releases the writer lock even if the final sync fails.
     """
 
@@ -103,6 +106,8 @@ class SessionWriter(Protocol):
     async def append(self, entries: Sequence[Mapping[str, Any]]) -> int:
         """Append entries; return the number of bytes written."""
         ...
+
+    async def flush(self) -> None: ...
 
     async def sync(self) -> None: ...
 

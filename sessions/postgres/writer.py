@@ -230,6 +230,11 @@ class PostgresSessionWriter:
         self._broken = kind
         self._pending.clear()
 
+    async def flush(self) -> None:
+        """Send what earlier failures left pending (a successful append has committed)."""
+        if self._pending and self._stale is None and self._broken is None:
+            await self._flush()
+
     async def sync(self) -> None:
         """Nothing to do: every successful append was committed before it returned."""
 

@@ -73,6 +73,9 @@ async def test_prepare_rerun_does_not_add_the_message_twice() -> None:
             appended.append(list(entries))
             return 1
 
+        async def flush(self) -> None:
+            return None
+
         async def sync(self) -> None:
             return None
 

@@ -8,8 +8,9 @@ all three):
 * an ``OSError`` (``ENOSPC``, ``EIO``...): the append is **accepted** (seq numbers given, state
   advanced), then its write fails: it raises ``SessionWriteError(kind, accepted=True)`` and the
   entries are written, with their seq and ts, ahead of the next append that succeeds;
-* ``"hang"``: accepted, then the write does not finish while the fault lasts (a timeout
-  around it fires after acceptance; the entries stay pending like a failed write's);
+* ``"hang"``: accepted, then the write does not finish while the fault lasts (a hang chosen
+  by ``decide`` lasts until the caller gives up: a timeout around it fires after acceptance,
+  and the entries stay pending like a failed write's);
 * ``Refuse(kind)``: refused before acceptance (``accepted=False``, state untouched), as a
   closed, broken or fenced-off writer refuses; ``Refuse("STALE_FENCE")`` raises
   ``StaleWriterError``;
@@ -17,7 +18,8 @@ all three):
   not written is lost, and the sessions can be opened again.
 
 ``store.fault`` applies to appends holding an entry whose type is in ``store.fault_types``
-(``None``: every append); ``store.decide``, when set, chooses the fault per append instead.
+(``None``: every append); ``store.decide``, when set, chooses the fault per append instead
+(a fault schedule). A flush or close fails only while ``store.fault`` is an error or a hang.
 Session headers are never failed (a session whose creation fails is no session).
 """
 
@@ -100,6 +102,7 @@ class FaultyWriter:
     async def append(self, items: Sequence[Mapping[str, Any]], *, header: bool = False) -> int:
         if self._closed:
             raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
+        scheduled = not header and self._store.decide is not None
         fault = None if header else self._store.fault_for(items)
         if isinstance(fault, Refuse):
             self._store.faults_raised += 1
@@ -117,7 +120,7 @@ class FaultyWriter:
         self._backlog += data
         if fault == "hang":
             self._store.faults_raised += 1
-            await self._store.cleared.wait()
+            await (asyncio.Event() if scheduled else self._store.cleared).wait()
             fault = None
         if isinstance(fault, OSError):
             self._store.faults_raised += 1
@@ -130,6 +133,16 @@ class FaultyWriter:
         if not self._closed:
             self._log.data += self._backlog
             self._backlog = b""
+
+    async def flush(self) -> None:
+        """Write what earlier failures kept, unless the disk still fails (then raise)."""
+        if not self._backlog or self._closed:
+            return
+        fault = self._store.fault
+        if isinstance(fault, OSError) or fault == "hang":
+            kind = "timeout" if fault == "hang" else errno.errorcode.get(fault.errno or 0, "?")
+            raise SessionWriteError(self._session_id, kind, accepted=True)
+        self._flush()
 
     async def sync(self) -> None:
         """Nothing to make durable in memory."""
@@ -144,7 +157,7 @@ class FaultyWriter:
     async def aclose(self) -> None:
         if self._closed:
             return
-        fault = self._store.decide([]) if self._store.decide else self._store.fault
+        fault = self._store.fault
         if not (isinstance(fault, OSError) or fault == "hang"):  # else lost, as at a failed close
             self._flush()
         self._closed = True

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.errors import NotRecordedError, ProviderRateLimited
@@ -208,7 +209,11 @@ async def test_refused_call_is_named_in_replay_and_gets_no_outcome(tmp_path: Pat
         assert accepted is not None
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
+        log = await store.read_log("default", accepted.session_id)
     assert [r[1:] for r in replies] == [("finish", "answer one"), ("finish", "answer two")]
+    # One outcome, the recorded call's: the unrecorded call's went nowhere (not to call 0).
+    assert [e["call"] for e in map(orjson.loads, log.splitlines()) if e["type"] == "outcome"] \
+        == [0]
     first, second = replay.turns
     assert (first.status, first.call, first.assistant) == ("not_recorded", None, 1)
     assert first.why is not None
@@ -288,7 +293,8 @@ async def test_fenced_writer_ends_the_turn_before_the_provider_call(tmp_path: Pa
 
 
 async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
-    """Hooks run in order, and the call entry is on disk before the provider is called."""
+    """Hooks run in order, and the call entry is recorded (the store reads it back) before
+    the provider is called."""
     from gateway.hooks import CallContext, prompt_persist_hook
 
     seen: list[str] = []
@@ -297,7 +303,8 @@ async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
     class Spy(ScriptedProvider):
         async def complete(self, request: Any, on_text: Any = None) -> Any:
             seen.append("provider")
-            data = b"".join(p.read_bytes() for p in (tmp_path / "d" / "sessions").glob("*.jsonl"))
+            (info,) = await store.list_sessions("default")
+            data = await store.read_log("default", info.session_id)
             seen.append("call-on-disk" if b'"type":"call"' in data else "call-missing")
             return await super().complete(request, on_text)
 

@@ -108,6 +108,7 @@ SOAK_ROTATE = 10  # messages per session before "/new" starts a fresh one
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ten minutes of traffic plus start and stop
 @pytest.mark.skipif(not SLOW, reason="10-minute soak: set GATEWAY_SLOW_TESTS=1 to run it")
 async def test_soak_memory_stays_flat(tmp_path: Path) -> None:
     """Ten minutes of steady traffic with rotating sessions: the RSS trend stays under 8 MB."""

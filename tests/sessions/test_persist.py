@@ -71,6 +71,7 @@ async def test_first_prompt_written_with_its_fingerprint(store: JsonlSessionStor
     """The first call writes each section, the prompt (sha256[:16] of the joined text), tools."""
     writer = await store.create(channel="console", conversation="c", session_id="s1")
     await add(writer, user("hello"))
+    await writer.flush()
     size_before = writer.path.stat().st_size
     report = await persist_call(writer, call_request(PROMPT_A, ((0, 1),)))
     await writer.aclose()
@@ -131,6 +132,7 @@ async def test_unchanged_prompt_writes_only_a_call_entry(store: JsonlSessionStor
     await add(writer, user("hello"))
     await persist_call(writer, call_request(PROMPT_A, ((0, 1),)))
     await add(writer, assistant("hi"), user("again"))
+    await writer.flush()
     before = log_types(writer.path)
     report = await persist_call(writer, call_request(PROMPT_A, ((0, 3),)))
     await writer.aclose()
@@ -164,6 +166,7 @@ async def test_one_section_change_writes_only_that_section(store: JsonlSessionSt
     writer = await store.create(channel="console", conversation="c", session_id="s1")
     await add(writer, user("hello"))
     await persist_call(writer, call_request(PROMPT_A, ((0, 1),)))
+    await writer.flush()
     before = log_types(writer.path)
     report = await persist_call(writer, call_request(PROMPT_B, ((0, 1),), reason="rebuilt"))
     await writer.aclose()

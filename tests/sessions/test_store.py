@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import stat
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sessions import entries
+from sessions.disk_lane import DiskLane, OsFileOps
 from sessions.errors import (
     CorruptHeaderError,
     InvalidNameError,
@@ -255,20 +257,29 @@ async def test_open_refuses_a_log_without_header_untouched(
 # -- failed appends ------------------------------------------------------------------------------
 
 
+def raw_writer(path: Path, fd: int, durability: Durability = "none") -> JsonlSessionWriter:
+    """A writer over any descriptor (a device, a pipe), with its own disk lane."""
+    return JsonlSessionWriter(path, fd, path.name, "default", SessionState(), 0, durability,
+                              lane=DiskLane(), ops=OsFileOps())
+
+
 async def test_failed_append_raises_enospc_without_contents() -> None:
-    """An append to a full device raises SessionWriteError(kind=ENOSPC) naming no contents."""
-    fd = os.open("/dev/full", os.O_WRONLY)
-    writer = JsonlSessionWriter(
-        Path("/dev/full"), fd, "full", "default", SessionState(), 0, "none"
-    )
+    """A write to a full device fails with SessionWriteError(kind=ENOSPC) naming no contents,
+    on the flush and on every append while it lasts; the entries stay accepted."""
+    writer = raw_writer(Path("/dev/full"), os.open("/dev/full", os.O_WRONLY))
     try:
+        await persist_call(writer, call_request(PROMPT_A, ()))  # accepted, queued
         with pytest.raises(SessionWriteError) as info:
-            await persist_call(writer, call_request(PROMPT_A, ()))
+            await writer.flush()
+        with pytest.raises(SessionWriteError) as again:
+            await add(writer, user("more"))
         # Accepted, not written: the entries wait to be written ahead of the next append.
         assert (writer.state.call_count, writer.pending_bytes > 0) == (1, True)
     finally:
         await writer.aclose()
-    assert (info.value.kind, info.value.session_id) == ("ENOSPC", "full")
+    assert (info.value.kind, info.value.session_id, info.value.accepted) == (
+        "ENOSPC", "full", True)
+    assert (again.value.kind, again.value.accepted) == ("ENOSPC", True)
     assert PROMPT_A.text not in str(info.value)
     assert SOUL not in str(info.value)
 
@@ -287,14 +298,19 @@ async def main(data_dir):
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (size + 300, hard))
     out = {"size_before": size}
+    await writer.append([entries.message({"role": "user", "content": "x" * 4000})])
     try:
-        await writer.append([entries.message({"role": "user", "content": "x" * 4000})])
+        await writer.flush()
     except SessionWriteError as exc:
         out["kind"] = exc.kind
     out["size_after"] = writer.path.stat().st_size
     out["ends_on_newline"] = writer.path.read_bytes().endswith(b"\\n")
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-    await writer.append([entries.message({"role": "user", "content": "short"})])
+    try:  # the next append still reports the earlier failure (its entry is still unwritten)
+        await writer.append([entries.message({"role": "user", "content": "short"})])
+    except SessionWriteError as exc:
+        out["next_append"] = exc.kind
+    await writer.flush()
     await writer.aclose()
     print(json.dumps(out))
 
@@ -315,7 +331,7 @@ async def test_short_write_rolled_back_then_written_in_order(
     out = await run_python(FSIZE_SCRIPT, str(data_dir))
     assert json.loads(out) == {
         "size_before": len(whole), "kind": "EFBIG", "size_after": len(whole),
-        "ends_on_newline": True,
+        "ends_on_newline": True, "next_append": "EFBIG",
     }
     data = writer.path.read_bytes()
     assert data.startswith(whole)
@@ -332,10 +348,7 @@ async def test_short_write_rolled_back_then_written_in_order(
 
 def pipe_writer(durability: Durability) -> tuple[JsonlSessionWriter, int]:
     read_fd, write_fd = os.pipe()
-    writer = JsonlSessionWriter(
-        Path("pipe"), write_fd, "p1", "default", SessionState(), 0, durability
-    )
-    return writer, read_fd
+    return raw_writer(Path("p1"), write_fd, durability), read_fd
 
 
 async def test_durability_none_never_fsyncs() -> None:
@@ -378,13 +391,18 @@ async def test_durability_always_fsyncs_every_append() -> None:
         os.close(read_fd)
 
 
-async def test_aclose_releases_even_when_final_sync_fails() -> None:
-    """aclose() closes the descriptor although its sync raised; a second aclose is a no-op."""
+async def test_aclose_releases_even_when_final_sync_fails(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """aclose() closes the descriptor although its sync failed (one warning, no contents); a
+    second aclose is a no-op."""
     writer, read_fd = pipe_writer("turn")
     try:
         await add(writer, user("a"))
-        with pytest.raises(SessionWriteError):
+        with caplog.at_level(logging.WARNING, logger="sessions.jsonl"):
             await writer.aclose()
+        assert [r.getMessage() for r in caplog.records] == [
+            "session p1: final sync failed (EINVAL)"]
         await writer.aclose()
         with pytest.raises(SessionWriteError) as info:
             await add(writer, user("b"))

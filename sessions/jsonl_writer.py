@@ -1,0 +1,267 @@
+"""The writer of one JSONL session file: entries accepted at once, written in order by the
+store's disk lane (:mod:`sessions.disk_lane`), so a hung disk never blocks the event loop.
+
+:meth:`JsonlSessionWriter.append` encodes the entries, accepts them (seq numbers, state; see
+:class:`sessions.store.SessionWriter`), queues their bytes and returns without waiting for the
+disk: the lane writes whole lines with one ``write`` per batch of queued appends. A failed or
+short write is rolled back with ``ftruncate`` to the last whole line and its bytes stay queued,
+ahead of anything appended later, until a write succeeds; meanwhile each append reports the
+failure (``SessionWriteError(kind, accepted=True)``). A write stuck longer than ``stall_after``
+seconds is reported the same way (kind ``STALLED``) and appends keep being accepted: the turn
+goes on. Past :data:`MAX_BACKLOG_BYTES` of unwritten bytes the writer gives up (``BACKLOG_FULL``,
+then ``BROKEN``).
+
+Waiting points, each bounded by the caller: :meth:`flush` (everything accepted is in the file:
+the gateway waits for it before acknowledging a message and before sending an answer),
+:meth:`sync` (also ``fsync``, per the durability setting) and :meth:`aclose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sessions import entries
+from sessions.disk_lane import DiskLane, FileOps
+from sessions.errors import SessionWriteError
+from sessions.names import utc_now_iso
+from sessions.store import Durability, SessionState
+
+log = logging.getLogger("sessions.jsonl")
+
+MAX_BACKLOG_BYTES = 16 * 1024 * 1024
+"""Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""
+
+STALLED = "STALLED"
+"""The failure kind of a write that has not returned within ``stall_after`` seconds."""
+
+CLOSE_WAIT = 5.0
+"""Seconds :meth:`JsonlSessionWriter.aclose` waits for the disk before it lets the lane finish
+the close on its own (the file, and its lock, are released when the disk answers)."""
+
+
+def errno_kind(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+class JsonlSessionWriter:
+    """Single writer of one JSONL session file. See :class:`sessions.store.SessionWriter`."""
+
+    def __init__(self, path: Path, fd: int, session_id: str, tenant: str, state: SessionState,
+                 size: int, durability: Durability, *, lane: DiskLane, ops: FileOps,
+                 stall_after: float = 2.0,
+                 on_close: Callable[[JsonlSessionWriter], None] | None = None) -> None:
+        self._path = path
+        self._session_id = session_id
+        self._tenant = tenant
+        self._state = state
+        self._durability = durability
+        self._lane = lane
+        self._ops = ops
+        self._stall_after = stall_after
+        self._on_close = on_close
+        self._closed = False  # the loop's side: no appends after aclose() began
+        self._broken = False
+        # Shared between the event loop and the lane's thread, under _guard:
+        self._guard = threading.Lock()
+        self._queued: list[bytes] = []
+        self._queued_bytes = 0
+        self._inflight_bytes = 0
+        self._scheduled = False
+        self._error: str | None = None  # kind of the last failed write, until one succeeds
+        self._dirty = False
+        # The lane's side only:
+        self._fd: int | None = fd
+        self._size = size
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def completes_inline(self) -> bool:
+        """True when :meth:`append` never suspends (no fsync per append), so a timeout around
+        it could never fire: callers may skip arming one."""
+        return self._durability != "always"
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes accepted but not yet in the file (queued, or kept after a failed write)."""
+        with self._guard:
+            return self._queued_bytes + self._inflight_bytes
+
+    async def append(self, items: Sequence[Mapping[str, Any]]) -> int:
+        if self._closed:
+            raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
+        if self._broken:
+            raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
+        ts = utc_now_iso()
+        seq = self._state.next_seq
+        # Encoding comes before acceptance: an entry that cannot be encoded refuses the batch.
+        data = b"".join(entries.encode_line(item, seq + n, ts) + b"\n"
+                        for n, item in enumerate(items))
+        self._state.next_seq = seq + len(items)
+        for item in items:
+            self._state.advance(item)
+        with self._guard:
+            self._queued.append(data)
+            self._queued_bytes += len(data)
+            if self._queued_bytes + self._inflight_bytes > MAX_BACKLOG_BYTES:
+                self._broken = True
+                self._queued.clear()
+                self._queued_bytes = 0
+            error = self._error
+            schedule = not self._scheduled and not self._broken
+            self._scheduled = self._scheduled or schedule
+        if self._broken:
+            raise SessionWriteError(self._session_id, "BACKLOG_FULL", "unwritten entries dropped")
+        if schedule:
+            self._lane.submit(self._write_queued)
+        if self._durability == "always":
+            await self.sync()
+        elif error is not None:
+            raise SessionWriteError(self._session_id, error, "kept for the next write",
+                                    accepted=True)
+        elif self._lane.stalled_for() > self._stall_after:
+            raise SessionWriteError(self._session_id, STALLED, "the disk has not answered",
+                                    accepted=True)
+        return len(data)
+
+    async def flush(self) -> None:
+        """Wait until everything accepted so far is in the file (not necessarily durable)."""
+        await self._wait(self._flush_now)
+
+    async def sync(self) -> None:
+        """:meth:`flush`, then make it durable per the durability setting."""
+        await self._wait(self._sync_now)
+
+    async def _wait(self, job: Callable[[], str | None]) -> None:
+        with self._guard:
+            idle = (not self._queued and not self._inflight_bytes and self._error is None
+                    and (not self._dirty or job == self._flush_now
+                         or self._durability == "none"))
+        if idle or self._fd is None:
+            return
+        if self._lane.stalled_for() > self._stall_after:  # do not queue behind a stuck write
+            raise SessionWriteError(self._session_id, STALLED, "the disk has not answered",
+                                    accepted=True)
+        error = await self._lane.call(job)
+        if error is not None:
+            raise SessionWriteError(self._session_id, error, "kept for the next write",
+                                    accepted=True)
+
+    async def aclose(self) -> None:
+        """Write what is queued (once), sync, close the file. Idempotent; waits at most
+        :data:`CLOSE_WAIT` seconds for the disk (the lane then finishes the close alone)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._lane.call(self._close_now), CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("session %s: the disk did not answer; the file is closed when it does",
+                        self._session_id)
+        finally:
+            if self._on_close is not None:
+                self._on_close(self)
+
+    # -- in the lane's thread ----------------------------------------------------------------
+
+    def _write_queued(self) -> None:
+        with self._guard:
+            self._scheduled = False
+            data = b"".join(self._queued)
+            self._queued.clear()
+            self._queued_bytes = 0
+            self._inflight_bytes = len(data)
+        if not data or self._fd is None:
+            with self._guard:
+                self._inflight_bytes = 0
+            return
+        try:
+            self._write_all(data)
+        except OSError as exc:
+            with self._guard:  # kept, ahead of anything queued meanwhile
+                self._queued.insert(0, data)
+                self._queued_bytes += len(data)
+                self._inflight_bytes = 0
+                self._error = errno_kind(exc)
+            return
+        with self._guard:
+            self._inflight_bytes = 0
+            self._error = None
+            self._dirty = True
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                n = self._ops.write(self._fd, view[written:])
+                if n == 0:
+                    raise OSError(errno.EIO, "write returned 0")
+                written += n
+        except OSError:
+            self._rollback()
+            raise
+        self._size += written
+
+    def _rollback(self) -> None:
+        """Cut the file back to the last whole line we know of."""
+        assert self._fd is not None
+        try:
+            self._ops.truncate(self._fd, self._size)
+        except OSError:
+            # The file may now end in a partial line; the next open() repairs a torn tail.
+            log.warning("session %s: rollback after failed append also failed", self._session_id)
+
+    def _flush_now(self) -> str | None:
+        self._write_queued()
+        return self._error
+
+    def _sync_now(self) -> str | None:
+        self._write_queued()
+        if self._error is not None:
+            return self._error
+        with self._guard:
+            dirty, self._dirty = self._dirty, False
+        if self._fd is None or not dirty or self._durability == "none":
+            return None
+        try:
+            self._ops.fsync(self._fd)
+        except OSError as exc:
+            return errno_kind(exc)
+        return None
+
+    def _close_now(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            error = self._sync_now()
+            lost = self.pending_bytes
+            if lost:
+                log.warning("session %s: %d unwritten bytes lost at close (%s)",
+                            self._session_id, lost, error)
+            elif error is not None:
+                log.warning("session %s: final sync failed (%s)", self._session_id, error)
+        finally:
+            fd, self._fd = self._fd, None
+            self._ops.close(fd)  # also releases the flock
