@@ -200,6 +200,9 @@ class JsonlSessionStore:
 
     async def open(self, tenant: str, session_id: str) -> JsonlSessionWriter:
         path = self.path_of(tenant, session_id)
+        closing = self._writers.get(path)
+        if closing is not None and closing.closing:  # our own writer, still closing the file
+            await closing.aclose()
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError as exc:

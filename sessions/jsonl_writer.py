@@ -66,6 +66,7 @@ class JsonlSessionWriter:
         self._stall_after = stall_after
         self._on_close = on_close
         self._closed = False  # the loop's side: no appends after aclose() began
+        self._closing: asyncio.Future[None] | None = None  # done once aclose() has finished
         self._broken = False
         # Shared between the event loop and the lane's thread, under _guard:
         self._guard = threading.Lock()
@@ -167,18 +168,27 @@ class JsonlSessionWriter:
             raise SessionWriteError(self._session_id, error, "kept for the next write",
                                     accepted=True)
 
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`aclose` has begun."""
+        return self._closed
+
     async def aclose(self) -> None:
-        """Write what is queued (once), sync, close the file. Idempotent; waits at most
-        :data:`CLOSE_WAIT` seconds for the disk (the lane then finishes the close alone)."""
-        if self._closed:
+        """Write what is queued (once), sync, close the file. Idempotent (a second call waits
+        for the first); waits at most :data:`CLOSE_WAIT` seconds for the disk (the lane then
+        finishes the close alone)."""
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
             return
         self._closed = True
+        self._closing = asyncio.get_running_loop().create_future()
         try:
             await asyncio.wait_for(self._lane.call(self._close_now), CLOSE_WAIT)
         except TimeoutError:
             log.warning("session %s: the disk did not answer; the file is closed when it does",
                         self._session_id)
         finally:
+            self._closing.set_result(None)
             if self._on_close is not None:
                 self._on_close(self)
 

@@ -3,7 +3,8 @@
 The body (prompt-cache breakpoints included) is shaped and encoded by :mod:`sessions.shapes`
 and posted unchanged to ``/v1/messages`` through the client (see
 :mod:`gateway.providers.sdk`), which also translates SDK exceptions into :mod:`gateway.errors`
-at the seam.
+at the seam. ``temperature`` is refused at construction: the Messages API's request type (the
+SDK's ``MessageCreateParams``) no longer has it, so every call would be rejected.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, ClassVar
 
 import anthropic
 
-from gateway.errors import ProviderError, ProviderStreamCut
+from gateway.errors import ConfigError, ProviderError, ProviderStreamCut
 from gateway.providers.base import ProviderResponse, TextSink
 from gateway.providers.common import parse_tool_input
 from gateway.providers.sdk import (
@@ -59,7 +60,8 @@ class AnthropicProvider(SdkProvider):
         if stream:
             params["stream"] = True
         if temperature is not None:
-            params["temperature"] = temperature
+            raise ConfigError("GATEWAY_TEMPERATURE: the Anthropic Messages API takes no "
+                              "temperature (it is not in the SDK's request type); unset it")
         super().__init__(model, params)
         # The key lives only inside the client: nothing here can format it into a message.
         self._client = anthropic.AsyncAnthropic(

@@ -10,6 +10,9 @@ network beyond 127.0.0.1:
         ...
         assert srv.requests[0].body["system"] == "You are a bot."
 
+Every request body is validated against the official SDKs' own request types
+(:mod:`tests.fakes.request_schemas`) and answered 400, like the real API, when it breaks them.
+
 Everything the fake emits is deterministic (ids are per-server counters, token
 counts are derived from sizes, `created` is a constant) so recorded provider
 traffic can be compared byte for byte across runs.
@@ -34,6 +37,7 @@ from aiohttp import web
 # API's JSON would carry it); orjson's bytes otherwise.
 from sessions.encoding import dumps as json_bytes
 from tests.fakes.prompt_cache import PromptCache, TooManyBreakpoints
+from tests.fakes.request_schemas import violations
 
 ApiName = Literal["anthropic", "openai"]
 ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream"]
@@ -278,6 +282,10 @@ class FakeProviderServer:
         self.transcriptions: list[Transcription] = []
         self.transcript: str | None = None
         """What ``/v1/audio/transcriptions`` answers; None: a sentence naming the upload."""
+        self.refused: list[tuple[int, list[str]]] = []
+        """Requests answered 400 for breaking the API's request schema: (index, problems)."""
+        self.validate = True
+        """Check every body against the SDK's request types (tests of bad bodies turn it off)."""
         self.default: DefaultReply = echo_reply
         self.cache = PromptCache()
         """Prompt caching as the APIs count it (see tests/fakes/prompt_cache.py)."""
@@ -399,6 +407,10 @@ class FakeProviderServer:
             return self._error(
                 api, Reply.error(400, self._error_body(api, 400, "body is not a JSON object"))
             )
+        problems = violations(api, body) if self.validate else []
+        if problems:  # what the real API refuses, it refuses here: 400, the first problem named
+            self.refused.append((len(self.requests) - 1, problems))
+            return self._error(api, Reply.error(400, self._error_body(api, 400, problems[0])))
         if api == "anthropic":
             try:
                 self.cache.check(body)

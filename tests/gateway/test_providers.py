@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import (
+    ConfigError,
     ProviderError,
     ProviderRateLimited,
     ProviderStreamCut,
@@ -114,7 +115,9 @@ def text_of(response: ProviderResponse) -> str:
 @pytest.mark.parametrize("api", APIS)
 async def test_text_answer(srv: FakeProviderServer, make: Make, api: str) -> None:
     """A non-streamed text answer comes back as one text block with stop reason and usage."""
-    provider = make(api, stream=False, temperature=0.25)
+    # Anthropic's request type has no temperature any more (see the next test).
+    options = {"temperature": 0.25} if api == "openai" else {}
+    provider = make(api, stream=False, **options)
     srv.script(api, Reply.text("It is noon."))
     request = ask(provider)
     response = await provider.complete(request)
@@ -127,8 +130,15 @@ async def test_text_answer(srv: FakeProviderServer, make: Make, api: str) -> Non
     assert set(response.usage) == {"input_tokens", "output_tokens"}
     assert response.usage["output_tokens"] == len("It is noon.") // 4 + 1
     assert "stream" not in srv.requests[0].body
-    assert srv.requests[0].body["temperature"] == 0.25
+    assert srv.requests[0].body.get("temperature") == options.get("temperature")
     assert_sent(srv, provider, [request])
+
+
+async def test_anthropic_refuses_a_temperature_its_api_no_longer_takes() -> None:
+    """GATEWAY_TEMPERATURE with Anthropic is a setting error at start, naming the setting
+    (every call would be refused: the SDK's request type has no temperature)."""
+    with pytest.raises(ConfigError, match="GATEWAY_TEMPERATURE"):
+        AnthropicProvider(KEY, "claude-test", temperature=0.5)
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -288,15 +298,16 @@ async def test_retried_500_then_success(srv: FakeProviderServer, make: Make, api
 @pytest.mark.parametrize("api", APIS)
 async def test_params_and_idempotent_aclose(make: Make, api: str) -> None:
     """params() lists exactly the extra body fields; aclose() can be called twice."""
-    streamed = make(api, temperature=0.5)
-    plain = make(api, stream=False, max_tokens=64)
     stream_fields: dict[str, Any] = {"stream": True}
     limit = "max_tokens"
     if api == "openai":
         stream_fields["stream_options"] = {"include_usage": True}
+        stream_fields["temperature"] = 0.5
         limit = "max_completion_tokens"  # what current OpenAI models take
+    streamed = make(api, **({"temperature": 0.5} if api == "openai" else {}))
+    plain = make(api, stream=False, max_tokens=64)
 
-    assert streamed.params() == {limit: 1024, "temperature": 0.5, **stream_fields}
+    assert streamed.params() == {limit: 1024, **stream_fields}
     assert plain.params() == {limit: 64}
     await streamed.aclose()
     await streamed.aclose()
