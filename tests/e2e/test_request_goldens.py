@@ -2,13 +2,15 @@
 wire (received by the fake server, which also validates it against the SDK's request types)
 equals a body written out here by hand, not built by the code under test.
 
-Features covered: plain text, tools with a tool round, streaming, and (Anthropic) an image
-block. Cache control is not sent by the shapes yet, and OpenAI image parts are not built yet:
-their goldens belong with those features.
+Features covered, per shape: plain text, tools with a tool round, streaming, an image (a
+stored attachment expanded from its bytes), and prompt-cache breakpoints (Anthropic; OpenAI
+caches by itself and takes no markers, so its body must carry none).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +20,7 @@ from gateway.errors import ProviderError
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.base import ProviderRequest
 from gateway.providers.openai import OpenAIProvider
+from sessions.records import CachePlan
 from tests.fakes.providers import FakeProviderServer
 
 CLOCK = {"name": "clock", "description": "Current time in a zone.",
@@ -36,7 +39,10 @@ async def srv() -> AsyncIterator[FakeProviderServer]:
 
 async def send(srv: FakeProviderServer, api: str, messages: list[dict[str, Any]], *,
                tools: tuple[dict[str, Any], ...] = (), stream: bool = False,
-               params: dict[str, Any] | None = None, check: bool = True) -> dict[str, Any]:
+               params: dict[str, Any] | None = None, check: bool = True,
+               system: str = SYSTEM, sections: tuple[str, ...] = (),
+               cache: CachePlan | None = None,
+               blobs: dict[str, bytes] | None = None) -> dict[str, Any]:
     """One call through the real provider and SDK; the body the fake received."""
     provider: AnthropicProvider | OpenAIProvider
     if api == "anthropic":
@@ -46,8 +52,9 @@ async def send(srv: FakeProviderServer, api: str, messages: list[dict[str, Any]]
         provider = OpenAIProvider("sk-test", "gpt-test", base_url=srv.openai_base_url,
                                   max_tokens=200, stream=stream, max_retries=0)
     try:
-        await provider.complete(ProviderRequest(SYSTEM, messages, tools, provider.model,
-                                                params or provider.params()))
+        await provider.complete(ProviderRequest(system, messages, tools, provider.model,
+                                                params or provider.params(), sections, cache,
+                                                blobs or {}))
     finally:
         await provider.aclose()
     if check:
@@ -99,22 +106,63 @@ async def test_anthropic_streaming(srv: FakeProviderServer) -> None:
                     "system": "You are terse.", "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def test_anthropic_image_block(srv: FakeProviderServer) -> None:
-    """Anthropic, an image: the base64 image block goes out as recorded."""
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": PIXEL}}
-    body = await send(srv, "anthropic", [{"role": "user", "content": [
-        image, {"type": "text", "text": "what is this?"}]}])
+PNG = base64.b64decode(PIXEL)
+PNG_HASH = hashlib.sha256(PNG).hexdigest()
+PHOTO = [{"role": "user", "content": [
+    {"type": "attachment", "hash": PNG_HASH, "name": "dot.png", "media_type": "image/png",
+     "size": len(PNG)},
+    {"type": "text", "text": "what is this?"}]}]
+
+
+async def test_anthropic_image(srv: FakeProviderServer) -> None:
+    """Anthropic, an image: the stored attachment goes out as a base64 image block."""
+    body = await send(srv, "anthropic", PHOTO, blobs={PNG_HASH: PNG})
     assert body["messages"] == [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": PIXEL}},
         {"type": "text", "text": "what is this?"}]}]
 
 
+async def test_anthropic_cache_breakpoints(srv: FakeProviderServer) -> None:
+    """Anthropic, prompt caching: markers on the last tool, after the stable system
+    sections (the system prompt then goes as two text blocks) and on the last message."""
+    body = await send(srv, "anthropic", [{"role": "user", "content": "hi"}], tools=(CLOCK,),
+                      system="Stable.\n\nDaily.", sections=("Stable.", "Daily."),
+                      cache=CachePlan(tools=True, system=1, history=True))
+    assert body == {
+        "model": "claude-test", "max_tokens": 200,
+        "system": [{"type": "text", "text": "Stable.", "cache_control": {"type": "ephemeral"}},
+                   {"type": "text", "text": "Daily."}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
+        "tools": [{"name": "clock", "description": "Current time in a zone.",
+                   "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}},
+                                    "required": ["tz"]},
+                   "cache_control": {"type": "ephemeral"}}],
+    }
+
+
+async def test_openai_image(srv: FakeProviderServer) -> None:
+    """OpenAI, an image: the stored attachment goes out as a data-URL image part."""
+    body = await send(srv, "openai", PHOTO, blobs={PNG_HASH: PNG})
+    assert body["messages"][1:] == [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+        {"type": "text", "text": "what is this?"}]}]
+
+
+async def test_openai_takes_no_cache_markers(srv: FakeProviderServer) -> None:
+    """OpenAI, prompt caching: the plan is ignored (the API caches prefixes by itself)."""
+    body = await send(srv, "openai", [{"role": "user", "content": "hi"}],
+                      system="Stable.\n\nDaily.", sections=("Stable.", "Daily."),
+                      cache=CachePlan(tools=True, system=1, history=True))
+    assert body == {"model": "gpt-test", "max_completion_tokens": 200, "messages": [
+        {"role": "system", "content": "Stable.\n\nDaily."}, {"role": "user", "content": "hi"}]}
+
+
 async def test_openai_text(srv: FakeProviderServer) -> None:
     """OpenAI, plain text: the system prompt is the first message."""
     body = await send(srv, "openai", [{"role": "user", "content": "hi"}])
-    assert body == {"model": "gpt-test", "max_tokens": 200, "messages": [
+    assert body == {"model": "gpt-test", "max_completion_tokens": 200, "messages": [
         {"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]}
 
 
@@ -122,7 +170,7 @@ async def test_openai_tools_and_tool_round(srv: FakeProviderServer) -> None:
     """OpenAI, tools: function tools, tool_calls with JSON-string arguments, tool messages."""
     body = await send(srv, "openai", TOOL_ROUND, tools=(CLOCK,))
     assert body == {
-        "model": "gpt-test", "max_tokens": 200,
+        "model": "gpt-test", "max_completion_tokens": 200,
         "messages": [
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "time in Paris?"},
@@ -141,7 +189,7 @@ async def test_openai_tools_and_tool_round(srv: FakeProviderServer) -> None:
 async def test_openai_streaming(srv: FakeProviderServer) -> None:
     """OpenAI, streaming: "stream": true and usage requested in the stream."""
     body = await send(srv, "openai", [{"role": "user", "content": "hi"}], stream=True)
-    assert body == {"model": "gpt-test", "max_tokens": 200, "stream": True,
+    assert body == {"model": "gpt-test", "max_completion_tokens": 200, "stream": True,
                     "stream_options": {"include_usage": True}, "messages": [
                         {"role": "system", "content": "You are terse."},
                         {"role": "user", "content": "hi"}]}
