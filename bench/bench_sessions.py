@@ -338,6 +338,7 @@ async def bytes_per_call(directory: Path) -> CallBytes:
     first = Prompt.from_sections(eight_kb_sections())
     await persist_call(writer, request(first))
     unchanged = (await persist_call(writer, request(first))).bytes_written
+    await writer.flush()  # the disk lane writes in the background: measure the file after it
     size_before = writer.path.stat().st_size
     changed_sections = eight_kb_sections(prose(random.Random(3), 2000))
     changed = await persist_call(writer, request(Prompt.from_sections(changed_sections)))

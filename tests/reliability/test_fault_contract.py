@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sessions.replay import Replay, replay_bytes
+from sessions.scan import message_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import Core, running_core
 from tests.reliability.calls import check_turns
@@ -138,4 +139,5 @@ async def test_crash_while_writes_fail_loses_a_suffix_and_carries_on(
     check_turns(replay, replay.turns[survivors:], provider.bodies[died_after:], all_rebuilt=True)
     # The restarted gateway sees the conversation as the log has it: no trace of "doomed".
     sent = provider.bodies[-1]["messages"]
-    assert [m["content"] for m in sent if m["role"] == "user"] == ["warm up", "after the crash"]
+    assert [message_text(m["content"]) for m in sent if m["role"] == "user"] == [
+        "warm up", "after the crash"]
