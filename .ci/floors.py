@@ -2,8 +2,9 @@
 provider tests with them: a floor that cannot install or import fails here, not on a user's
 machine (``pip install --dry-run`` proves only that the pins resolve).
 
-Run by ``make floors`` (and CI): a second virtualenv, ``.venv-floors``, built once per
-pyproject.toml (a stamp holds its hash), so a rerun with unchanged floors only runs the tests.
+Run by ``make floors`` (and CI): a second virtualenv, ``.venv-floors``, whose dependencies are
+installed once per pyproject.toml (a stamp holds its hash); the project's own wheel is rebuilt
+and reinstalled every run.
 Every runtime dependency is pinned to its floor (``pkg>=X`` -> ``pkg==X``, extras kept); the
 test tools are installed at the versions of the dev extra's floors too.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -29,6 +31,15 @@ fakes against details of the newest SDKs (``api_message``; a cut OpenAI stream r
 ``APIConnectionError``, which openai 3.0 lets escape as an ``httpx2`` error: the provider
 translates both)."""
 TEST_TOOLS = ("pytest", "pytest-asyncio", "hypothesis", "opentelemetry-proto")
+IMPORT_ALL = """
+import importlib, pkgutil
+for package in ("gateway", "channels", "sessions", "coordination", "app"):
+    root = importlib.import_module(package)
+    assert "site-packages" in root.__file__, root.__file__
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+"""
 _FLOOR = re.compile(r"^\s*([A-Za-z0-9_.\-]+(?:\[[^\]]+\])?)\s*>=\s*([0-9][^,;\s]*)")
 
 
@@ -53,25 +64,25 @@ def main() -> int:
         venv.create(VENV, clear=True, with_pip=True)
         pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         subprocess.run([*pip, *runtime, *tools], check=True)
-        # The project itself without dependencies: what it needs is exactly the pins above.
-        # Its build must not print a deprecation banner (setuptools' license table did).
-        # -v: pip shows the build backend's own output (its warnings) only when verbose.
-        built = subprocess.run([str(python), "-m", "pip", "install", "-v", "--no-deps",
-                                "--no-cache-dir", "--disable-pip-version-check", str(ROOT)],
-                               check=True, capture_output=True, text=True)
-        banners = [line for line in (built.stdout + built.stderr).splitlines()
-                   if "deprecat" in line.lower()]
-        if banners:
-            sys.exit("floors: installing the project printed deprecation warnings:\n"
-                     + "\n".join(banners))
         STAMP.write_text(digest)
+    # The project itself, rebuilt every run (the source changes more often than the floors),
+    # without dependencies: what it needs is exactly the pins above. Its build must not print
+    # a deprecation banner (setuptools' license table did); -v, because pip shows the build
+    # backend's own output only when verbose.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # no stale module from an earlier build
+    built = subprocess.run([str(python), "-m", "pip", "install", "-v", "--no-deps",
+                            "--force-reinstall", "--no-cache-dir",
+                            "--disable-pip-version-check", str(ROOT)],
+                           check=True, capture_output=True, text=True)
+    banners = [line for line in (built.stdout + built.stderr).splitlines()
+               if "deprecat" in line.lower()]
+    if banners:
+        sys.exit("floors: installing the project printed deprecation warnings:\n"
+                 + "\n".join(banners))
     subprocess.run([str(python), "-m", "pip", "check"], check=True)
-    # Imported from "/", so from the installed wheel (its package list and data), not the
-    # source tree; the tests then run from the source tree, the same code.
-    imports = ("import gateway.providers.anthropic, gateway.providers.openai, app.cli, "
-               "app.telemetry, channels.telegram.adapter, channels.slack.adapter, "
-               "sessions.postgres.store, coordination.redis_coordinator")
-    subprocess.run([str(python), "-c", imports], check=True, cwd="/")
+    # Every module of the installed wheel, imported from "/" (so from the wheel, not the
+    # source tree): an undeclared or too-old dependency fails here by name.
+    subprocess.run([str(python), "-c", IMPORT_ALL], check=True, cwd="/")
     return subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
                           cwd=ROOT, check=False).returncode
 

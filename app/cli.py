@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import metadata
+from types import ModuleType
 
 import argcomplete
 
@@ -64,6 +65,25 @@ Run "gateway COMMAND --help" for a command's options. Shell completion:
   eval "$(gateway completion bash)"    (or zsh, fish)"""
 
 
+SUBCOMMANDS: tuple[tuple[str, ModuleType, str], ...] = (
+    ("run", run_cmd, "serve the configured channels"),
+    ("chat", chat_cmd, "talk to the agent in the terminal"),
+    ("replay", replay_cmd, "list sessions, rebuild provider calls"),
+    ("drift", drift_cmd, "how each prompt section changed"),
+    ("export", export_cmd, "export calls as OTLP/JSON traces or JSONL"),
+    ("usage", usage_cmd, "tokens and cost by conversation, person, model"),
+    ("sessions", sessions_cmd, "prune old sessions, size, import/export"),
+    ("viewer", viewer_cmd, "browse sessions in a read-only web page"),
+    ("db", db_cmd, "PostgreSQL store schema: upgrade, status"),
+    ("pairing", pairing_cmd, "approve or revoke people in DMs"),
+    ("memory", memory_cmd, "list, show or delete what the agent remembers"),
+    ("forget", forget_cmd, "erase a person (memory, direct sessions)"),
+    ("completion", completion_cmd, "print shell completion code"),
+)
+"""Name, module (its ``DESCRIPTION`` and ``add_arguments``) and one-line summary of every
+subcommand, in the order ``gateway --help`` lists them."""
+
+
 def version() -> str:
     try:
         return metadata.version("gateway")
@@ -77,36 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gateway {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
 
-    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, prog=f"gateway {name}", help=summary,
-                              description=description)
-
-    run_cmd.add_arguments(command("run", "serve the configured channels",
-                                  run_cmd.DESCRIPTION))
-    chat_cmd.add_arguments(command("chat", "talk to the agent in the terminal",
-                                   chat_cmd.DESCRIPTION))
-    replay_cmd.add_arguments(command("replay", "list sessions, rebuild provider calls",
-                                     replay_cmd.DESCRIPTION))
-    drift_cmd.add_arguments(command("drift", "how each prompt section changed",
-                                    drift_cmd.DESCRIPTION))
-    export_cmd.add_arguments(command("export", "export calls as OTLP/JSON traces or JSONL",
-                                     export_cmd.DESCRIPTION))
-    usage_cmd.add_arguments(command("usage", "tokens and cost by conversation, person, model",
-                                    usage_cmd.DESCRIPTION))
-    sessions_cmd.add_arguments(command("sessions", "prune old sessions, size, import/export",
-                                       sessions_cmd.DESCRIPTION))
-    viewer_cmd.add_arguments(command("viewer", "browse sessions in a read-only web page",
-                                     viewer_cmd.DESCRIPTION))
-    db_cmd.add_arguments(command("db", "PostgreSQL store schema: upgrade, status",
-                                 db_cmd.DESCRIPTION))
-    pairing_cmd.add_arguments(command("pairing", "approve or revoke people in DMs",
-                                      pairing_cmd.DESCRIPTION))
-    memory_cmd.add_arguments(command("memory", "list, show or delete what the agent remembers",
-                                     memory_cmd.DESCRIPTION))
-    forget_cmd.add_arguments(command("forget", "erase a person (memory, direct sessions)",
-                                     forget_cmd.DESCRIPTION))
-    completion_cmd.add_arguments(command("completion", "print shell completion code",
-                                         completion_cmd.DESCRIPTION))
+    for name, module, summary in SUBCOMMANDS:
+        module.add_arguments(sub.add_parser(name, prog=f"gateway {name}", help=summary,
+                                            description=module.DESCRIPTION))
     for name in ("replay", "drift", "export", "viewer", "usage", "forget"):
         sub.choices[name].add_argument(
             "--store-url", default=None,
