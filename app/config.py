@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         None, validation_alias=_env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
     otel_traces_exporter: str = Field("otlp", validation_alias=_env("OTEL_TRACES_EXPORTER"))
     otel_sdk_disabled: bool = Field(False, validation_alias=_env("OTEL_SDK_DISABLED"))
+    # OTLP over HTTP with protobuf is what app/telemetry.py sends; another protocol is refused
+    # rather than sent to an endpoint that expects something else.
+    otel_protocol: Literal["http/protobuf"] = Field(
+        "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                                                       "OTEL_EXPORTER_OTLP_PROTOCOL"))
     otel_capture_content: bool = Field(
         False, validation_alias=_env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
 

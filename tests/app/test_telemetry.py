@@ -205,3 +205,13 @@ def test_no_endpoint_means_no_tracer(tmp_path: Path) -> None:
     assert build_observer(settings(tmp_path, "http://127.0.0.1:1",
                                    OTEL_SDK_DISABLED="true")) is NO_OBSERVER
     assert settings(tmp_path, "http://h:4318/").traces_endpoint() == "http://h:4318/v1/traces"
+
+
+def test_only_http_protobuf_is_accepted(tmp_path: Path) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc is refused naming the setting, not sent over HTTP."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        settings(tmp_path, "http://127.0.0.1:4317", OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    assert settings(tmp_path, "http://h:4318",
+                    OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf").traces_endpoint()
