@@ -344,5 +344,8 @@ def build_gateway(
         observer=observer,
         services=[policy.pairing] if isinstance(policy.pairing, LivePairing) else [],
         closing=[blobs.aclose] + ([transcriber.aclose] if transcriber is not None else []),
+        http_timeout=settings.http_timeout,
+        metrics_token=(settings.metrics_token.get_secret_value()
+                       if settings.metrics_token is not None else None),
     )
     return gateway

@@ -20,6 +20,7 @@ from sessions.store import Durability
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+MIN_TOKEN_CHARS = 16
 
 
 def _env(name: str) -> AliasChoices:
@@ -62,6 +63,11 @@ class Settings(BaseSettings):
                                    validation_alias=_env("GATEWAY_MAX_MESSAGE_CHARS"))
     web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
+    # /metrics and the details of /healthz: with a token, Bearer <token>; without, loopback only.
+    metrics_token: SecretStr | None = Field(None,
+                                            validation_alias=_env("GATEWAY_METRICS_TOKEN"))
+    http_timeout: float = Field(15.0, gt=0, le=300,
+                                validation_alias=_env("GATEWAY_HTTP_TIMEOUT"))
 
     # -- attachments ----------------------------------------------------------------------------
     max_attachment_bytes: int = Field(20 * 1024 * 1024, ge=1,
@@ -171,6 +177,18 @@ class Settings(BaseSettings):
     @classmethod
     def _logger_levels(cls, value: str) -> str:
         parse_levels(value)
+        return value
+
+    @field_validator("web_token", "admin_token", "metrics_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if len(value.get_secret_value()) < MIN_TOKEN_CHARS:
+            # Never echo it. These tokens guard HTTP endpoints anyone can reach: short ones
+            # can be guessed.
+            raise ValueError(f"must be at least {MIN_TOKEN_CHARS} characters long (for "
+                             "example: python3 -c 'import secrets; print(secrets.token_hex(16))')")
         return value
 
     @field_validator("store_url")

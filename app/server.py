@@ -1,5 +1,8 @@
 """The running gateway: owns the lifecycle of the server, channels, router and store.
 
+The HTTP server's limits (header and body timeouts, header sizes) and who may read
+``/metrics`` are in :mod:`app.server_limits`.
+
 Start order: coordinator (Redis, when workers share one), router, services (the pairing
 state's writer), HTTP server (``/healthz``, ``/metrics`` and channel routes), channels. Stop
 order (SIGINT/SIGTERM or :meth:`Gateway.aclose`): channels stop taking input, in-flight turns
@@ -23,9 +26,11 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from app.http_errors import json_api_errors
+from app.server_limits import InternalAccess, application, runner_options
 from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
 from gateway.coordination import Coordinator
 from gateway.errors import ConfigError
+from gateway.http_limits import DEFAULT_TIMEOUT
 from gateway.messages import Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
@@ -59,6 +64,8 @@ class Gateway:
         observer: TurnObserver = NO_OBSERVER,
         services: Sequence[AbstractAsyncContextManager[object]] = (),
         closing: Sequence[Callable[[], Awaitable[None]]] = (),
+        http_timeout: float = DEFAULT_TIMEOUT,
+        metrics_token: str | None = None,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -71,8 +78,9 @@ class Gateway:
         self.shutdown_grace = shutdown_grace
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
-        self.web_app = web.Application(middlewares=[json_api_errors],
-                                       client_max_size=2 * 1024 * 1024)
+        self.http_timeout = http_timeout
+        self.web_app = application(http_timeout, [json_api_errors])
+        self._internal = InternalAccess(metrics_token)
         self._closing = list(closing)
         """More things to close after the store (the blob store, the transcription client)."""
         self.deliver: Deliver = deliver or router.deliver
@@ -117,7 +125,8 @@ class Gateway:
             if isinstance(channel, HttpChannel):
                 app.router.add_routes(list(channel.routes()))
         app.router.add_routes(self.extra_routes)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     **runner_options(self.http_timeout))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:
@@ -134,6 +143,9 @@ class Gateway:
     async def _healthz(self, request: web.Request) -> web.Response:
         channels = {c.name: dict(c.health()) for c in self.channels}
         ok = all(v.get("ok", True) for v in channels.values())
+        if self._internal.refusal(request) is not None:
+            # Open to anyone (a load balancer's probe), so it says only whether we are up.
+            return web.json_response({"ok": ok}, status=200 if ok else 503)
         body = {
             "ok": ok,
             "channels": channels,
@@ -146,6 +158,9 @@ class Gateway:
         return web.json_response(body, status=200 if ok else 503)
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        refusal = self._internal.refusal(request)
+        if refusal is not None:
+            return refusal
         self.metrics.queue_depth.set(self.router.queued)
         # The client library's own exposition: content negotiation (OpenMetrics when the
         # scraper asks), ``name[]`` filters and gzip, all as Prometheus expects them.

@@ -13,7 +13,10 @@ Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
     GET  /admin/static/{name}               admin.css, admin.js (package data)
 
 Bad input is a 400 page, an unknown session, call or version a 404 page, a log that cannot be
-replayed a 422 page; no input makes a 500. Pages are rendered in a worker thread: replaying a
+replayed a 422 page; no input makes a 500. A wrong token (sign-in form or ``Bearer``) is counted
+per client and logged without the guess; after a few, the client must wait before the next
+guess counts (429, :mod:`app.admin.throttle`). After signing in, the browser goes back to the
+``next`` page only if it is a path under ``/admin/`` once decoded and normalised. Pages are rendered in a worker thread: replaying a
 big log is CPU work that must not stall the gateway's channels.
 """
 
@@ -21,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import posixpath
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from aiohttp import web
 
@@ -43,7 +48,9 @@ from app.admin.session_pages import (
     session_page,
     turn_page,
 )
+from app.admin.throttle import LoginThrottle
 from app.admin.usage_page import days_of, usage_page
+from gateway.http_limits import BodyRefused, read_body
 from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore, load, validate_digest
 from sessions.drift import DEFAULT_METRIC, METRICS, drift
@@ -76,6 +83,9 @@ _HEADERS = {
 MAX_QUERY_CHARS = 200
 DEFAULT_USAGE_DAYS = 30
 MAX_USAGE_DAYS = 366
+MAX_NEXT = 2000
+MAX_LOGIN_BODY = 16 * 1024
+_QUERY_SAFE = "=&%+;:@/?!$'()*,-._~"  # a query's own syntax and escapes stay as they are
 
 
 class SessionSource(Protocol):
@@ -111,11 +121,30 @@ def _see_other(location: str) -> web.Response:
 
 
 def _safe_next(value: str | None) -> str:
-    """Only our own pages are a place to go back to after signing in (no open redirect)."""
-    if (value and value.startswith(f"{urls.PREFIX}/") and not value.startswith("//")
-            and "\\" not in value and urlsplit(value).netloc == ""):
-        return value
-    return urls.index()
+    """Where to go back to after signing in: only a page of the viewer (no open redirect).
+
+    The path is decoded and normalised (``/admin/../x`` is ``/x``, so it is refused) and must
+    stay under ``/admin/``; a scheme, a host, a backslash or any control character (CR/LF
+    would split the ``Location`` header) sends the browser to ``/admin/`` instead. What is
+    returned is re-encoded, so it is always one safe header value."""
+    fallback = urls.index()
+    if not value or len(value) > MAX_NEXT or "\\" in value or not value.isprintable():
+        return fallback
+    parts = urlsplit(value)
+    path = unquote(parts.path)
+    if parts.scheme or parts.netloc or "\\" in path or not path.isprintable():
+        return fallback
+    normal = posixpath.normpath(path)
+    if path.endswith("/") and normal != "/":
+        normal += "/"
+    if not normal.startswith(f"{urls.PREFIX}/"):
+        return fallback
+    query = f"?{quote(parts.query, safe=_QUERY_SAFE)}" if parts.query else ""
+    return quote(normal, safe="/") + query
+
+
+def _client(request: web.Request) -> str:
+    return request.remote or "unknown"
 
 
 class AdminSite:
@@ -129,6 +158,7 @@ class AdminSite:
         """Attachment bytes (thumbnails, exact request bodies); None: shown by hash only."""
         self.access = access
         self.prices = prices or PriceTable()
+        self.throttle = LoginThrottle()
         self.inline_budget = inline_budget
         folder = resources.files("app.admin") / "static"
         # two small files, read once when the gateway is composed, never per request
@@ -165,11 +195,17 @@ class AdminSite:
 
     def _guard(self, handler: Handler) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
+            authorization = request.headers.get("Authorization", "")
+            if authorization:  # a token guess, like a sign-in: throttled the same way
+                waiting = self._throttled(request)
+                if waiting is not None:
+                    return waiting
             try:
-                self.access.authenticate(request.headers.get("Host", ""),
-                                         request.headers.get("Authorization", ""),
+                self.access.authenticate(request.headers.get("Host", ""), authorization,
                                          request.cookies.get(COOKIE))
             except Refused as exc:
+                if exc.status == 401 and authorization:
+                    self._failed(request, "bearer token")
                 if exc.status == 401:
                     return html(login_page(_safe_next(request.path_qs)), 401,
                                 {"WWW-Authenticate": 'Bearer realm="gateway admin"'})
@@ -222,16 +258,42 @@ class AdminSite:
             self._same_origin(request)
         except Refused as exc:
             return html(error_page(exc.status, str(exc)), exc.status)
-        form = await request.post()
+        waiting = self._throttled(request)
+        if waiting is not None:
+            return waiting
+        try:
+            form = dict(parse_qsl((await read_body(request, MAX_LOGIN_BODY)).decode(
+                "utf-8", "replace"), keep_blank_values=True, max_num_fields=8))
+        except BodyRefused as exc:
+            return html(error_page(exc.status, str(exc)), exc.status)
+        except ValueError:  # more fields than a sign-in form has
+            return html(error_page(400, "This is not the sign-in form."), 400)
         given, target = form.get("token"), form.get("next")
-        target_url = _safe_next(target if isinstance(target, str) else None)
-        if not isinstance(given, str) or not self.access.token_matches(given):
+        target_url = _safe_next(target)
+        if given is None or not self.access.token_matches(given):
+            self._failed(request, "sign-in")
             return html(login_page(target_url, "That is not the admin token."), 401)
+        self.throttle.succeeded(_client(request))
         response = _see_other(target_url)
         response.set_cookie(COOKIE, self.access.issue_cookie(), max_age=COOKIE_TTL,
                             path=urls.PREFIX, httponly=True, samesite="Strict",
                             secure=request.secure)
         return response
+
+    def _throttled(self, request: web.Request) -> web.Response | None:
+        """The 429 page for a client that must wait before its next token guess, if it must."""
+        wait = self.throttle.wait(_client(request))
+        if wait <= 0:
+            return None
+        seconds = math.ceil(wait)
+        return html(login_page(urls.index(), f"Too many wrong tokens: try again in {seconds} s."),
+                    429, {"Retry-After": str(seconds)})
+
+    def _failed(self, request: web.Request, how: str) -> None:
+        """Count a wrong token and log it: who and how often, never what was tried."""
+        client = _client(request)
+        count = self.throttle.failed(client)
+        log.warning("admin: wrong token (%s) from %s; %d in a row", how, client, count)
 
     async def _logout(self, request: web.Request) -> web.StreamResponse:
         try:

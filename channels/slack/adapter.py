@@ -132,7 +132,8 @@ class SlackChannel:
                              on_event=self._on_event, on_command=self._on_command,
                              verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
-        self._endpoint = EventsEndpoint(self.app, signing_secret) if signing_secret else None
+        self._endpoint = (EventsEndpoint(self.app, signing_secret, metrics) if signing_secret
+                          else None)
         self._dedup = dedup
         # Several workers: only the elected one holds the socket (see the module docstring).
         self._elector = elector if app_token else None

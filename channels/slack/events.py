@@ -9,7 +9,8 @@ event it was told to send.
 The bridge checks the signature itself (slack_sdk's ``SignatureVerifier``, the one bolt uses)
 before bolt sees the request, because bolt parses the body first and some unsigned junk
 (a JSON array, a broken ``payload=`` form) makes that parse raise: a forged or stale request is
-a 401, a signed body bolt cannot parse a 400, never a 500. bolt then verifies again.
+a 401, a signed body bolt cannot parse a 400, never a 500. bolt then verifies again. What it
+checks before reading the body, and the body's limits, are on :class:`EventsEndpoint`.
 
 The app runs with ``process_before_response=True``: bolt answers once the listener has
 returned, and ours awaits ``on_event``, which records the message (the answer waits on that
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -36,10 +38,19 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.convert import SLASH_COMMAND
+from gateway.http_limits import BodyRefused, read_body
+from gateway.metrics import Metrics
+from gateway.refusals import RefusalLog
 
 log = logging.getLogger("channels.slack")
 
 EVENTS_PATH = "/slack/events"
+MAX_BODY: Final = 512 * 1024
+"""Slack messages hold at most 40,000 characters; with the rich-text copy in ``blocks`` and the
+envelope, a real event stays well under this."""
+TIMESTAMP_WINDOW: Final = 300
+"""Seconds a request's timestamp may be off (Slack's own rule, which bolt applies again)."""
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 
 OnCommand = Callable[[Mapping[str, Any]], Awaitable[str | None]]
 """Called with a ``/gateway`` slash-command payload; returns the text to answer the person
@@ -105,16 +116,36 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
 
 
 class EventsEndpoint:
-    """``POST /slack/events``: verify, hand to bolt, translate bolt's answer for aiohttp."""
+    """``POST /slack/events``: cheap checks, verify, hand to bolt, translate bolt's answer.
 
-    def __init__(self, app: AsyncApp, signing_secret: str) -> None:
+    Before a byte of the body is read: the timestamp must be a number within Slack's 5-minute
+    window and the signature must look like one (``v0=`` and 64 hex digits), else 401; a
+    ``Content-Length`` over :data:`MAX_BODY` is a 413. The body is then read up to that cap and
+    within the server's body time limit (413/408), and only then is the HMAC checked. So a
+    client without the signing secret can make us buffer at most :data:`MAX_BODY` bytes per
+    request, and only with a fresh timestamp. Refusals are counted and logged once per episode
+    (:class:`gateway.refusals.RefusalLog`), never one line per request.
+    """
+
+    def __init__(self, app: AsyncApp, signing_secret: str, metrics: Metrics,
+                 clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.verifier = SignatureVerifier(signing_secret)
+        self.refusals = RefusalLog(metrics, log, "slack events")
+        self.clock = clock
 
     async def handle(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+        early = self._unsigned(request.headers)
+        if early is not None:
+            self.refusals.refused(early)
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            raw = await read_body(request, MAX_BODY)
+        except BodyRefused as exc:
+            self.refusals.refused("too-large" if exc.status == 413 else "slow-body")
+            return web.json_response({"error": str(exc)}, status=exc.status)
         if not self._signed(raw, request):
-            log.warning("slack: refused an events request (bad signature or stale timestamp)")
+            self.refusals.refused("bad-signature")
             return web.json_response({"error": "invalid request"}, status=401)
         try:
             bolt_request = AsyncBoltRequest(
@@ -124,12 +155,24 @@ class EventsEndpoint:
                 headers={name: request.headers.getall(name) for name in request.headers},
             )
         except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
-            log.warning("slack: refused a signed events request whose body does not parse")
+            self.refusals.refused("unparsable")
             return web.json_response({"error": "bad request"}, status=400)
         if not _bolt_can_route(bolt_request.body):
-            log.warning("slack: refused a signed events request with a malformed envelope")
+            self.refusals.refused("malformed-envelope")
             return web.json_response({"error": "bad request"}, status=400)
         return await to_aiohttp_response(await self.app.async_dispatch(bolt_request))
+
+    def _unsigned(self, headers: Mapping[str, str]) -> str | None:
+        """Why the headers alone show the request is not from Slack, if they do."""
+        signature = headers.get("X-Slack-Signature", "")
+        if not _SIGNATURE.fullmatch(signature):
+            return "no-signature"
+        stamp = headers.get("X-Slack-Request-Timestamp", "")
+        if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+            return "no-timestamp"
+        if abs(self.clock() - int(stamp)) > TIMESTAMP_WINDOW:
+            return "stale-timestamp"
+        return None
 
     def _signed(self, raw: bytes, request: web.Request) -> bool:
         try:

@@ -2,7 +2,9 @@
 
 Answers, in the order they are checked: 503 while the channel is not running (Telegram
 retries later), 403 when ``X-Telegram-Bot-Api-Secret-Token`` is missing or wrong (compared
-with :func:`hmac.compare_digest`), 413 for a body over :data:`MAX_BODY` bytes, 400 for a body
+with :func:`hmac.compare_digest`; counted, logged once per episode, before the body is read),
+413 for a body over :data:`MAX_BODY` bytes, 408 for one not sent within the server's body time
+limit (``GATEWAY_HTTP_TIMEOUT``), 400 for a body
 that is not a JSON Update, otherwise 200 as soon as the update is recorded: ``handle`` returns
 once ``deliver`` has written the message to its session, and the turn runs afterwards in the
 router, so a slow model never holds the HTTP answer. Nothing is recorded for a refused request;
@@ -20,7 +22,9 @@ import orjson
 from aiohttp import web
 from telegram import Update
 
+from gateway.http_limits import BodyRefused, read_body
 from gateway.metrics import Metrics
+from gateway.refusals import RefusalLog
 
 log = logging.getLogger("channels.telegram")
 
@@ -43,6 +47,7 @@ class WebhookEndpoint:
         self.handle = handle
         self.ready = ready
         self.metrics = metrics
+        self.refusals = RefusalLog(metrics, log, "telegram webhook")
 
     def route(self) -> web.RouteDef:
         return web.post(PATH, self.receive)
@@ -53,11 +58,13 @@ class WebhookEndpoint:
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
             self.metrics.channel_errors.labels(channel="telegram", kind="webhook_secret").inc()
-            log.warning("telegram webhook: refused a request without the right secret token")
+            self.refusals.refused("wrong-secret")
             return _error(403, "forbidden")
-        body = await read_limited(request, MAX_BODY)
-        if body is None:
-            return _error(413, "body too large")
+        try:
+            body = await read_body(request, MAX_BODY)
+        except BodyRefused as exc:
+            self.refusals.refused("too-large" if exc.status == 413 else "slow-body")
+            return _error(exc.status, "body too large" if exc.status == 413 else str(exc))
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -76,20 +83,6 @@ class WebhookEndpoint:
                       type(exc).__name__)
             return _error(500, "internal error")
         return web.Response(status=200)
-
-
-async def read_limited(request: web.Request, limit: int) -> bytes | None:
-    """The request body, or None once it is longer than ``limit`` bytes (not read further)."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.content.iter_chunked(64 * 1024):
-        size += len(part)
-        if size > limit:
-            return None
-        parts.append(part)
-    return b"".join(parts)
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -28,8 +28,9 @@ Events instead; every ``data`` line is one JSON object::
 download, always with ``nosniff`` and a sandboxing CSP (no uploaded file runs as a page here).
 
 Errors before the stream starts are plain JSON ``{"error": ...}`` with an HTTP status: 400 bad
-input, 401 missing token, 403 foreign origin, 409 duplicate message id, 413 too long, 502 the
-turn apologised, 503 shutting down, 504 no reply in time. Bad input never gets a 500.
+input, 401 missing token, 403 foreign origin, 408 body not sent in time
+(``GATEWAY_HTTP_TIMEOUT``), 409 duplicate message id, 413 too long, 502 the turn apologised, 503
+shutting down, 504 no reply in time. Bad input never gets a 500.
 
 Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
 refuses to run without ``GATEWAY_WEB_TOKEN``; with a token every ``/api`` route needs
@@ -71,6 +72,7 @@ from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
 from gateway.errors import ConfigError
 from gateway.history import History, HistoryFile
 from gateway.hosts import host_of, is_loopback
+from gateway.http_limits import body_timeout
 from gateway.ids import DEFAULT_TENANT
 from gateway.messages import ConversationKey, Inbound, OutboundFile, Sender
 
@@ -318,6 +320,13 @@ class WebChannel:
     async def _read_chat(self, request: web.Request) -> ChatRequest:
         """The request's body, JSON or multipart, read within the chat route's own limit."""
         big = request.clone(client_max_size=self.max_body_bytes)
+        try:
+            async with asyncio.timeout(body_timeout(request)):
+                return await self._parse_chat(big)
+        except TimeoutError:
+            raise BadRequest("request body not received in time", 408) from None
+
+    async def _parse_chat(self, big: web.Request) -> ChatRequest:
         try:
             if big.content_type == "multipart/form-data":
                 form = await big.post()

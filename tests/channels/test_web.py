@@ -28,7 +28,7 @@ from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, 
 from gateway.providers.offline import OfflineProvider
 from sessions.jsonl import JsonlSessionStore
 
-TOKEN = "t0ken-for-tests"
+TOKEN = "t0ken-for-the-tests"
 Events = list[tuple[str, dict[str, Any]]]
 
 

@@ -18,6 +18,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
+BROWSER_TOKEN = "browser-token-for-tests"
 
 pytestmark = [
     pytest.mark.browser,
@@ -103,7 +104,7 @@ async def test_token_prompt_then_chat(tmp_path: Path, browser: Browser) -> None:
     """With GATEWAY_WEB_TOKEN the page asks for the token, then chats with it."""
     settings = Settings(  # type: ignore[call-arg]  # pydantic-settings init, by variable name
         _env_file=None, GATEWAY_DATA_DIR=tmp_path, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
-        GATEWAY_CHANNELS="web", GATEWAY_WEB_TOKEN="browser-token", GATEWAY_SHUTDOWN_GRACE=0.5,
+        GATEWAY_CHANNELS="web", GATEWAY_WEB_TOKEN=BROWSER_TOKEN, GATEWAY_SHUTDOWN_GRACE=0.5,
     )
     gw = build_gateway(settings, provider=OfflineProvider())
     await gw.start()
@@ -112,7 +113,7 @@ async def test_token_prompt_then_chat(tmp_path: Path, browser: Browser) -> None:
         await page.goto(f"http://127.0.0.1:{gw.bound_port}/")
         token = page.get_by_label("This gateway needs an access token")
         await expect(token).to_be_visible()
-        await token.fill("browser-token")
+        await token.fill(BROWSER_TOKEN)
         await page.get_by_role("button", name="Use token").click()
         await expect(token).to_be_hidden()
         await send(page, "with a token")
