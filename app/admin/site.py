@@ -16,8 +16,9 @@ Bad input is a 400 page, an unknown session, call or version a 404 page, a log t
 replayed a 422 page; no input makes a 500. A wrong token (sign-in form or ``Bearer``) is counted
 per client and logged without the guess; after a few, the client must wait before the next
 guess counts (429, :mod:`app.admin.throttle`). After signing in, the browser goes back to the
-``next`` page only if it is a path under ``/admin/`` once decoded and normalised. Pages are rendered in a worker thread: replaying a
-big log is CPU work that must not stall the gateway's channels.
+``next`` page only if it is a path under ``/admin/`` once decoded and normalised. Pages are
+rendered in a worker thread: replaying a big log is CPU work that must not stall the gateway's
+channels.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ proxy: then the delay applies to everyone at once, which slows an attacker all t
 costs the operator at most :data:`MAX_DELAY` seconds). The first :data:`FREE_FAILURES` failures
 cost nothing (typos); after that each attempt must wait :data:`FIRST_DELAY` seconds after the
 previous failure, doubling with every further failure up to :data:`MAX_DELAY`, or it is
-refused (429) without the token being looked at. A success clears the client; a client quiet for :data:`FORGET`
-seconds is forgotten, and at most :data:`MAX_CLIENTS` are remembered (the oldest go first).
+refused (429) without the token being looked at. A success clears the client; a client quiet
+for :data:`FORGET` seconds is forgotten, and at most :data:`MAX_CLIENTS` are remembered (the
+oldest go first).
 
 With a token of at least 16 characters (enforced at start) and at most one guess a minute,
 guessing is hopeless; the delay mostly keeps the log and the CPU quiet.
