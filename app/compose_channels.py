@@ -103,6 +103,9 @@ def slack_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator
         dedup=_dedup(settings, coordinator, "slack", "slack-events.jsonl", DEDUP_TTL),
         elector=elector,
         max_attachment_bytes=settings.max_attachment_bytes,
+        # An allowlist by @username needs the sender's name before access control decides.
+        names_before_access=any(u.startswith("@")
+                                for u in Settings.id_list(settings.slack_allowed_users)),
     )
 
 

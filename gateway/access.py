@@ -4,7 +4,9 @@ Per channel: an allowlist of users (ids or @usernames) and of group chats/channe
 pairing for people not on the list. A refused message never reaches the agent loop and leaves
 no session; a person refused in a DM is told how to get paired (the code goes only to them).
 Channels with no allowlist and pairing off are open; web and console are local and governed by
-their own token instead.
+their own token instead. An inbound that carries a ``refusal`` (content the channel will not
+pass on) is decided like any other and then answered with that text, never recorded: a
+stranger learns nothing about what the gateway accepts.
 """
 
 from __future__ import annotations
@@ -104,6 +106,11 @@ class AccessGate:
 
     async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> object:
         decision = await self.policy.decide(inbound)
+        if decision.allowed and inbound.refusal is not None:
+            # Content checks come after access control: only an admitted sender hears why.
+            self._metrics.refused.labels(channel=inbound.key.channel, reason="content").inc()
+            await self._notify(inbound, inbound.refusal, sink)
+            return None
         if decision.allowed:
             return await self._deliver(inbound, sink)
         self._metrics.refused.labels(channel=inbound.key.channel, reason=decision.reason).inc()

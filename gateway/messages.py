@@ -61,6 +61,10 @@ class Inbound:
     the inbound then carries ``parts`` instead, the content blocks recorded with the text
     (references by hash, notes about files that were refused), and ``notice``, the sentence
     the person is told about refused files. ``text`` may be empty when files came alone.
+
+    ``refusal`` marks a message the channel will not pass on (a kind it cannot read, a text over
+    the limit): access control decides on its sender first, as on any message, and only a
+    sender it admits is told ``refusal``; nothing is recorded (:class:`gateway.access.AccessGate`).
     """
 
     key: ConversationKey
@@ -73,6 +77,7 @@ class Inbound:
     attachments: tuple[Attachment, ...] = ()
     parts: tuple[Mapping[str, Any], ...] = ()
     notice: str | None = None
+    refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,12 @@ which returns once the message is recorded and its turn queued. Only then does S
 200 (or its Socket Mode ack), so an acknowledged message survives a crash; when it could not
 be recorded (the gateway is shutting down, the store failed) Slack gets a 503 and retries.
 The sender's display name and @username come from a cache that is warmed in the background
-(users.info), never waited for: a sender's first message after a start goes without them.
+(users.info): a sender's first message after a start goes without them, unless access control
+needs the @username (``SLACK_ALLOWED_USERS`` names someone by it): then a sender the cache
+does not know yet is looked up first, waiting at most :data:`NAME_WAIT` seconds, so an allowed
+person's first message is not taken for a stranger's. Ids (channel, thread, ts, user) are
+checked as safe names before anything else; a signed event with a bad one is acknowledged and
+dropped, never recorded or logged as given.
 
 Redeliveries: Slack retries an event it thinks we missed (``X-Slack-Retry-Num``), resends
 events after a Socket Mode reconnect, and sends two events (``app_mention`` and ``message``)
@@ -52,6 +57,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.convert import (
     CHANNEL,
+    META_REPLY_THREAD,
+    META_TS,
     SLASH_COMMAND,
     Ignored,
     SlackFile,
@@ -69,6 +76,7 @@ from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
 from gateway.errors import ChannelError, ConfigError
+from gateway.ids import InvalidIdError, valid_id
 from gateway.messages import Attachment, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
@@ -79,6 +87,9 @@ DEDUP_TTL: Final = 6 * 3600.0
 """Seconds an event key is remembered: Slack's retries end within the hour; reconnects can
 resend a little later, and the file stays small either way."""
 NAME_LOOKUP_TIMEOUT: Final = 2.0
+NAME_WAIT: Final = 1.5
+"""Seconds a first message waits for its sender's names when access control needs them (Slack
+wants its answer within 3 s)."""
 NAME_CACHE_SIZE: Final = 1024
 NAME_TTL: Final = 3600.0
 NAME_RETRY_AFTER: Final = 60.0
@@ -107,12 +118,15 @@ class SlackChannel:
         dedup: Deduplicator,
         elector: LeaderElector | None = None,
         max_attachment_bytes: int = 20 * 1024 * 1024,
+        names_before_access: bool = False,
     ) -> None:
         self.mode: Mode = "socket" if app_token else "http"
         # Files are downloaded with the bot token, sent only where convert.token_allowed says.
         self._bot_token = bot_token
         self._api_base_url = api_base_url
         self.max_attachment_bytes = max_attachment_bytes
+        self.names_before_access = names_before_access
+        """Look a new sender's @username up before access control decides (see _with_names)."""
         if self.mode == "http" and not signing_secret:
             raise ConfigError("Slack over HTTP needs SLACK_SIGNING_SECRET "
                               "(or set SLACK_APP_TOKEN for Socket Mode)")
@@ -285,6 +299,13 @@ class SlackChannel:
                       files: list[SlackFile | Attachment] | None = None) -> bool:
         key = inbound.platform_id
         assert key is not None, "convert always sets it"
+        if not _valid_ids(inbound):
+            # Signed, so acknowledged (a retry would be as bad), but never recorded or logged
+            # as given: an id with a newline would split a log line.
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind="bad_id").inc()
+            log.warning("slack: event dropped: its channel, thread, ts or user id is not a "
+                        "valid id")
+            return True
         if not await self._dedup.first_time(key):
             twin = self._recording.get(key)
             # A twin still being recorded: answer as it will be, so a 200 means "recorded".
@@ -296,7 +317,8 @@ class SlackChannel:
         recorded = self._recording[key] = asyncio.get_running_loop().create_future()
         taken = False
         try:
-            await deliver(await self._with_files(self._with_names(inbound), files or []))
+            named = await self._with_names(inbound)
+            await deliver(await self._with_files(named, files or []))
             taken = True
         finally:
             del self._recording[key]
@@ -335,13 +357,24 @@ class SlackChannel:
         log.info("slack: connected to team %s as %s", response.get("team_id"),
                  response.get("user_id"))
 
-    def _with_names(self, inbound: Inbound) -> Inbound:
+    async def _with_names(self, inbound: Inbound) -> Inbound:
         """Add the sender's display name and @username if they are cached; a missing or
-        expired entry is looked up in the background, for the sender's next message."""
+        expired entry is looked up in the background, for the sender's next message.
+
+        With ``names_before_access`` (an allowlist names people by @username) a sender with
+        no entry at all is looked up first, waiting at most :data:`NAME_WAIT` seconds: access
+        control must see the @username of an allowed person's first message, or it would take
+        them for a stranger."""
         user = inbound.sender.id
         cached = self._names.get(user)
         if cached is None or cached[1] <= time.monotonic():
             self._warm(user)
+        lookup = self._warming.get(user)
+        if cached is None and self.names_before_access and lookup is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(NAME_WAIT):
+                    await asyncio.shield(lookup)  # it goes on for the next message if slow
+            cached = self._names.get(user)
         if cached is None:
             return inbound
         display, username = cached[0]  # an expired entry still serves until it is renewed
@@ -386,3 +419,18 @@ def _names_of(user: object) -> _Names:
     username = user.get("name")
     return (display if isinstance(display, str) and display else None,
             username if isinstance(username, str) and username else None)
+
+
+def _valid_ids(inbound: Inbound) -> bool:
+    """Every platform id that reaches a conversation key, a reply or a log line is a safe name
+    (Slack's ids always are: ``C0123ABC``, ``U0123ABC``, ``1700000000.000100``)."""
+    ids = (inbound.key.chat, inbound.key.thread, inbound.sender.id,
+           inbound.meta.get(META_TS), inbound.meta.get(META_REPLY_THREAD))
+    for value in ids:
+        if value is None:
+            continue
+        try:
+            valid_id(value, "slack id")
+        except InvalidIdError:
+            return False
+    return True

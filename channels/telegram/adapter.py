@@ -25,10 +25,19 @@ and in polling mode only the elected leader polls (two pollers of one bot would 
 polls from Telegram's oldest unconfirmed update: those the old leader already handed in are
 dropped by the shared dedup. Webhook mode runs on every worker.
 
+Access control comes first. A message the channel will not pass on (media it cannot read,
+a text over the length limit) is still handed to ``deliver`` as an inbound carrying only a
+``refusal``: the access gate decides on its sender like on any message, and only a sender it
+admits is told why (a stranger gets the pairing reply, or nothing with pairing off).
+
+Ids: a chat, topic or user id that is not an integer (only a request holding the webhook
+secret could send one) is dropped with a warning before anything is recorded.
+
 Replies: one :class:`channels.streaming.EditStreamer` per inbound message over a
 :class:`channels.telegram.sink.TelegramTarget`. :meth:`TelegramChannel.aclose` stops input,
-gives replies still being written up to ``GATEWAY_SHUTDOWN_GRACE`` seconds (the gateway drains
-turns after closing channels, and they need the bot to answer), then closes the bot.
+gives final replies still being written up to ``GATEWAY_SHUTDOWN_GRACE`` seconds, then closes
+the bot. Only a final reply being delivered counts as "being written": a sink opened for a turn
+that never ran (cancelled in the queue at shutdown) holds nothing up.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from telegram.ext import AIORateLimiter, ExtBot
 from telegram.request import HTTPXRequest
 
 from channels.streaming import TYPING_DELAY, EditStreamer
-from channels.telegram.convert import BotIdentity, GroupMode, Skip, to_inbound
+from channels.telegram.convert import CHANNEL, BotIdentity, GroupMode, Skip, to_inbound
 from channels.telegram.files import file_base_url, with_files
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
@@ -58,7 +67,7 @@ from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.dedup import Deduplicator
 from gateway.errors import ChannelError, ConfigError
-from gateway.messages import Inbound
+from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
 
@@ -250,8 +259,16 @@ class TelegramChannel:
             raise ChannelError("the telegram channel is not started")
         result = to_inbound(update, bot=self.identity, group_mode=self.options.group_mode,
                             max_chars=self.options.max_message_chars, received_at=time.time())
-        if isinstance(result, Skip) and result.notice is None:
-            log.debug("telegram: update %d skipped (%s)", update.update_id, result.reason)
+        if isinstance(result, Skip):
+            probe = refusal_of(update, result.notice) if result.notice is not None else None
+            if probe is None:
+                log.debug("telegram: update %d skipped (%s)", update.update_id, result.reason)
+                return
+            result = probe
+        if not _valid_ids(result):
+            self.metrics.channel_errors.labels(channel=self.name, kind="bad_id").inc()
+            log.warning("telegram: update %d dropped: its chat, topic or user id is not an "
+                        "integer", update.update_id)
             return
         key = f"{self.identity.id}:{update.update_id}"
         if not await self.dedup.first_time(key):
@@ -259,8 +276,10 @@ class TelegramChannel:
             log.info("telegram: update %d seen before; dropped", update.update_id)
             return
         try:
-            if isinstance(result, Skip):
-                await self._notify(update, result)
+            if result.refusal is not None:
+                log.info("telegram: update %d is not for the agent; access control decides "
+                         "who hears why", update.update_id)
+                await self._deliver(result)
             else:
                 try:
                     if update.message is not None:  # its files, fetched once it is not a repeat
@@ -279,32 +298,28 @@ class TelegramChannel:
         # Written down only now: a gateway killed before the record takes the update again.
         await self.dedup.keep(key)
 
-    async def _notify(self, update: Update, skip: Skip) -> None:
-        chat = update.effective_chat
-        if chat is None or skip.notice is None:
-            return
-        log.info("telegram: refused a message (%s)", skip.reason)
-        await TelegramTarget(self.api, chat.id).deliver_final(skip.notice, None)
-
     # -- output ---------------------------------------------------------------------------
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
         thread = inbound.key.thread
         reply_to = inbound.meta.get("message_id") if inbound.chat_type != "private" else None
-        self._open_replies += 1
-        self._idle.clear()
         target = TelegramTarget(
             self.api, int(inbound.key.chat), thread_id=int(thread) if thread else None,
             reply_to=reply_to if isinstance(reply_to, int) else None,
-            preview_after=self.edit_interval, on_done=self._reply_done)
+            preview_after=self.edit_interval, on_begin=self._reply_begin,
+            on_done=self._reply_done)
         return EditStreamer(target, min_interval=self.edit_interval,
                             typing_interval=self.options.typing_interval,
                             typing_delay=self.options.typing_delay)
 
     @property
     def pending_replies(self) -> int:
-        """Reply sinks opened and not finished yet (queued or running turns, notices)."""
+        """Final replies being delivered now (turns' answers, notices)."""
         return self._open_replies
+
+    def _reply_begin(self) -> None:
+        self._open_replies += 1
+        self._idle.clear()
 
     def _reply_done(self) -> None:
         self._open_replies -= 1
@@ -316,3 +331,25 @@ class TelegramChannel:
         # PTB puts the token into some exception texts (InvalidToken); such a cause is not
         # chained, so no traceback of ours can show it.
         return None if self.api.redact(str(exc)) != str(exc) else exc
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+
+
+def _valid_ids(inbound: Inbound) -> bool:
+    """Telegram's chat, topic and user ids are integers; anything else never came from it."""
+    ids = (inbound.key.chat, inbound.key.thread, inbound.sender.id)
+    return all(i is None or _INTEGER.fullmatch(i) for i in ids)
+
+
+def refusal_of(update: Update, notice: str) -> Inbound | None:
+    """An inbound that carries only ``notice`` for the sender of ``update`` (see the module
+    docstring); None when the update names no chat or sender."""
+    message, user = update.message, update.effective_user
+    if message is None or user is None:
+        return None
+    meta = {"username": user.username} if user.username else {}
+    return Inbound(key=ConversationKey(CHANNEL, str(message.chat.id)),
+                   sender=Sender(str(user.id), user.full_name or user.username or None),
+                   text="", chat_type=message.chat.type, received_at=time.time(), meta=meta,
+                   refusal=notice)

@@ -135,12 +135,15 @@ class TelegramTarget:
 
     def __init__(self, api: BotApi, chat_id: int, *, thread_id: int | None = None,
                  reply_to: int | None = None, preview_after: float = 0.0,
+                 on_begin: Callable[[], None] | None = None,
                  on_done: Callable[[], None] | None = None) -> None:
+        """``on_begin``/``on_done`` bracket the final reply's delivery (always both, once)."""
         self.api = api
         self.chat_id = chat_id
         self.thread_id = thread_id
         self.reply_to = reply_to
         self.preview_after = preview_after
+        self.on_begin = on_begin
         self.on_done = on_done
         self._started: float | None = None  # the turn's start: its first typing action
         self._edit: asyncio.Task[None] | None = None
@@ -190,6 +193,8 @@ class TelegramTarget:
                 self.api.failed("editMessageText (preview)", exc)
 
     async def deliver_final(self, text: str, preview: str | None) -> None:
+        if self.on_begin is not None:
+            self.on_begin()
         try:
             if self._edit is not None:
                 await asyncio.wait([self._edit])  # the last preview edit lands first
