@@ -134,20 +134,28 @@ def stack_settings(data_dir: Path, slack: FakeSlackServer,
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings init
 
 
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    """A started gateway (web, Slack, Telegram webhook, admin) over fresh fakes."""
+@contextlib.asynccontextmanager
+async def running_stack(tmp_path: Path, **overrides: Any) -> AsyncIterator[Stack]:
+    """A started gateway (web, Slack, Telegram webhook, admin) over fresh fakes; ``overrides``
+    change settings by field name (``http_timeout=0.5``)."""
     data_dir = tmp_path / "a" / "b" / "data"
     async with contextlib.AsyncExitStack() as exits:
         slack = await exits.enter_async_context(FakeSlackServer())
         telegram = (await exits.enter_async_context(FakeTelegramServer())
                     if HAS_TELEGRAM_WEBHOOK else None)
-        gateway = build_gateway(stack_settings(data_dir, slack, telegram),
-                                provider=ScriptedProvider())
+        settings = stack_settings(data_dir, slack, telegram).model_copy(update=overrides)
+        gateway = build_gateway(settings, provider=ScriptedProvider())
         await gateway.start()
         exits.push_async_callback(gateway.aclose)
         http = await exits.enter_async_context(aiohttp.ClientSession())
         yield Stack(gateway, slack, telegram, http, tmp_path, data_dir)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    """A started gateway (web, Slack, Telegram webhook, admin) over fresh fakes."""
+    async with running_stack(tmp_path) as running:
+        yield running
 
 
 # -- unsafe session ids and tenants ------------------------------------------------------------

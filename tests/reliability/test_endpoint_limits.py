@@ -28,18 +28,14 @@ import pytest
 from pydantic import SecretStr
 
 from app.admin.throttle import FIRST_DELAY, FORGET, FREE_FAILURES, LoginThrottle
-from app.compose import build_gateway
 from app.config import Settings
-from tests.fakes.scripted_provider import ScriptedProvider
-from tests.fakes.slack_api import FakeSlackServer
-from tests.fakes.telegram_api import FakeTelegramServer
 from tests.reliability.test_bad_input import (
     ADMIN_TOKEN,
     SLACK_USER,
     TG_SECRET,
     Stack,
     metric,
-    stack_settings,
+    running_stack,
 )
 
 TIMEOUT = 0.5
@@ -48,24 +44,15 @@ ANSWER_WITHIN = 5.0
 MIB = 1024 * 1024
 
 
-async def started(tmp_path: Path, **overrides: Any) -> AsyncIterator[Stack]:
-    data_dir = tmp_path / "data"
-    async with contextlib.AsyncExitStack() as exits:
-        slack = await exits.enter_async_context(FakeSlackServer())
-        telegram = await exits.enter_async_context(FakeTelegramServer())
-        values = {"http_timeout": TIMEOUT, **overrides}
-        settings = stack_settings(data_dir, slack, telegram).model_copy(update=values)
-        gateway = build_gateway(settings, provider=ScriptedProvider())
-        await gateway.start()
-        exits.push_async_callback(gateway.aclose)
-        http = await exits.enter_async_context(aiohttp.ClientSession())
-        yield Stack(gateway, slack, telegram, http, tmp_path, data_dir)
+def started(tmp_path: Path, **overrides: Any) -> contextlib.AbstractAsyncContextManager[Stack]:
+    """A started gateway with a 0.5 s HTTP time limit (and ``overrides``)."""
+    return running_stack(tmp_path, **{"http_timeout": TIMEOUT, **overrides})
 
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     """A started gateway with a 0.5 s HTTP time limit."""
-    async for running in started(tmp_path):
+    async with started(tmp_path) as running:
         yield running
 
 
@@ -264,8 +251,8 @@ async def test_a_remote_peer_gets_neither_metrics_nor_health_details(tmp_path: P
     address = outside_address()
     if address is None:
         pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    async for stack in started(tmp_path, host="0.0.0.0",
-                               web_token=SecretStr(ADMIN_TOKEN.replace("adm1n", "web00"))):
+    async with started(tmp_path, host="0.0.0.0",
+                       web_token=SecretStr(ADMIN_TOKEN.replace("adm1n", "web00"))) as stack:
         base = f"http://{address}:{stack.gateway.bound_port}"
         local = {"Host": f"127.0.0.1:{stack.gateway.bound_port}"}
         status, _ = await get_json(stack.http, base + "/metrics", local)
@@ -277,7 +264,7 @@ async def test_a_metrics_token_opens_metrics_to_a_scraper(tmp_path: Path) -> Non
     """With GATEWAY_METRICS_TOKEN, /metrics and the full /healthz need it (401 without, from
     anywhere); with it they answer."""
     token = "metrics-t0ken-for-the-tests"
-    async for stack in started(tmp_path, metrics_token=SecretStr(token)):
+    async with started(tmp_path, metrics_token=SecretStr(token)) as stack:
         bearer = {"Authorization": f"Bearer {token}"}
         assert (await get_json(stack.http, stack.base + "/metrics"))[0] == 401
         assert (await get_json(stack.http, stack.base + "/metrics", bearer))[0] == 200

@@ -9,23 +9,18 @@ Telegram webhook, admin viewer, fake platforms), with settings varied per test.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
-from app.compose import build_gateway
 from channels.telegram.adapter import TelegramChannel
 from channels.telegram.convert import TOO_LONG_NOTICE, UNSUPPORTED_NOTICE
 from tests.fakes.scripted_provider import ScriptedProvider
-from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.reliability.support import session_files, wait_until
 from tests.reliability.test_bad_input import (
@@ -34,25 +29,10 @@ from tests.reliability.test_bad_input import (
     TG_USER,
     Stack,
     metric,
-    stack_settings,
+    running_stack,
 )
 
 STRANGER = 5150
-
-
-@contextlib.asynccontextmanager
-async def started(tmp_path: Path, **overrides: Any) -> AsyncIterator[Stack]:
-    """A started gateway over fresh fakes, with ``overrides`` (Settings field names)."""
-    data_dir = tmp_path / "data"
-    async with contextlib.AsyncExitStack() as exits:
-        slack = await exits.enter_async_context(FakeSlackServer())
-        telegram = await exits.enter_async_context(FakeTelegramServer())
-        settings = stack_settings(data_dir, slack, telegram).model_copy(update=overrides)
-        gateway = build_gateway(settings, provider=ScriptedProvider())
-        await gateway.start()
-        exits.push_async_callback(gateway.aclose)
-        http = await exits.enter_async_context(aiohttp.ClientSession())
-        yield Stack(gateway, slack, telegram, http, tmp_path, data_dir)
 
 
 async def webhook(stack: Stack, update: dict[str, Any]) -> int:
@@ -86,7 +66,7 @@ async def test_strangers_hear_nothing_about_content_only_allowed_people_do(
     """A too-long text and a location from a stranger: with pairing off they get no answer at
     all, with pairing on only the pairing reply; the allowed person gets both content notices.
     Nothing is recorded."""
-    async with started(tmp_path, pairing=pairing) as stack:
+    async with running_stack(tmp_path, pairing=pairing) as stack:
         fake = stack.telegram
         assert fake is not None
         for user in (STRANGER, TG_USER):
@@ -113,7 +93,7 @@ async def test_a_telegram_update_with_a_non_integer_chat_id_is_dropped(tmp_path:
     """An update whose chat id is not an integer (it needs the webhook secret) is dropped before
     anything is recorded, counted, and leaves no open reply behind: shutdown is not held up
     for the channel's close grace (5 s here)."""
-    async with started(tmp_path, shutdown_grace=5.0) as stack:
+    async with running_stack(tmp_path, shutdown_grace=5.0) as stack:
         assert stack.telegram is not None
         update = stack.telegram.user_message(TG_USER, "hello")
         update["message"]["chat"]["id"] = "not-a-number"
@@ -130,7 +110,7 @@ async def test_cancelled_queued_turns_do_not_hold_up_shutdown(tmp_path: Path) ->
     """Turns still queued when the shutdown grace runs out are cancelled; their reply sinks were
     opened but never written, so the Telegram channel closes at once (not after its close
     grace, 5 s here)."""
-    async with started(tmp_path, shutdown_grace=0.3) as stack:
+    async with running_stack(tmp_path, shutdown_grace=0.3) as stack:
         assert stack.telegram is not None
         channel = telegram_of(stack)
         channel.options = dataclasses.replace(channel.options, close_grace=5.0)
@@ -152,7 +132,7 @@ async def test_slack_ids_with_a_newline_are_dropped_not_logged(
     """A signed Slack event whose channel, ts or user id holds a newline is acknowledged,
     counted and dropped: nothing recorded, and no log line is split by it."""
     caplog.set_level(logging.DEBUG, logger="channels")
-    async with started(tmp_path) as stack:
+    async with running_stack(tmp_path) as stack:
         statuses = []
         for field, value in (("channel", "D1\nFORGED line"), ("ts", "1.2\nx"),
                              ("user", "U1\nx"), ("thread_ts", "1.1\nx")):
@@ -172,7 +152,7 @@ async def test_slack_ids_with_a_newline_are_dropped_not_logged(
 async def test_an_allowed_username_is_answered_on_the_first_message(tmp_path: Path) -> None:
     """SLACK_ALLOWED_USERS=@ada: Ada's first DM after a start is answered (her @username is
     looked up before access control decides), not met with a pairing code."""
-    async with started(tmp_path, slack_allowed_users="@ada") as stack:
+    async with running_stack(tmp_path, slack_allowed_users="@ada") as stack:
         stack.slack.add_user("U0ADA", name="ada")
         envelope = stack.slack.dm_event("U0ADA", "first message")
         assert await stack.slack_event(envelope) == 200
