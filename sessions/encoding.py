@@ -100,18 +100,23 @@ def _unencodable(value: Any) -> dict[str, str]:
 
 
 def _finite(value: Any) -> bool:
-    """False when a float NaN or ±Infinity is anywhere inside ``value``."""
+    """False when a float NaN or ±Infinity is anywhere inside ``value``.
+
+    Only exact dicts, lists and tuples are walked: those are what orjson encodes as JSON
+    containers (anything else made it raise, and the entry was escaped already).
+    """
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is float:
-            if not math.isfinite(item):
+            if item != item or item in _INFINITIES:
                 return False
         elif kind is dict:
             stack.extend(item.values())
         elif kind is list or kind is tuple:
             stack.extend(item)
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
     return True
+
+
+_INFINITIES = (math.inf, -math.inf)

@@ -3,7 +3,10 @@ store's disk lane (:mod:`sessions.disk_lane`), so a hung disk never blocks the e
 
 :meth:`JsonlSessionWriter.append` encodes the entries, accepts them (seq numbers, state; see
 :class:`sessions.store.SessionWriter`), queues their bytes and returns without waiting for the
-disk: the lane writes whole lines with one ``write`` per batch of queued appends. A failed or
+disk: the lane writes whole lines with one ``write`` per batch of queued appends, within
+:data:`WRITE_DELAY` of the first of them or at the next :meth:`~JsonlSessionWriter.flush`,
+whichever comes first. (Waking the lane's thread for every append would make it fight the
+event loop for the GIL on every call; a batch per turn costs one hand-off.) A failed or
 short write is rolled back with ``ftruncate`` to the last whole line and its bytes stay queued,
 ahead of anything appended later, until a write succeeds; meanwhile each append reports the
 failure (``SessionWriteError(kind, accepted=True)``). A write stuck longer than ``stall_after``
@@ -37,6 +40,9 @@ log = logging.getLogger("sessions.jsonl")
 MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 """Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""
 
+WRITE_DELAY = 0.001
+"""Seconds an accepted append may wait in memory for more appends to share its write."""
+
 STALLED = "STALLED"
 """The failure kind of a write that has not returned within ``stall_after`` seconds."""
 
@@ -67,6 +73,7 @@ class JsonlSessionWriter:
         self._on_close = on_close
         self._closed = False  # the loop's side: no appends after aclose() began
         self._closing: asyncio.Future[None] | None = None  # done once aclose() has finished
+        self._kick: asyncio.TimerHandle | None = None  # the pending WRITE_DELAY wake-up
         self._broken = False
         # Shared between the event loop and the lane's thread, under _guard:
         self._guard = threading.Lock()
@@ -129,12 +136,11 @@ class JsonlSessionWriter:
                 self._queued.clear()
                 self._queued_bytes = 0
             error = self._error
-            schedule = not self._scheduled and not self._broken
-            self._scheduled = self._scheduled or schedule
+            wake = not self._scheduled and not self._broken and self._kick is None
         if self._broken:
             raise SessionWriteError(self._session_id, "BACKLOG_FULL", "unwritten entries dropped")
-        if schedule:
-            self._lane.submit(self._write_queued)
+        if wake:
+            self._kick = asyncio.get_running_loop().call_later(WRITE_DELAY, self._wake)
         if self._durability == "always":
             await self.sync()
         elif error is not None:
@@ -145,6 +151,15 @@ class JsonlSessionWriter:
                                     accepted=True)
         return len(data)
 
+    def _wake(self) -> None:
+        """Hand the queued appends to the lane (on the loop, after WRITE_DELAY)."""
+        self._kick = None
+        with self._guard:
+            if self._scheduled or not self._queued:
+                return
+            self._scheduled = True
+        self._lane.submit(self._write_queued)
+
     async def flush(self) -> None:
         """Wait until everything accepted so far is in the file (not necessarily durable)."""
         await self._wait(self._flush_now)
@@ -154,6 +169,9 @@ class JsonlSessionWriter:
         await self._wait(self._sync_now)
 
     async def _wait(self, job: Callable[[], str | None]) -> None:
+        if self._kick is not None:  # the job below writes what the wake-up would have
+            self._kick.cancel()
+            self._kick = None
         with self._guard:
             idle = (not self._queued and not self._inflight_bytes and self._error is None
                     and (not self._dirty or job == self._flush_now
@@ -182,6 +200,9 @@ class JsonlSessionWriter:
             return
         self._closed = True
         self._closing = asyncio.get_running_loop().create_future()
+        if self._kick is not None:
+            self._kick.cancel()
+            self._kick = None
         try:
             await asyncio.wait_for(self._lane.call(self._close_now), CLOSE_WAIT)
         except TimeoutError:
