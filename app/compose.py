@@ -24,7 +24,7 @@ from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
 from gateway.commands import FORGET
-from gateway.coordination import Coordinator, supports_fencing
+from gateway.coordination import Coordinator, lease_hook, supports_fencing
 from gateway.erasure import Eraser, ErasureStep, memory_step
 from gateway.errors import ConfigError
 from gateway.forget import ForgetCommand
@@ -134,9 +134,10 @@ def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
 
 
 def build_coordinator(settings: Settings) -> Coordinator:
-    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers), else this process alone."""
+    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers), else this process alone,
+    with its owed journal under the data directory."""
     if settings.redis_url is None:
-        return InProcessCoordinator()
+        return InProcessCoordinator(settings.data_dir, fsync=settings.durability)
     if settings.store_url is None:
         raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
                           "sessions through PostgreSQL")
@@ -230,7 +231,7 @@ def build_loop(
         tools = tools or ToolRegistry([*persona_tools(workspace), *extra])
     return AgentLoop(
         provider=provider, prompts=prompts, tools=tools,
-        hooks=list(hooks) if hooks is not None else [prompt_persist_hook],
+        hooks=list(hooks) if hooks is not None else [prompt_persist_hook, lease_hook],
         metrics=metrics,
         settings=LoopSettings(max_iterations=settings.max_iterations,
                               window_tokens=settings.window_tokens,
@@ -325,8 +326,8 @@ def build_gateway(
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
-                    dedup=coordinator.dedup, conversations=coordinator.conversations,
-                    handlers=handlers)
+                    conversations=coordinator.conversations, handlers=handlers,
+                    wait_for_channels=True)
     chosen = (list(channels) if channels is not None
               else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
 

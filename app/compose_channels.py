@@ -1,8 +1,9 @@
 """The composition root, channel half: concrete channels built from settings.
 
 Channels depend on the core's seam only (:mod:`gateway.channel`); everything a channel needs
-from outside (settings values, a deduplicator, a leader elector, the history port) is chosen
-here and passed to its constructor.
+from outside (settings values, a leader elector, the history port) is chosen here and passed
+to its constructor. Redeliveries are not a channel's business: the router's one duplicate
+check (the coordinator's owed journal) recognises them.
 """
 
 from __future__ import annotations
@@ -12,23 +13,14 @@ import os
 from typing import TYPE_CHECKING
 
 from app.config import Settings
-from coordination.file_dedup import FileDeduplicator
 from gateway.channel import Channel
 from gateway.coordination import Coordinator
-from gateway.dedup import Deduplicator
 from gateway.errors import ConfigError
 from gateway.history import History
 from gateway.metrics import Metrics
 
 if TYPE_CHECKING:  # imported when built: a gateway without the channel never loads it
     from channels.console.channel import ConsoleChannel
-
-
-def _dedup(settings: Settings, coordinator: Coordinator, namespace: str, file_name: str,
-           ttl: float) -> Deduplicator:
-    """The coordinator's shared dedup (several workers), else a restart-proof file."""
-    shared = coordinator.deduplicator(namespace, ttl)
-    return shared or FileDeduplicator(settings.data_dir / "state" / file_name, ttl=ttl)
 
 
 def web_channel(settings: Settings, history: History) -> Channel:
@@ -48,7 +40,7 @@ def telegram_channel(settings: Settings, metrics: Metrics, coordinator: Coordina
     # PTB 22 warns on every RetryAfter unless told to use timedelta values (its documented
     # opt-in); we want the new behaviour, not a warning per 429.
     os.environ.setdefault("PTB_TIMEDELTA", "1")
-    from channels.telegram.adapter import DEDUP_TTL, TelegramChannel, TelegramOptions, build_bot
+    from channels.telegram.adapter import TelegramChannel, TelegramOptions, build_bot
 
     if settings.telegram_bot_token is None:
         raise ConfigError("GATEWAY_CHANNELS=telegram needs TELEGRAM_BOT_TOKEN")
@@ -69,17 +61,16 @@ def telegram_channel(settings: Settings, metrics: Metrics, coordinator: Coordina
     rate_limited = settings.telegram_rate_limit == "on"
     bot = build_bot(token, settings.telegram_api_base_url, rate_limit=rate_limited,
                     base_file_url=settings.telegram_file_base_url)
-    dedup = _dedup(settings, coordinator, "telegram", "telegram-updates.jsonl", DEDUP_TTL)
     # One election per bot (a hash of the token names it, never the token itself).
     bot_hash = hashlib.sha256(token.encode()).hexdigest()[:16]
-    return TelegramChannel(bot, token=token, metrics=metrics, dedup=dedup, options=options,
+    return TelegramChannel(bot, token=token, metrics=metrics, options=options,
                            rate_limited=rate_limited,
                            elector=coordinator.elector(f"telegram-poll:{bot_hash}"))
 
 
 def slack_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator, *,
                   edit_interval: float = 1.0) -> Channel:
-    from channels.slack.adapter import DEDUP_TTL, SlackChannel
+    from channels.slack.adapter import SlackChannel
 
     if settings.slack_bot_token is None:
         raise ConfigError("GATEWAY_CHANNELS includes slack but SLACK_BOT_TOKEN is not set")
@@ -100,7 +91,6 @@ def slack_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator
         max_message_chars=settings.max_message_chars,
         edit_interval=edit_interval,
         typing_delay=settings.typing_delay,
-        dedup=_dedup(settings, coordinator, "slack", "slack-events.jsonl", DEDUP_TTL),
         elector=elector,
         max_attachment_bytes=settings.max_attachment_bytes,
         # An allowlist by @username needs the sender's name before access control decides.
@@ -121,9 +111,8 @@ def console_channel(settings: Settings, history: History, *, conversation: str,
 
 def build_channels(settings: Settings, history: History, metrics: Metrics,
                    coordinator: Coordinator) -> list[Channel]:
-    """The channels ``GATEWAY_CHANNELS`` names. Shared by workers: Telegram's and Slack's
-    redelivery checks use the coordinator's dedup, and long polling / Socket Mode run on the
-    elected leader."""
+    """The channels ``GATEWAY_CHANNELS`` names. Shared by workers: long polling and Socket
+    Mode run on the elected leader."""
     channels: list[Channel] = []
     for name in settings.channel_names:
         if name == "web":

@@ -136,6 +136,7 @@ class Gateway:
                               f"{exc.strerror or exc} (GATEWAY_HOST, GATEWAY_PORT)") from exc
         for channel in self.channels:
             await channel.start(self.deliver)
+        self.router.channels_started()  # now what is owed from before can be answered
         log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",
                  self.host, self.bound_port, ", ".join(c.name for c in self.channels),
                  self.provider.name)

@@ -1,47 +1,121 @@
-"""One gateway process: queues in memory, no leases to renew, nothing to elect.
+"""One gateway process: queues in memory over the owed journal, no leases, nothing to elect.
 
-This is the behaviour the router always had: a message is recorded the moment it arrives
-(``records_on_receipt``), queued in a per-conversation deque, and served by the one task the
-claim starts; the claim ends, with no await in between, when the deque is empty.
+A message is recorded the moment it arrives (``records_on_receipt``): first as owed in the
+journal (:mod:`coordination.journal`, which is also the one duplicate check), then in its
+session; then it is queued in a per-conversation deque and served by the one task the claim
+starts; the claim ends, with no await in between, when the deque is empty. An item leaves the
+journal when it is answered (``done``). Items still owed when the process stopped (killed,
+or shut down with a queue) come back on the next start through :meth:`adoptions`, marked
+``resumed``, in arrival order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, Self
 
-from coordination.memory_dedup import MemoryDeduplicator
-from gateway.coordination import Claim, QueueItem, Ticket
-from gateway.dedup import Deduplicator
+from coordination.journal import JOURNAL_FILE, FileJournal
+from coordination.keys import decode_item, encode_item, key_of, member
+from gateway.coordination import Claim, Entered, QueueItem
+from gateway.episodes import Episode
+from gateway.errors import UnavailableError
 from gateway.messages import ConversationKey
 from gateway.pairing import PairingState
 
+log = logging.getLogger("gateway.coordination")
+
 
 class LocalConversations:
-    """See :class:`gateway.coordination.base.ConversationQueue`."""
+    """See :class:`gateway.coordination.ConversationQueue`."""
 
     records_on_receipt = True
 
-    def __init__(self) -> None:
+    def __init__(self, journal: FileJournal | None = None) -> None:
+        self.journal = journal if journal is not None else FileJournal(None)
         self._queues: dict[ConversationKey, deque[QueueItem]] = {}
+        self._entering: dict[str, asyncio.Future[bool]] = {}  # dedup key -> kept?
+        self._keys: dict[str, str] = {}  # item id -> its dedup key, while entering
+        self._recorded: dict[str, asyncio.Future[str]] = {}
+        self._answered: dict[str, asyncio.Future[str]] = {}
+        self._orphans: list[ConversationKey] = []
+        self._news: dict[ConversationKey, int] = {}  # queued /new items per conversation
+        self._unwritten = Episode(log, "writing the owed journal")
+
+    async def open(self) -> None:
+        """Load the journal; what it still owes is queued for :meth:`adoptions`."""
+        await self.journal.open()
+        for owed in self.journal.owed():
+            item = decode_item(owed.item, resumed=True).item
+            key = key_of(owed.conversation)
+            queue = self._queues.get(key)
+            if queue is None:
+                self._queues[key] = queue = deque()
+                self._orphans.append(key)
+            queue.append(item)
+            self._count_new(item, 1)
+        if self._orphans:
+            log.info("%d message(s) in %d conversation(s) are owed an answer from before the "
+                     "last stop; answering them first", len(self.journal.owed()),
+                     len(self._orphans))
+
+    async def aclose(self) -> None:
+        await self.journal.flush()
+        self.journal.close()
 
     @property
     def queued(self) -> int:
         # The head of each queue is the item being served, not waiting.
         return sum(max(0, len(q) - 1) for q in self._queues.values())
 
-    async def submit(self, item: QueueItem, dedup_key: str | None = None) -> Ticket:
-        # dedup_key is not used: in one process the router checks it before recording.
+    async def enter(self, item: QueueItem, dedup_key: str | None = None) -> Entered:
+        if dedup_key is not None:
+            while (entering := self._entering.get(dedup_key)) is not None:
+                await asyncio.shield(entering)  # its twin is being received: wait for it
+            seen = self.journal.seen(dedup_key)
+            if seen is not None:
+                self._recorded.pop(item.id, None)
+                return Entered(duplicate=True, original=seen[0], session_id=seen[1])
+            # Claimed before the first await: a twin arriving meanwhile waits for this one.
+            self._entering[dedup_key] = asyncio.get_running_loop().create_future()
+            self._keys[item.id] = dedup_key
+        try:
+            await self.journal.owe(item.id, member(item.inbound.key), dedup_key,
+                                   encode_item(item, ""))
+        except OSError as exc:
+            self._settle_entering(item, False)
+            self._unwritten.failed(_kind(exc))
+            raise UnavailableError("store", _kind(exc)) from exc
+        self._unwritten.ok()
+        return Entered()
+
+    def _settle_entering(self, item: QueueItem, kept: bool) -> None:
+        key = self._keys.pop(item.id, None)
+        future = self._entering.pop(key, None) if key is not None else None
+        if future is not None and not future.done():
+            future.set_result(kept)
+
+    async def keep(self, item: QueueItem) -> Claim | None:
+        self._settle_entering(item, True)
+        self._count_new(item, 1)
         key = item.inbound.key
         queue = self._queues.get(key)
         if queue is None:
             self._queues[key] = deque([item])
-            return Ticket(claim=Claim(key))
+            return Claim(key)
         queue.append(item)
-        return Ticket()
+        return None
+
+    async def withdraw(self, item: QueueItem) -> None:
+        await self.journal.drop(item.id)
+        self._settle_entering(item, False)
+        self._recorded.pop(item.id, None)
 
     async def next(self, claim: Claim) -> QueueItem | None:
         queue = self._queues.get(claim.key)
@@ -54,48 +128,100 @@ class LocalConversations:
         queue = self._queues.get(claim.key)
         if queue and queue[0] is item:
             queue.popleft()
+            self._count_new(item, -1)
+        await self.journal.paid(item.id, item.session)
+        if self.journal.pending_bytes:
+            self._unwritten.failed("backlog")
+        answered = self._answered.pop(item.id, None)
+        if answered is not None and not answered.done():
+            answered.set_result(item.session or "")
 
     def holding(self, claim: Claim) -> AbstractAsyncContextManager[None]:
         return contextlib.nullcontext()
 
+    def check(self, claim: Claim) -> None:
+        return None  # one process: nobody can take a conversation over
+
     async def release(self, claim: Claim) -> None:
-        # Only reached early at shutdown (or when a turn could not be served): what is left is
-        # dropped with the process, as it always was.
+        # Shutdown (or a worker that could not go on): what is left stays owed in the
+        # journal and is served on the next start.
         self._queues.pop(claim.key, None)
+        self._news.pop(claim.key, None)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
         claim.token = at_least
 
-    async def recorded(self, item: QueueItem, session_id: str) -> None:
-        return None
+    def rotation_pending(self, key: ConversationKey) -> bool:
+        return bool(self._news.get(key))
 
-    async def wait_recorded(self, item: QueueItem, within: float) -> str | None:
-        return None
+    def _count_new(self, item: QueueItem, step: int) -> None:
+        if item.kind != "new":
+            return
+        key = item.inbound.key
+        count = self._news.get(key, 0) + step
+        if count > 0:
+            self._news[key] = count
+        else:
+            self._news.pop(key, None)
+
+    async def recorded(self, item: QueueItem, session_id: str) -> None:
+        item.session = session_id
+        future = self._recorded.pop(item.id, None)
+        if future is not None and not future.done():
+            future.set_result(session_id)
+
+    def on_recorded(self, item: QueueItem) -> asyncio.Future[str]:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._recorded[item.id] = future
+        return future
+
+    async def settled(self, item_id: str, within: float) -> str | None:
+        answered, session = self.journal.paid_session(item_id)
+        if answered:
+            return session
+        if not self.journal.is_owed(item_id):
+            return None
+        future = self._answered.get(item_id)
+        if future is None:
+            future = self._answered[item_id] = asyncio.get_running_loop().create_future()
+        done, _ = await asyncio.wait([future], timeout=within)
+        return future.result() if done else None
 
     async def adoptions(self) -> AsyncIterator[Claim]:
-        # Nothing is ever orphaned in one process.
-        return
-        yield  # pragma: no cover  (makes this an async generator)
+        # The conversations the last run left owed, once; nothing is orphaned later.
+        orphans, self._orphans = self._orphans, []
+        for key in orphans:
+            if key in self._queues:
+                yield Claim(key)
+
+
+def _kind(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
 
 
 class InProcessCoordinator:
-    """The default :class:`~gateway.coordination.base.Coordinator`: one gateway process."""
+    """The default :class:`~gateway.coordination.Coordinator`: one gateway process.
 
-    def __init__(self, dedup: Deduplicator | None = None) -> None:
-        self.conversations = LocalConversations()
-        self.dedup: Deduplicator = dedup or MemoryDeduplicator()
+    ``data_dir``: where the owed journal lives (``<data_dir>/state/delivery.jsonl``);
+    ``None`` keeps it in memory (tests that need no restart). ``journal``: a given one.
+    """
+
+    def __init__(self, data_dir: Path | None = None, *, fsync: str = "turn",
+                 journal: FileJournal | None = None) -> None:
+        if journal is None:
+            path = data_dir / "state" / JOURNAL_FILE if data_dir is not None else None
+            journal = FileJournal(path, fsync=fsync)
+        self.conversations = LocalConversations(journal)
 
     async def __aenter__(self) -> Self:
+        await self.conversations.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        return None
-
-    def deduplicator(self, namespace: str, ttl: float) -> Deduplicator | None:
-        return None
+        await self.conversations.aclose()
 
     def elector(self, name: str) -> None:
         return None
@@ -104,4 +230,4 @@ class InProcessCoordinator:
         return None
 
     def health(self) -> Mapping[str, Any]:
-        return {"mode": "single"}
+        return {"mode": "single", "owed": len(self.conversations.journal.owed())}

@@ -2,7 +2,7 @@
 
 Each worker is stateless apart from its in-flight turns: conversations are queued and leased
 in Redis (:mod:`.redis_queue`), replies to requests held by another worker are relayed
-(:mod:`.relay`), platform ids are deduplicated (:mod:`.redis_dedup`), pairing lives in one
+(:mod:`.relay`), pairing lives in one
 key (:mod:`.redis_pairing`) and singleton jobs elect a leader (:mod:`.leader`). Key names:
 :mod:`.keys`. The URL may hold a password: it is never logged or shown in a repr.
 """
@@ -21,11 +21,9 @@ from redis.exceptions import RedisError
 
 from coordination.keys import DEFAULT_PREFIX, Keys
 from coordination.leader import RedisLeaderElector
-from coordination.redis_dedup import RedisDeduplicator
 from coordination.redis_pairing import RedisPairingState
-from coordination.redis_queue import ROUTER_DEDUP_TTL, RedisConversations
+from coordination.redis_queue import RedisConversations
 from coordination.relay import Relay
-from gateway.dedup import Deduplicator
 from gateway.errors import ConfigError
 from gateway.pairing import PairingState
 from gateway.tasks import bounded, stop
@@ -57,8 +55,6 @@ class RedisCoordinator:
         self.relay = Relay(self.redis, self.keys, self.worker)
         self.conversations = RedisConversations(self.redis, self.keys, self.worker, self.relay,
                                                 lease_ttl=lease_ttl)
-        self.dedup: Deduplicator = RedisDeduplicator(self.redis, self.keys, "router",
-                                                     ROUTER_DEDUP_TTL)
         self._electors: dict[str, RedisLeaderElector] = {}
         self._pairing: RedisPairingState | None = None
         self._group: asyncio.TaskGroup | None = None
@@ -104,9 +100,6 @@ class RedisCoordinator:
             if self._pairing is not None:
                 self._pairing.close()
             await self.redis.aclose()
-
-    def deduplicator(self, namespace: str, ttl: float) -> Deduplicator:
-        return RedisDeduplicator(self.redis, self.keys, namespace, ttl)
 
     def elector(self, name: str) -> RedisLeaderElector:
         elector = self._electors.get(name)

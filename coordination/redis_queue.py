@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from coordination import scripts
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
 from coordination.relay import Relay
-from gateway.coordination import Claim, LeaseLostError, QueueItem, Ticket
+from gateway.coordination import Claim, Entered, LeaseLostError, QueueItem
 from gateway.messages import ConversationKey
 from gateway.tasks import bounded
 
@@ -73,6 +73,7 @@ class RedisConversations:
         self._granted: dict[ConversationKey, float] = {}  # loop time the lease was asked for
         self._done: dict[ConversationKey, str] = {}  # finished head, popped by the next script
         self._origins: dict[str, tuple[str, bool]] = {}  # item id -> (receiver, relayed)
+        self._claims: dict[str, Claim] = {}  # item id -> the claim its enter() got
 
     @property
     def queued(self) -> int:
@@ -87,29 +88,54 @@ class RedisConversations:
         return [self.keys.lease(key), self.keys.queue(key), self.keys.inflight(key),
                 self.keys.active]
 
-    async def submit(self, item: QueueItem, dedup_key: str | None = None) -> Ticket:
+    async def enter(self, item: QueueItem, dedup_key: str | None = None) -> Entered:
+        # The dedup check and the push are one script: an id counts as seen exactly when its
+        # message is queued, so a retry after a lost reply is never a duplicate of nothing.
         key = item.inbound.key
-        if item.sink is not None:
-            self.relay.expect(item.id, item.sink)
         asked = asyncio.get_running_loop().time()
+        dedup = self.keys.dedup("router", dedup_key or "-")
         try:
             async with bounded():
                 result = int(await self._enqueue(
-                    keys=[self.keys.dedup("router", dedup_key or "-"), self.keys.queue(key),
-                          self.keys.lease(key), self.keys.fence(key), self.keys.active],
+                    keys=[dedup, self.keys.queue(key), self.keys.lease(key),
+                          self.keys.fence(key), self.keys.active],
                     args=[encode_item(item, self.worker), ROUTER_DEDUP_TTL, self.worker,
-                          self._ttl_ms, member(key), "1" if dedup_key else "0"],
+                          self._ttl_ms, member(key), "1" if dedup_key else "0", item.id],
                 ))
+                original = str(await self._redis.get(dedup) or "") if result < 0 else ""
         except BaseException:
             self.relay.forget(item.id)
             raise
         if result < 0:
             self.relay.forget(item.id)
-            return Ticket(duplicate=True)
-        if result == 0:
-            return Ticket()
-        self._granted[key] = asked
-        return Ticket(claim=Claim(key, result))
+            return Entered(duplicate=True, original=original)
+        if result > 0:
+            self._granted[key] = asked
+            self._claims[item.id] = Claim(key, result)
+        return Entered()
+
+    async def keep(self, item: QueueItem) -> Claim | None:
+        return self._claims.pop(item.id, None)  # queued (and maybe claimed) by enter
+
+    async def withdraw(self, item: QueueItem) -> None:
+        self.relay.forget(item.id)
+
+    def on_recorded(self, item: QueueItem) -> asyncio.Future[str] | None:
+        if item.sink is None:
+            return None
+        return self.relay.expect(item.id, item.sink)
+
+    def rotation_pending(self, key: ConversationKey) -> bool:
+        return False  # every message is recorded as its turn starts
+
+    def check(self, claim: Claim) -> None:
+        held = self._held.get(claim.key)
+        if held is not None and held.claim is claim and (
+                asyncio.get_running_loop().time() >= (held.timeout.when() or float("inf"))):
+            raise LeaseLostError(f"lease on {claim.key.label()} may have lapsed")
+
+    async def settled(self, item_id: str, within: float) -> str | None:
+        return None
 
     @asynccontextmanager
     async def holding(self, claim: Claim) -> AsyncIterator[None]:
@@ -179,9 +205,6 @@ class RedisConversations:
         if relayed:
             await self.relay.recorded(item.id, origin, session_id)
 
-    async def wait_recorded(self, item: QueueItem, within: float) -> str | None:
-        return await self.relay.wait_recorded(item.id, within)
-
     async def adoptions(self) -> AsyncIterator[Claim]:
         interval = max(0.1, self.lease_ttl / 3)
         while True:
@@ -236,8 +259,8 @@ class RedisConversations:
                 log.warning("coordination: lease renewal failed (%s)", type(exc).__name__)
                 continue
             for entry, extended in zip(held, results, strict=True):
-                if self._held.get(entry.claim.key) is not entry:
-                    continue  # finished while we asked
+                if self._held.get(entry.claim.key) is not entry or entry.timeout.expired():
+                    continue  # finished, or already cut off, while we asked
                 if int(extended):
                     entry.timeout.reschedule(asked + self.lease_ttl * LEASE_SAFETY)
                 else:

@@ -125,10 +125,12 @@ class Relay:
         """Items received here that are not recorded yet (their turn has not started)."""
         return sum(1 for w in self._waiters.values() if not w.recorded.done())
 
-    def expect(self, item_id: str, sink: ReplySink) -> None:
-        """The reply to ``item_id`` goes to ``sink`` (on this worker)."""
+    def expect(self, item_id: str, sink: ReplySink) -> asyncio.Future[str]:
+        """The reply to ``item_id`` goes to ``sink`` (on this worker); the future gets the
+        session id once the item is recorded."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._waiters[item_id] = _Waiter(sink, future)
+        return future
 
     def forget(self, item_id: str) -> None:
         waiter = self._waiters.pop(item_id, None)

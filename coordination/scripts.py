@@ -9,10 +9,10 @@ the lease and serves it). Queue entries are ``<id> <json>`` (see :mod:`.keys`).
 from __future__ import annotations
 
 # KEYS: dedup, queue, lease, fence, active
-# ARGV: item, dedup ttl (s), owner, lease ttl (ms), active member, use dedup ("1"/"0")
+# ARGV: item, dedup ttl (s), owner, lease ttl (ms), active member, use dedup ("1"/"0"), item id
 # -> -1 duplicate (nothing queued), 0 queued for the current holder, N > 0 claimed with token N
 ENQUEUE = """
-if ARGV[6] == '1' and not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
+if ARGV[6] == '1' and not redis.call('SET', KEYS[1], ARGV[7], 'NX', 'EX', ARGV[2]) then
   return -1
 end
 redis.call('RPUSH', KEYS[2], ARGV[1])

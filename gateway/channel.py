@@ -10,7 +10,8 @@ implement the sink directly.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,11 +21,39 @@ from gateway.messages import Inbound, OutboundFile
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer a message got, as recorded: ``ok`` False for an apology."""
+
+    session_id: str
+    ok: bool
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Accepted:
-    """What ``deliver`` tells the channel: where the message was recorded."""
+    """What ``deliver`` tells the channel once the message is durably recorded (acknowledge
+    it now).
+
+    ``session_id`` is where it was recorded, when that is known already; otherwise
+    ``recorded`` resolves to it once its turn records it (always before its reply is sent).
+    ``duplicate``: the platform id was delivered before; nothing new was recorded and
+    ``earlier(within)`` waits up to ``within`` seconds for the answer that delivery got
+    (``None`` if it has none by then).
+    """
 
     session_id: str | None
     duplicate: bool = False
+    recorded: asyncio.Future[str] | None = None
+    earlier: Callable[[float], Awaitable[Answer | None]] | None = None
+
+    async def session(self, within: float) -> str | None:
+        """The session id, waiting up to ``within`` seconds for the record if needed."""
+        if self.session_id is not None or self.recorded is None:
+            return self.session_id
+        done, _ = await asyncio.wait([self.recorded], timeout=within)
+        if not done or self.recorded.cancelled():
+            return None
+        return self.recorded.result()
 
 
 class RouterClosedError(RuntimeError):
@@ -65,8 +94,11 @@ class FileSink(Protocol):
 class Deliver(Protocol):
     """The router's entry point as channels see it (behind access control).
 
-    Records ``inbound`` in its session and queues its turn; the reply goes to ``sink`` when
-    given, else to the channel's :meth:`Channel.reply_sink`. Returns once recorded.
+    Records ``inbound`` durably and queues its turn; the reply goes to ``sink`` when given,
+    else to the channel's :meth:`Channel.reply_sink`. Returns :class:`Accepted` once recorded
+    (acknowledge it then), ``None`` when access control refused it. Raises
+    :class:`~gateway.errors.UnavailableError` when it could not be recorded and
+    :class:`RouterClosedError` when the gateway is stopping: then do not acknowledge it.
     """
 
     def __call__(self, inbound: Inbound, sink: ReplySink | None = None) -> Awaitable[object]: ...

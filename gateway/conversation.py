@@ -67,8 +67,10 @@ class Conversation:
         return index
 
     def begin(self, index: int, context: ChannelContext | None = None) -> None:
-        """Start the turn of the inbound message recorded at ``index``."""
-        self.order.append(index, self.costs[index])
+        """Start the turn of the inbound message recorded at ``index`` (already part of the
+        conversation when its turn is finished after a takeover: then it stays where it is)."""
+        if index not in self.order:
+            self.order.append(index, self.costs[index])
         if context is not None and context != self.context:
             self.context = context
 

@@ -3,20 +3,22 @@
 :class:`Coordinator` is the one object the composition root picks: in-process (one gateway,
 :mod:`coordination.local`) or Redis (several workers, ``GATEWAY_REDIS_URL``,
 :mod:`coordination.redis_coordinator`). It hands out the smaller seams below to the
-parts that need them: the router gets a :class:`ConversationQueue` and a deduplicator, the
-polling channels a :class:`LeaderElector`, access control a pairing state.
+parts that need them: the router gets a :class:`ConversationQueue` (which also drops
+duplicate deliveries: the one dedup step), the polling channels a :class:`LeaderElector`,
+access control a pairing state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self
 
 from gateway.channel import ReplySink
-from gateway.dedup import Deduplicator
 from gateway.messages import ConversationKey, Inbound
 from gateway.pairing import PairingState
 from sessions.store import SessionWriter
@@ -38,11 +40,12 @@ class LeaseLostError(Exception):
 class QueueItem:
     """One inbound message waiting for, or in, its conversation's turn.
 
-    ``index`` is where it was recorded in the session when the receiver recorded it on
-    receipt; ``None`` when the conversation's lease holder records it as its turn starts.
-    ``sink`` is where the reply goes; ``None``: the channel's own sink for the inbound.
-    ``resumed`` is set by a shared queue for an item an earlier holder had started when it
-    died: it may already be recorded, or even answered, and must not be recorded twice.
+    ``index`` is where it was recorded in the session (``session``) when the receiver recorded
+    it on receipt; ``None`` when it is recorded as its turn starts. ``sink`` is where the reply
+    goes; ``None``: the channel's own sink for the inbound, opened when the turn starts.
+    ``resumed`` is set for an item an earlier holder (or an earlier run of this process) may
+    have started: it may already be recorded, or even answered, and must not be recorded or
+    answered twice (see :mod:`gateway.takeover`).
     """
 
     inbound: Inbound
@@ -51,6 +54,7 @@ class QueueItem:
     kind: ItemKind = "message"
     id: str = field(default_factory=new_item_id)
     resumed: bool = False
+    session: str | None = None
 
 
 @dataclass(slots=True)
@@ -66,25 +70,38 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
-class Ticket:
-    """What :meth:`ConversationQueue.submit` says: a duplicate, or queued (and maybe claimed)."""
+class Entered:
+    """What :meth:`ConversationQueue.enter` says: claimed anew, or a duplicate.
+
+    For a duplicate, ``original`` is the item id of the delivery that was recorded, and
+    ``session_id`` the session it was recorded in (when known).
+    """
 
     duplicate: bool = False
-    claim: Claim | None = None
+    original: str | None = None
+    session_id: str | None = None
 
 
 class ConversationQueue(Protocol):
-    """Per-conversation queues in arrival order, each served by one worker at a time.
+    """The durable record of what is owed an answer, and per-conversation queues over it.
 
-    Contract: :meth:`submit` appends an item to its conversation's queue and returns a
-    :class:`Claim` when the caller must serve that conversation now (nobody was serving it);
-    otherwise the current server will reach the item. The server loops :meth:`next` /
-    :meth:`done` inside :meth:`holding`: ``next`` returns the oldest unfinished item (the same
-    one again until it is ``done``) or ``None`` once the queue is empty, and at that moment
-    the claim is gone, atomically, so a later submit claims anew and no item is stranded.
-    :meth:`release` gives the claim up early (shutdown, errors; idempotent): items left are
-    served by whoever claims the conversation next. Conversations left with items and no
-    server (their worker died) come back through :meth:`adoptions`.
+    Receiving is an explicit claim that is kept or released: :meth:`enter` durably records the
+    item as *owed* (a duplicate platform id is refused atomically: the one dedup step), or
+    raises :class:`~gateway.errors.UnavailableError` when it cannot record it. The receiver then
+    :meth:`keep` s it (queued for its turn; a :class:`Claim` comes back when the caller must
+    serve the conversation now) or, when it could not finish receiving it, :meth:`withdraw` s
+    it (the platform will deliver it again). A second :meth:`enter` of the same platform id
+    while the first is neither kept nor withdrawn waits for that outcome.
+
+    The server loops :meth:`next` / :meth:`done` inside :meth:`holding`: ``next`` returns the
+    oldest item not yet answered (the same one again until it is ``done``) or ``None`` once the
+    queue is empty, and at that moment the claim is gone, atomically, so a later ``keep``
+    claims anew and no item is stranded. ``done`` marks the item answered, durably: an item
+    never ``done`` is served again by the next holder (after a crash: on the next start),
+    marked ``resumed``. :meth:`release` gives the claim up early (shutdown, errors; idempotent):
+    items left are served by whoever claims the conversation next. Conversations left with
+    items and no server (their worker died, or this process restarted) come back through
+    :meth:`adoptions`.
 
     ``records_on_receipt`` is True when this process is the only writer of every session, so
     the router records a message in its session as it arrives; False when only the
@@ -98,16 +115,27 @@ class ConversationQueue(Protocol):
         """Items accepted by this worker that have not reached their turn yet."""
         ...
 
-    async def submit(self, item: QueueItem, dedup_key: str | None = None) -> Ticket:
-        """Queue ``item``; with ``dedup_key``, atomically refuse it if that key was seen."""
-        ...
+    async def enter(self, item: QueueItem, dedup_key: str | None = None) -> Entered: ...
+
+    async def keep(self, item: QueueItem) -> Claim | None: ...
+
+    async def withdraw(self, item: QueueItem) -> None: ...
 
     async def next(self, claim: Claim) -> QueueItem | None: ...
 
-    async def done(self, claim: Claim, item: QueueItem) -> None: ...
+    async def done(self, claim: Claim, item: QueueItem) -> None:
+        """The item is answered (idempotent): called the moment its reply went out, and
+        again when its turn is over."""
+        ...
 
     def holding(self, claim: Claim) -> AbstractAsyncContextManager[None]:
-        """Keep the claim alive while the block runs; :class:`LeaseLostError` if it is lost."""
+        """Keep the claim alive while the block runs; :class:`LeaseLostError` if it is lost
+        (the block is cancelled, reliably, as soon as the lease may have lapsed)."""
+        ...
+
+    def check(self, claim: Claim) -> None:
+        """Raise :class:`LeaseLostError` if the claim's lease may have lapsed by now (a cheap
+        local check: the last gate before a provider call)."""
         ...
 
     async def release(self, claim: Claim) -> None: ...
@@ -116,17 +144,42 @@ class ConversationQueue(Protocol):
         """Raise the claim's token to at least ``at_least`` (a store holds a higher one)."""
         ...
 
+    def rotation_pending(self, key: ConversationKey) -> bool:
+        """True while a ``/new`` of the conversation is queued and not served yet (then a
+        message received now belongs to the new session, so it waits to be recorded)."""
+        ...
+
     async def recorded(self, item: QueueItem, session_id: str) -> None:
         """Tell the item's receiver that it is recorded (it may be waiting to answer)."""
         ...
 
-    async def wait_recorded(self, item: QueueItem, within: float) -> str | None:
-        """The session ``item`` was recorded in; ``None`` after ``within`` seconds without."""
+    def on_recorded(self, item: QueueItem) -> asyncio.Future[str] | None:
+        """A future that gets the session id once ``item`` is recorded, wherever it is
+        served (``None``: nobody here can be told). Call before :meth:`enter`."""
+        ...
+
+    async def settled(self, item_id: str, within: float) -> str | None:
+        """The session an item was answered in, waiting up to ``within`` seconds for its
+        answer; ``None`` if it is not answered by then (or unknown)."""
         ...
 
     def adoptions(self) -> AsyncIterator[Claim]:
         """Claims on conversations whose server went away with items left (never ends)."""
         ...
+
+
+current_lease: ContextVar[Callable[[], None] | None] = ContextVar("current_lease",
+                                                                  default=None)
+"""The serving task's lease check (:meth:`ConversationQueue.check` bound to its claim)."""
+
+
+async def lease_hook(context: object) -> None:
+    """A before-call hook, registered last: a holder whose lease may have lapsed (a pause, a
+    partition) stops before the provider call. Nothing awaits between the last hook and the
+    call, so no lapse can slip in between."""
+    check = current_lease.get()
+    if check is not None:
+        check()
 
 
 class LeaderElector(Protocol):
@@ -176,20 +229,11 @@ class Coordinator(Protocol):
     @property
     def conversations(self) -> ConversationQueue: ...
 
-    @property
-    def dedup(self) -> Deduplicator:
-        """The router's duplicate check (platform ids), shared by all workers."""
-        ...
-
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
 
     async def aclose(self) -> None: ...
-
-    def deduplicator(self, namespace: str, ttl: float) -> Deduplicator | None:
-        """A shared deduplicator for a channel's own ids; ``None``: keep the channel's file."""
-        ...
 
     def elector(self, name: str) -> LeaderElector | None:
         """The election for singleton job ``name``; ``None``: this process is the only one."""

@@ -12,13 +12,17 @@
     ├── TranscriptionError      a voice note could not be transcribed (the person is told)
     ├── ToolError               a tool failed; its message goes back to the model as a tool_result
     ├── ChannelError            a channel could not start or send
-    └── NotRecordedError        the session log refused a write the turn needs (closed, broken,
-                                fenced off): the message never joins the conversation
+    ├── NotRecordedError        the session log refused a write the turn needs (closed, broken,
+    │                           fenced off): the message never joins the conversation
+    └── UnavailableError        an inbound message could not be durably recorded (store or
+                                coordination down): not acknowledged, the platform retries
 
 Third-party exceptions are translated at the seam with ``raise ... from exc``.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class GatewayError(Exception):
@@ -92,3 +96,29 @@ class NotRecordedError(GatewayError):
     @property
     def fenced(self) -> bool:
         return self.kind == FENCED
+
+
+RETRY_AFTER = 5
+"""Seconds a platform is asked to wait (``Retry-After``) before delivering a refused message
+again."""
+
+
+class UnavailableError(GatewayError):
+    """An inbound message could not be durably recorded, so it is not acknowledged.
+
+    ``what`` names the part that is down: ``store`` (the session store or the owed journal) or
+    ``coordination`` (Redis). Channels answer ``503 {"error": <public>}`` with
+    ``Retry-After: RETRY_AFTER`` (Slack, webhooks, the web API) or hold their offset (Telegram
+    long polling), so the platform delivers the message again. ``kind`` is a short cause, safe
+    to log.
+    """
+
+    def __init__(self, what: Literal["store", "coordination"], kind: str) -> None:
+        super().__init__(f"{what} unavailable ({kind})")
+        self.what = what
+        self.kind = kind
+
+    @property
+    def public(self) -> str:
+        """What a client is told (no cause: that is for the operator's log)."""
+        return f"{self.what} unavailable"

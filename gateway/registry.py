@@ -22,14 +22,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
-from gateway.conversation import Conversation
+from gateway.conversation import Conversation, conversation_order
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
 from gateway.scopes import scope_of
-from sessions.encoding import loads_entry
+from gateway.window import ConversationOrder
+from sessions.messages import read_messages
 from sessions.records import MessageDict
-from sessions.scan import split_lines
 from sessions.store import SessionStore, SessionWriter
 
 if TYPE_CHECKING:
@@ -146,12 +146,14 @@ class ConversationRegistry:
             # and a torn tail is already repaired when the messages are read.
             writer = (await self._fenced().open(key.tenant, existing, fence=fence)
                       if fence is not None else await self.store.open(key.tenant, existing))
-            messages, last_ts = _messages(await self.store.read_log(key.tenant, existing))
-            if not self._stale(_epoch(last_ts)):
+            logged = read_messages(await self.store.read_log(key.tenant, existing))
+            if not self._stale(_epoch(logged.last_ts)):
                 if fence is not None:
                     self._fences[key] = fence
-                conv = self._wrap(key, writer, context, messages)
-                conv.last_active = _epoch(last_ts) or self.clock()
+                conv = self._wrap(key, writer, context, logged.messages)
+                if logged.unstarted:
+                    set_aside(conv, logged.unstarted)
+                conv.last_active = _epoch(logged.last_ts) or self.clock()
                 return conv
             await _close(writer)  # silent too long: the conversation starts a new session
         conv = self._wrap(key, await self._create(key, context, fence), context, [])
@@ -228,19 +230,11 @@ def _epoch(ts: str | None) -> float | None:
         return None
 
 
-def _messages(data: bytes) -> tuple[list[MessageDict], str | None]:
-    """The session's messages in log order, and the timestamp of the last one."""
-    lines, _ = split_lines(data)
-    out: list[MessageDict] = []
-    last_ts: str | None = None
-    for raw in lines[1:]:
-        if b'"message"' not in raw:
-            continue
-        entry = loads_entry(raw)
-        if entry is not None and entry.get("type") == "message":
-            msg = entry.get("message")
-            if isinstance(msg, dict):
-                out.append(msg)
-                ts = entry.get("ts")
-                last_ts = ts if isinstance(ts, str) else last_ts
-    return out, last_ts
+def set_aside(conv: Conversation, unstarted: frozenset[int]) -> None:
+    """Take messages whose turn never began out of the conversation order: they join it when
+    their turn starts (``Conversation.begin``), as they would have without the restart."""
+    order = ConversationOrder()
+    for index in conversation_order(conv.messages):
+        if index not in unstarted:
+            order.append(index, conv.costs[index])
+    conv.order = order

@@ -1,45 +1,64 @@
 """The router: inbound messages -> their conversation, one turn at a time per conversation.
 
-Every inbound message is recorded in its session on receipt (before any turn runs), then
-queued. A conversation with queued messages has exactly one worker task, which answers them
+**Receiving** is a claim that is kept or released (:class:`~gateway.coordination.
+ConversationQueue`): the message is first recorded as *owed*, durably (a platform id
+delivered before is a duplicate, answered with what the first delivery got: the gateway's one
+dedup step), then, in one process, recorded in its session at once, then queued for its turn.
+Only then does :meth:`Router.deliver` return, so a channel acknowledges only what is recorded;
+when the store (or Redis) cannot record it, ``deliver`` raises
+:class:`~gateway.errors.UnavailableError` and the channel does not acknowledge it (503, or the
+Telegram offset held), so the platform delivers it again.
+
+**Serving.** A conversation with queued items has exactly one worker task, which answers them
 one by one in arrival order (each gets its own turn; they are not merged) and exits when the
 queue is empty, so an idle conversation holds no task. Conversations run concurrently up to
-``max_concurrent_turns``. Duplicate deliveries (same platform id) are dropped before they reach
-a session.
+``max_concurrent_turns``. Per item: ``/new`` starts a fresh session (in arrival order: later
+messages go to the new session); a message not in its session yet is recorded (one that an
+earlier run or a dead worker may have started, ``resumed``, is first looked up in the log,
+:mod:`gateway.takeover`, so it is recorded and answered once); its turn runs; the session's
+pending writes are flushed; then the item is marked answered. An item whose session cannot be
+opened or written before its turn (the store is down) is tried again with a backoff, never
+dropped or apologised for.
 
-Where the queue lives and who serves a conversation is the coordinator's
-(:class:`~gateway.coordination.base.ConversationQueue`): in one process (the default) it is an
-in-memory deque and messages are recorded on receipt, as above. Shared by several workers
-(Redis), a message is queued in Redis and recorded by whichever worker holds the
-conversation's lease, as its turn starts, under the lease's fencing token; an item whose
-worker died mid-turn is taken over and finished without being recorded twice.
+Where the queue lives and who serves a conversation is the coordinator's: in one process an
+in-memory deque over the owed journal; shared by several workers, PostgreSQL and Redis leases
+(the holder records each message as its turn starts, under the lease's fencing token).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import errno
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import TracebackType
 from typing import Any
 
 from gateway import commands
-from gateway.channel import Accepted, ReplySink, RouterClosedError
+from gateway.channel import Accepted, Answer, FileSink, ReplySink, RouterClosedError
 from gateway.commands import CommandCall, CommandHandler
 from gateway.conversation import Conversation
-from gateway.coordination import Claim, ConversationQueue, ItemKind, LeaseLostError, QueueItem
-from gateway.dedup import Deduplicator
+from gateway.coordination import (
+    Claim,
+    ConversationQueue,
+    ItemKind,
+    LeaseLostError,
+    QueueItem,
+    current_lease,
+)
+from gateway.episodes import Episode
+from gateway.errors import ChannelError, NotRecordedError, UnavailableError
 from gateway.media.notice import with_notice
-from gateway.messages import ChannelContext, ConversationKey, Inbound, answerable
+from gateway.messages import ChannelContext, ConversationKey, Inbound, OutboundFile, answerable, user_message
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
 from gateway.speakers import context_of, user_message
 from gateway.takeover import locate, prepare_rerun
 from gateway.turn import AgentLoop
-from sessions.errors import StaleWriterError
+from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 
 log = logging.getLogger("gateway.router")
 
@@ -47,9 +66,11 @@ SinkFactory = Callable[[Inbound], ReplySink]
 
 NOT_HERE = "That command is not available here."
 
-ACK_WAIT = 10.0
-"""Shared mode: seconds ``deliver`` waits for a message with its own sink to be recorded (so
-the channel can name the session); past that it returns once the message is queued."""
+STORE_FAULTS: tuple[type[Exception], ...] = (OSError, SessionError, NotRecordedError)
+"""What opening, reading or writing a session raises when the store is down or refuses."""
+RETRY_DELAY = 0.5
+MAX_RETRY_DELAY = 10.0
+"""Backoff (seconds) while the store cannot take an item's writes: doubled up to this."""
 
 
 class Router:
@@ -62,19 +83,22 @@ class Router:
         loop: AgentLoop,
         sink_for: SinkFactory,
         metrics: Metrics,
-        dedup: Deduplicator,
         conversations: ConversationQueue,
         max_concurrent_turns: int = 32,
         handlers: Mapping[str, CommandHandler] | None = None,
+        retry_delay: float = RETRY_DELAY,
+        wait_for_channels: bool = False,
     ) -> None:
+        """``wait_for_channels``: owed conversations are served only once
+        :meth:`channels_started` is called (their replies need the channels running)."""
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
         self.metrics = metrics
-        self.dedup = dedup
         self.conversations = conversations
         self.handlers: Mapping[str, CommandHandler] = dict(handlers or {})
         """Chat commands that need the gateway's services, by name (``forget``)."""
+        self.retry_delay = retry_delay
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         # Deliveries between registry.get() and their worker's start, per conversation: the
@@ -82,8 +106,13 @@ class Router:
         # its turn would fail), so they count as busy.
         self._receiving: dict[ConversationKey, int] = {}
         self._adopter: asyncio.Task[None] | None = None
+        self._channels = asyncio.Event()
+        if not wait_for_channels:
+            self._channels.set()
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
+        self._unrecorded = Episode(log, "recording inbound messages")
+        self._unwritable = Episode(log, "serving messages (session store)")
         registry.is_busy = self.is_busy
 
     @property
@@ -94,8 +123,7 @@ class Router:
     async def __aenter__(self) -> Router:
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
-        if self.shared:
-            self._adopter = self._group.create_task(self._adopt())
+        self._adopter = self._group.create_task(self._adopt())
         return self
 
     async def __aexit__(
@@ -118,62 +146,12 @@ class Router:
         # (The queue_depth gauge is set from this when /metrics is scraped.)
         return self.conversations.queued
 
-    async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
-        """Record ``inbound`` in its session and queue its turn. Returns once recorded.
+    # -- receiving ---------------------------------------------------------------------------
 
-        Shared mode: returns once the message is queued in Redis (then nothing acknowledged is
-        lost even if this worker dies); a message with its own ``sink`` is waited for until
-        its turn records it, up to :data:`ACK_WAIT` seconds, so the session can be named.
-        """
+    async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
+        """Record ``inbound`` durably and queue its turn; see the module docstring."""
         if self._closing:
             raise RouterClosedError("the gateway is shutting down")
-        channel = inbound.key.channel
-        dedup_key = (None if inbound.platform_id is None
-                     else f"{channel}:{inbound.key.tenant}:{inbound.platform_id}")
-        if self.shared:
-            return await self._deliver_shared(inbound, sink, dedup_key)
-        if dedup_key is not None and not await self.dedup.first_time(dedup_key):
-            self.metrics.duplicates.labels(channel=channel).inc()
-            return Accepted(session_id=None, duplicate=True)
-        try:
-            accepted = await self._deliver_local(inbound, sink)
-        except BaseException:
-            if dedup_key is not None:  # not kept: the platform's redelivery must be taken
-                await self.dedup.forget(dedup_key)
-            raise
-        if dedup_key is not None:
-            await self.dedup.keep(dedup_key)
-        return accepted
-
-    async def _deliver_local(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
-        self.metrics.inbound.labels(channel=inbound.key.channel).inc()
-        command = commands.parse(inbound.text)
-        if command is not None and (reply := commands.answer(command)) is not None:
-            await (sink or self.sink_for(inbound)).finish(reply)  # /help, /start: nothing kept
-            return Accepted(session_id=None)
-        if command is commands.NEW:
-            return await self._new_session(inbound, sink)
-        if command is not None:  # one with a handler (or none here): answered, never kept
-            await self._after_queued(inbound)
-            await self._command(inbound, sink or self.sink_for(inbound))
-            return Accepted(session_id=None)
-        key = inbound.key
-        conv = await self.registry.get(key, context_of(inbound))
-        # Counted from the moment get() returns (no await in between) until the worker runs.
-        self._receiving[key] = self._receiving.get(key, 0) + 1
-        try:
-            index = await conv.receive(user_message(inbound), meta_of(inbound))
-            item = QueueItem(inbound, sink or self.sink_for(inbound), index)
-            self._start((await self.conversations.submit(item)).claim)
-        finally:
-            if self._receiving[key] == 1:
-                del self._receiving[key]
-            else:
-                self._receiving[key] -= 1
-        return Accepted(session_id=conv.session_id)
-
-    async def _deliver_shared(self, inbound: Inbound, sink: ReplySink | None,
-                              dedup_key: str | None) -> Accepted:
         command = commands.parse(inbound.text)
         if command is not None and (reply := commands.answer(command)) is not None:
             await (sink or self.sink_for(inbound)).finish(reply)  # /help, /start: nothing kept
@@ -181,24 +159,75 @@ class Router:
         if command not in (None, commands.NEW) and command.name not in self.handlers:
             await (sink or self.sink_for(inbound)).finish(NOT_HERE)
             return Accepted(session_id=None)
-        # The dedup check and the push are one atomic step: an id is marked seen exactly when
-        # its message is queued, so a client retrying after a lost reply is never told
-        # "duplicate" for a message that was not kept.
         kind: ItemKind = "message"
         if command is commands.NEW:
             kind = "new"
         elif command is not None:
-            kind = "command"  # answered by its handler under the lease, in order
+            kind = "command"  # answered by its handler in its turn's place, never recorded
         item = QueueItem(inbound, sink, kind=kind)
-        ticket = await self.conversations.submit(item, dedup_key)
-        if ticket.duplicate:
-            self.metrics.duplicates.labels(channel=inbound.key.channel).inc()
-            return Accepted(session_id=None, duplicate=True)
-        self.metrics.inbound.labels(channel=inbound.key.channel).inc()
-        self._start(ticket.claim)
-        if sink is None or kind == "command":  # a command is never recorded
-            return Accepted(session_id=None)
-        return Accepted(session_id=await self.conversations.wait_recorded(item, ACK_WAIT))
+        # Asked before enter: where several workers share the queue, the item may be served
+        # (and recorded) anywhere the moment it is in.
+        recorded = (self.conversations.on_recorded(item)
+                    if sink is not None and kind != "command" else None)
+        entered = await self.conversations.enter(item, dedup_key(inbound))
+        channel = inbound.key.channel
+        if entered.duplicate:
+            self.metrics.duplicates.labels(channel=channel).inc()
+            assert entered.original is not None, "a duplicate names the delivery it repeats"
+            return Accepted(session_id=entered.session_id, duplicate=True,
+                            earlier=partial(self._earlier, inbound.key, entered.original))
+        key = inbound.key
+        # Behind a queued /new, a message waits to be recorded in the new session.
+        now = (self.conversations.records_on_receipt and item.kind == "message"
+               and not self.conversations.rotation_pending(key))
+        try:
+            if now:
+                await self._record_on_receipt(item)  # counts as receiving once opened
+            self._start(await self.conversations.keep(item))
+        finally:
+            if now and key in self._receiving:
+                if self._receiving[key] == 1:
+                    del self._receiving[key]
+                else:
+                    self._receiving[key] -= 1
+        self.metrics.inbound.labels(channel=channel).inc()
+        return Accepted(session_id=item.session, recorded=recorded)
+
+    async def _record_on_receipt(self, item: QueueItem) -> None:
+        """One process: the message goes into its session now (withdrawn if it cannot)."""
+        inbound = item.inbound
+        key = inbound.key
+        try:
+            conv = await self.registry.get(key, context_of(inbound))
+            # Busy from the moment get() returns (no await in between) until its worker runs.
+            self._receiving[key] = self._receiving.get(key, 0) + 1
+            item.index = await conv.receive(user_message(inbound), meta_of(item))
+        except BaseException as exc:
+            await self.conversations.withdraw(item)
+            if isinstance(exc, STORE_FAULTS):
+                kind = _kind(exc)
+                self._unrecorded.failed(kind)
+                raise UnavailableError("store", kind) from exc
+            raise
+        self._unrecorded.ok()
+        item.session = conv.session_id
+        await self.conversations.recorded(item, conv.session_id)
+
+    async def _earlier(self, key: ConversationKey, item_id: str,
+                       within: float) -> Answer | None:
+        """The answer the first delivery of a duplicate got (waiting for it if needed)."""
+        session = await self.conversations.settled(item_id, within)
+        if not session:
+            return None
+        found = locate(await self.registry.store.read_log(key.tenant, session), item_id,
+                       max_iterations=self.loop.settings.max_iterations)
+        if found is None or found.status == "interrupted":
+            return None
+        if found.status == "apologised":
+            return Answer(session, False, self.loop.settings.apology)
+        return Answer(session, True, found.text)
+
+    # -- serving -----------------------------------------------------------------------------
 
     def _start(self, claim: Claim | None) -> None:
         """Start serving the claimed conversation (no-op without a claim)."""
@@ -207,18 +236,19 @@ class Router:
         assert self._group is not None, "use the router as an async context manager"
         self._workers[claim.key] = self._group.create_task(self._work(claim))
 
+    def channels_started(self) -> None:
+        """The channels run: owed conversations may be served now."""
+        self._channels.set()
+
     async def _adopt(self) -> None:
-        """Serve conversations whose worker went away (shared mode)."""
+        """Serve conversations left owed: by the last run (one process) or by a worker that
+        went away (several)."""
+        await self._channels.wait()
         async for claim in self.conversations.adoptions():
-            if self._closing:
+            if self._closing or claim.key in self._workers:
                 await self.conversations.release(claim)
             else:
                 self._start(claim)
-
-    async def _after_queued(self, inbound: Inbound) -> None:
-        """Wait until the conversation's queued turns are done (commands run in order)."""
-        while inbound.key in self._workers:
-            await asyncio.wait([self._workers[inbound.key]])
 
     async def _command(self, inbound: Inbound, sink: ReplySink) -> None:
         """A command with a handler (:mod:`gateway.commands`): run it, answer, record nothing."""
@@ -230,24 +260,20 @@ class Router:
         call = CommandCall(inbound, context_of(inbound), commands.arguments(inbound.text))
         await sink.finish(await handler(call))
 
-    async def _new_session(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
-        """``/new``: the conversation continues in a fresh session (after queued turns)."""
-        await self._after_queued(inbound)  # let queued turns finish in the old session
-        conv = await self.registry.rotate(inbound.key, context_of(inbound))
-        await (sink or self.sink_for(inbound)).finish(
-            f"Started a new conversation (session {conv.session_id})."
-        )
-        return Accepted(session_id=conv.session_id)
-
     async def _work(self, claim: Claim) -> None:
         key = claim.key
         me = asyncio.current_task()
         finished = False
+        lease = current_lease.set(partial(self.conversations.check, claim))
         try:
             async with self.conversations.holding(claim):
+                delay = self.retry_delay
                 while (item := await self.conversations.next(claim)) is not None:
-                    async with self._slots:
-                        await self._serve(claim, item)
+                    if not await self._serve(claim, item):
+                        await asyncio.sleep(delay)  # the store is down: the same item again
+                        delay = min(delay * 2, MAX_RETRY_DELAY)
+                        continue
+                    delay = self.retry_delay
                     await self.conversations.done(claim, item)
                     if self._closing and self.shared:
                         break  # hand the rest to the other workers
@@ -259,6 +285,7 @@ class Router:
             log.error("%s: stopped serving the conversation (%s)", key.label(),
                       type(exc).__name__)
         finally:
+            current_lease.reset(lease)
             if self._workers.get(key) is me:
                 del self._workers[key]
             if not finished:
@@ -266,56 +293,93 @@ class Router:
                     await self.registry.forget(key, fence=claim.token)
                 await self.conversations.release(claim)
 
-    async def _serve(self, claim: Claim, item: QueueItem) -> None:
-        """One queued item: record it if it is not yet, then its turn (or the ``/new``)."""
+    async def _serve(self, claim: Claim, item: QueueItem) -> bool:
+        """One item: prepare it (record, or find how far it got), run its turn, make its
+        writes durable. False when the store failed before the turn: try again later."""
         try:
-            if item.index is not None:  # recorded on receipt
-                await self._turn(item.inbound.key, item)
-            else:
-                await self._serve_shared(claim, item)
+            prepared = await self._prepare(claim, item)
         except LeaseLostError:
             raise
         except StaleWriterError as exc:  # a worker with a newer token serves it now
             raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
-        except Exception:  # e.g. the store is unreachable: this item fails, the queue goes on
+        except NotRecordedError as exc:
+            if exc.fenced:
+                raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
+            self._unwritable.failed(exc.kind)
+            return False
+        except STORE_FAULTS as exc:
+            self._unwritable.failed(_kind(exc))
+            return False
+        except Exception:  # a bug: answer with the apology once rather than loop on it
             log.exception("%s: could not serve a message", item.inbound.key.label())
             with contextlib.suppress(Exception):
-                await (item.sink or self.sink_for(item.inbound)).fail(self.loop.settings.apology)
+                await self._sink(claim, item).fail(self.loop.settings.apology)
+            return True
+        self._unwritable.ok()
+        if prepared is None:
+            return True
+        conv, sink = prepared
+        async with self._slots:
+            await self._turn(conv, item, sink)
+        if self.shared:
+            # The next holder opens the session under a newer token, fencing off whatever
+            # this one has not written yet: it is written before the item counts as answered
+            # (one process keeps it, written ahead of the next append or at close).
+            await self._flush(conv)
+        return True
 
-    async def _serve_shared(self, claim: Claim, item: QueueItem) -> None:
+    async def _prepare(self, claim: Claim, item: QueueItem
+                       ) -> tuple[Conversation, ReplySink] | None:
+        """Record the item if it is not yet (``None``: nothing left to run, it was answered)."""
         key, context = item.inbound.key, context_of(item.inbound)
-        sink = item.sink or self.sink_for(item.inbound)
-        if item.kind == "command":
-            await self._command(item.inbound, sink)
-            return
         if item.kind == "new":
-            conv = await self._fenced(claim, context, rotate=not item.resumed)
-            if item.resumed and conv.messages:  # the dead worker's rotation had not happened
-                conv = await self._fenced(claim, context, rotate=True)
-            await self.conversations.recorded(item, conv.session_id)
-            await sink.finish(f"Started a new conversation (session {conv.session_id}).")
-            return
+            await self._rotate(claim, item, context)
+            return None
+        if item.kind == "command":
+            await self._command(item.inbound, self._sink(claim, item))
+            return None
         conv = await self._fenced(claim, context)
+        if item.index is not None and item.session == conv.session_id:
+            return conv, self._sink(claim, item)  # recorded on receipt
         found = None
         if item.resumed:
             data = await self.registry.store.read_log(key.tenant, conv.session_id)
             found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
         if found is None:
-            meta = {**meta_of(item.inbound), "item": item.id}
-            index = await conv.receive(user_message(item.inbound), meta)
+            item.index = await conv.receive(user_message(item.inbound), meta_of(item))
         elif found.status == "interrupted":
-            log.info("%s: finishing a turn a stopped worker had started", key.label())
-            index = found.index
+            log.info("%s: finishing a turn that was cut off", key.label())
+            item.index = found.index
             await prepare_rerun(conv, found)
-        else:  # answered before its worker stopped: send the answer again, record nothing
+        else:  # answered before it was marked so: send the answer again, record nothing
+            item.session = conv.session_id
             await self.conversations.recorded(item, conv.session_id)
+            sink = self._sink(claim, item)
             if found.status == "apologised":
                 await sink.fail(self.loop.settings.apology)
             else:
                 await sink.finish(found.text)
-            return
+            return None
+        item.session = conv.session_id
         await self.conversations.recorded(item, conv.session_id)
-        await self._turn(key, dataclasses.replace(item, index=index, sink=sink), claim.token)
+        return conv, self._sink(claim, item)
+
+    def _sink(self, claim: Claim, item: QueueItem) -> ReplySink:
+        """Where the item's reply goes (opened now, as its turn starts), marking the item
+        answered the moment its reply is out: the narrowest window there is between a
+        platform taking a reply and the gateway knowing it did."""
+        return _Answering(item.sink or self.sink_for(item.inbound),
+                          partial(self.conversations.done, claim, item))
+
+    async def _rotate(self, claim: Claim, item: QueueItem, context: ChannelContext) -> None:
+        """``/new``: the conversation continues in a fresh session, from this point on."""
+        conv = await self._fenced(claim, context, rotate=not item.resumed)
+        if item.resumed and conv.messages:  # the rotation had not happened before the stop
+            conv = await self._fenced(claim, context, rotate=True)
+        item.session = conv.session_id
+        await self.conversations.recorded(item, conv.session_id)
+        await self._sink(claim, item).finish(
+            f"Started a new conversation (session {conv.session_id}).")
 
     async def _fenced(self, claim: Claim, context: ChannelContext, *,
                       rotate: bool = False) -> Conversation:
@@ -332,27 +396,34 @@ class Router:
                 await self.conversations.refence(claim, exc.current + 1)
         raise AssertionError("unreachable")
 
-    async def _turn(self, key: ConversationKey, item: QueueItem,
-                    fence: int | None = None) -> None:
+    async def _turn(self, conv: Conversation, item: QueueItem, sink: ReplySink) -> None:
         assert item.index is not None, "recorded before its turn"
-        assert item.sink is not None, "the router gives every item a sink"
-        conv = await self.registry.get(key, context_of(item.inbound), fence=fence)
+        key = item.inbound.key
         conv.context = context_of(item.inbound)
         if notice_only(item.inbound):
             # Every file was refused and there is no text: the notice (recorded with the
             # message) is the whole answer. The message joins the conversation in its turn's
             # place, like any other, but no provider call is made.
             conv.begin(item.index)
-            await item.sink.finish(item.inbound.notice or "")
+            await sink.finish(item.inbound.notice or "")
             self.metrics.turns.labels(channel=key.channel, outcome="refused").inc()
             return
-        sink = with_notice(item.sink, item.inbound.notice)  # refused files first, same reply
+        sink = with_notice(sink, item.inbound.notice)  # refused files first, same reply
         self.metrics.active_turns.inc()
         started = time.perf_counter()
         status = "error"
         try:
             result = await self.loop.run_turn(conv, item.index, sink)
             status = result.status
+        except (LeaseLostError, StaleWriterError):
+            raise
+        except NotRecordedError as exc:
+            if exc.fenced:  # before any provider call: the conversation is handed back
+                raise LeaseLostError(f"{key.label()}: session fenced off") from exc
+            log.warning("session %s: turn stopped, the log refused a write (%s)",
+                        conv.session_id, exc.kind)
+            with contextlib.suppress(Exception):
+                await sink.fail(self.loop.settings.apology)
         except Exception:
             log.exception("session %s: turn failed", conv.session_id)
             with contextlib.suppress(Exception):
@@ -362,8 +433,26 @@ class Router:
             self.metrics.turns.labels(channel=key.channel, outcome=status).inc()
             log.debug("turn %s in %.1f ms", key.label(), (time.perf_counter() - started) * 1000)
 
+    async def _flush(self, conv: Conversation) -> None:
+        """Write what the turn's failed writes left pending (retried with a backoff while the
+        store is down; a lost lease ends it)."""
+        writer = conv.recorder.writer
+        delay = self.retry_delay
+        while writer.pending_bytes:
+            try:
+                await writer.flush()
+            except StaleWriterError as exc:
+                raise LeaseLostError(f"{conv.key.label()}: session fenced off") from exc
+            except SessionWriteError as exc:
+                self._unwritable.failed(exc.kind)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+        self._unwritable.ok()
+
     async def drain(self, grace: float) -> None:
-        """Stop taking input; let running turns finish for ``grace`` seconds, then cancel."""
+        """Stop taking input; let running turns finish for ``grace`` seconds, then cancel.
+        Items not answered by then stay owed (answered after the next start, or by another
+        worker)."""
         self._closing = True
         if self._adopter is not None:
             self._adopter.cancel()
@@ -374,9 +463,59 @@ class Router:
             task.cancel()
 
 
-def meta_of(inbound: Inbound) -> dict[str, Any]:
-    """The ``meta`` recorded with an inbound message (who sent it, its platform id, and what
-    the person was told about files that were refused)."""
+class _Answering:
+    """A reply sink that calls ``answered`` once, right after ``finish`` or ``fail``."""
+
+    def __init__(self, sink: ReplySink, answered: Callable[[], Awaitable[None]]) -> None:
+        self._sink = sink
+        self._answered: Callable[[], Awaitable[None]] | None = answered
+
+    async def typing(self) -> None:
+        await self._sink.typing()
+
+    async def delta(self, text: str) -> None:
+        await self._sink.delta(text)
+
+    async def finish(self, text: str) -> None:
+        await self._sink.finish(text)
+        await self._mark()
+
+    async def fail(self, text: str) -> None:
+        await self._sink.fail(text)
+        await self._mark()
+
+    async def send_file(self, file: OutboundFile) -> None:
+        if not isinstance(self._sink, FileSink):
+            raise ChannelError("this channel cannot send files")
+        await self._sink.send_file(file)
+
+    async def _mark(self) -> None:
+        answered, self._answered = self._answered, None
+        if answered is not None:
+            await answered()
+
+
+def _kind(exc: BaseException) -> str:
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(exc, OSError) and exc.errno:
+        return errno.errorcode.get(exc.errno, type(exc).__name__)
+    return type(exc).__name__
+
+
+def dedup_key(inbound: Inbound) -> str | None:
+    """The duplicate check's key: the platform id within its conversation (a web client's
+    message ids are its own per conversation; a platform's ids are unique anyway)."""
+    if inbound.platform_id is None:
+        return None
+    return f"{inbound.key.tenant}:{inbound.key.label()}:{inbound.platform_id}"
+
+
+def meta_of(item: QueueItem) -> dict[str, Any]:
+    """The ``meta`` recorded with an inbound message: who sent it, its platform id, and the
+    item id (so an interrupted turn can be found again after a restart or a takeover)."""
+    inbound = item.inbound
     meta: dict[str, Any] = {"sender": inbound.sender.id}
     if inbound.sender.name:
         meta["name"] = inbound.sender.name
@@ -384,6 +523,7 @@ def meta_of(inbound: Inbound) -> dict[str, Any]:
         meta["platform_id"] = inbound.platform_id
     if inbound.notice:
         meta["notice"] = inbound.notice
+    meta["item"] = item.id
     return meta
 
 

@@ -90,6 +90,10 @@ class ConversationOrder:
     def __len__(self) -> int:
         return len(self.order)
 
+    def __contains__(self, index: object) -> bool:
+        # Runs are few (one, plus one per message that arrived during another turn).
+        return isinstance(index, int) and any(first <= index < end for first, end in self._runs)
+
     def append(self, index: int, cost: int) -> None:
         if self._runs and self._runs[-1][1] == index:
             self._runs[-1][1] = index + 1

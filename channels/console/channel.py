@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from gateway import commands
 from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
+from gateway.errors import UnavailableError
 from gateway.history import History
 from gateway.ids import DEFAULT_TENANT, valid_id
 from gateway.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
@@ -266,6 +267,9 @@ class ConsoleChannel:
         except RouterClosedError:
             self._write("[error] the gateway is shutting down\n")
             return False
+        except UnavailableError as exc:
+            self._write(f"[error] not recorded ({exc.public}); try again in a moment\n")
+            return True
         self._messages += 1
         if not isinstance(accepted, Accepted):  # access control refused it (and said why)
             self._sink = None

@@ -3,11 +3,12 @@ chat.postMessage / chat.update in the person's thread.
 
 Data path: bolt verifies the event (:mod:`channels.slack.events`, or the socket in
 :mod:`channels.slack.socket`) and runs our listener before it answers Slack:
-:mod:`channels.slack.convert` turns the event into an :class:`~gateway.messages.Inbound`, a
-redelivery is dropped, and ``deliver`` (the access gate in front of the router) is awaited,
-which returns once the message is recorded and its turn queued. Only then does Slack get its
-200 (or its Socket Mode ack), so an acknowledged message survives a crash; when it could not
-be recorded (the gateway is shutting down, the store failed) Slack gets a 503 and retries.
+:mod:`channels.slack.convert` turns the event into an :class:`~gateway.messages.Inbound` and
+``deliver`` (the access gate in front of the router) is awaited, which returns once the
+message is durably recorded and its turn queued. Only then does Slack get its 200 (or its
+Socket Mode ack), so an acknowledged message survives a crash; when it could not be recorded
+(the store or Redis is down, the gateway is shutting down) Slack gets a 503 with
+``Retry-After`` and ``{"error": <why>}`` (over Socket Mode: no ack) and retries.
 The sender's display name and @username come from a cache that is warmed in the background
 (users.info): a sender's first message after a start goes without them, unless access control
 needs the @username (``SLACK_ALLOWED_USERS`` names someone by it): then a sender the cache
@@ -18,16 +19,15 @@ dropped, never recorded or logged as given.
 
 Redeliveries: Slack retries an event it thinks we missed (``X-Slack-Retry-Num``), resends
 events after a Socket Mode reconnect, and sends two events (``app_mention`` and ``message``)
-for one mention. All share the ``platform_id`` ``team:channel:ts``, which is checked against a
-file under ``<data_dir>/state/slack-events.jsonl`` kept for :data:`DEDUP_TTL`, so a restarted
-gateway does not answer again (the router's own check is in memory only). The id is written
-to the file once the message is recorded, and released when it was not (so Slack's retry of
-a 503 is taken).
+for one mention. All share the ``platform_id`` ``team:channel:ts``, which the router's one
+duplicate check recognises (across restarts, and across workers): a twin that arrives while
+the first is being recorded waits for it, so its 200 also means "recorded". Files are fetched
+before that check: a redelivery (rare) downloads them again, and content addressing stores
+them once.
 
-Several workers (``GATEWAY_REDIS_URL``): the redelivery check is the coordinator's shared
-dedup (so the mention twin and Slack's retries are dropped whichever worker they reach), and
-in Socket Mode only the elected leader holds the socket; the others take over when its lease
-lapses. The Events API over HTTP is served by every worker.
+Several workers (``GATEWAY_REDIS_URL``): in Socket Mode only the elected leader holds the
+socket; the others take over when its lease lapses. The Events API over HTTP is served by
+every worker.
 
 Shutdown: the gateway stops the router first (events then get a 503: Slack retries them
 later, against the next gateway to start), lets in-flight turns reply through this channel,
@@ -74,8 +74,7 @@ from channels.streaming import TYPING_DELAY, EditStreamer
 from gateway import commands
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
-from gateway.dedup import Deduplicator
-from gateway.errors import ChannelError, ConfigError
+from gateway.errors import RETRY_AFTER, ChannelError, ConfigError, UnavailableError
 from gateway.ids import InvalidIdError, valid_id
 from gateway.messages import Attachment, Inbound, Sender
 from gateway.metrics import Metrics
@@ -83,9 +82,6 @@ from gateway.tasks import stop
 
 log = logging.getLogger("channels.slack")
 
-DEDUP_TTL: Final = 6 * 3600.0
-"""Seconds an event key is remembered: Slack's retries end within the hour; reconnects can
-resend a little later, and the file stays small either way."""
 NAME_LOOKUP_TIMEOUT: Final = 2.0
 NAME_WAIT: Final = 1.5
 """Seconds a first message waits for its sender's names when access control needs them (Slack
@@ -115,7 +111,6 @@ class SlackChannel:
         max_message_chars: int = 16_000,
         edit_interval: float = 1.0,
         typing_delay: float = TYPING_DELAY,
-        dedup: Deduplicator,
         elector: LeaderElector | None = None,
         max_attachment_bytes: int = 20 * 1024 * 1024,
         names_before_access: bool = False,
@@ -148,7 +143,6 @@ class SlackChannel:
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
         self._endpoint = (EventsEndpoint(self.app, signing_secret, metrics) if signing_secret
                           else None)
-        self._dedup = dedup
         # Several workers: only the elected one holds the socket (see the module docstring).
         self._elector = elector if app_token else None
         self._leading: asyncio.Task[None] | None = None
@@ -157,8 +151,6 @@ class SlackChannel:
         self._deliver: Deliver | None = None
         self._group: asyncio.TaskGroup | None = None
         self._warming: dict[str, asyncio.Task[None]] = {}  # user id -> its users.info lookup
-        # platform id -> whether it got recorded, while it is being delivered (for its twin)
-        self._recording: dict[str, asyncio.Future[bool]] = {}
         self._events = 0
         self._auth_error: str | None = None
         self._closed = False
@@ -226,7 +218,6 @@ class SlackChannel:
             try:
                 await self._stop_tasks()
             finally:
-                self._dedup.close()
                 session, self.client.session = self.client.session, None
                 if session is not None:
                     await session.close()
@@ -236,35 +227,40 @@ class SlackChannel:
     async def _http_events(self, request: web.Request) -> web.Response:
         if self._closed:
             # Not acknowledged, so Slack retries (and reaches the next gateway to start).
-            return web.json_response({"error": "shutting down"}, status=503)
+            return web.json_response({"error": "shutting down"}, status=503,
+                                     headers={"Retry-After": str(RETRY_AFTER)})
         assert self._endpoint is not None, "HTTP mode always has a signing secret"
         return await self._endpoint.handle(request)
 
-    async def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> bool:
-        """bolt's listener, run before Slack gets its answer: convert, drop a redelivery and
-        deliver (record and queue). False: not taken, Slack gets a 503 and retries."""
+    async def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> str | None:
+        """bolt's listener, run before Slack gets its answer: convert and deliver (record and
+        queue). ``None``: taken; otherwise why not (Slack gets a 503 and retries)."""
         self._events += 1
         if bot_user_id is not None:
             self._auth_error = None  # bolt's auth.test succeeded since start
         if self._closed or self._deliver is None:
             log.info("slack event not taken: the channel is not running")
-            return False
+            return "not running"
         result = to_inbound(body, bot_user_id=bot_user_id, max_chars=self.max_message_chars,
                             received_at=time.time())
         if isinstance(result, Ignored):
             log.debug("slack event ignored: %s", result.reason)
-            return True
+            return None
         files = files_of(body.get("event") or {}, max_bytes=self.max_attachment_bytes,
                          api_base_url=self._api_base_url)
         try:
-            return await self._accept(result, self._deliver, files)
+            await self._accept(result, self._deliver, files)
         except RouterClosedError:
             log.info("slack event not taken: the gateway is shutting down")
-            return False
+            return "shutting down"
+        except UnavailableError as exc:  # logged once per episode by the router
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind="unavailable").inc()
+            return exc.public
         except Exception:
             log.exception("slack: handing a message to the router failed; Slack will retry")
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
-            return False
+            return "not taken; retry later"
+        return None
 
     async def _on_command(self, body: Mapping[str, Any]) -> str | None:
         """``/gateway WORD``: help and unknown words are answered at once (to the person
@@ -289,48 +285,28 @@ class SlackChannel:
     async def _deliver_command(self, inbound: Inbound, deliver: Deliver) -> None:
         try:
             await self._accept(inbound, deliver)
-        except RouterClosedError:
-            log.info("slack command not taken: the gateway is shutting down")
+        except (RouterClosedError, UnavailableError):
+            log.info("slack command not taken (the gateway is stopping or cannot record)")
         except Exception:
             log.exception("slack: handing a command to the router failed")
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
 
     async def _accept(self, inbound: Inbound, deliver: Deliver,
-                      files: list[SlackFile | Attachment] | None = None) -> bool:
-        key = inbound.platform_id
-        assert key is not None, "convert always sets it"
+                      files: list[SlackFile | Attachment] | None = None) -> None:
+        """Deliver a message (names and files added); raises when it was not recorded."""
         if not _valid_ids(inbound):
             # Signed, so acknowledged (a retry would be as bad), but never recorded or logged
             # as given: an id with a newline would split a log line.
             self.metrics.channel_errors.labels(channel=CHANNEL, kind="bad_id").inc()
             log.warning("slack: event dropped: its channel, thread, ts or user id is not a "
                         "valid id")
-            return True
-        if not await self._dedup.first_time(key):
-            twin = self._recording.get(key)
-            # A twin still being recorded: answer as it will be, so a 200 means "recorded".
-            if twin is not None and not await asyncio.shield(twin):
-                return False
-            self.metrics.duplicates.labels(channel=CHANNEL).inc()
-            log.debug("slack event %s dropped as a redelivery", key)
-            return True
-        recorded = self._recording[key] = asyncio.get_running_loop().create_future()
-        taken = False
-        try:
-            named = await self._with_names(inbound)
-            await deliver(await self._with_files(named, files or []))
-            taken = True
-        finally:
-            del self._recording[key]
-            recorded.set_result(taken)
-            if not taken:
-                await self._dedup.forget(key)  # not recorded: Slack's retry must be taken
-        await self._dedup.keep(key)
-        return True
+            return
+        named = await self._with_names(inbound)
+        await deliver(await self._with_files(named, files or []))
 
     async def _with_files(self, inbound: Inbound,
                           files: list[SlackFile | Attachment]) -> Inbound:
-        """Download the event's files (once: a redelivery was dropped before this)."""
+        """Download the event's files (a redelivery downloads them again; stored once)."""
         session = self.client.session
         if not files or session is None:
             return inbound

@@ -15,8 +15,9 @@ checks before reading the body, and the body's limits, are on :class:`EventsEndp
 The app runs with ``process_before_response=True``: bolt answers once the listener has
 returned, and ours awaits ``on_event``, which records the message (the answer waits on that
 session write, never on a turn), so Slack's 200 (or the Socket Mode ack) means "recorded".
-When ``on_event`` could not take the event (the gateway is shutting down, the store failed)
-the answer is a 503, which Slack retries (over Socket Mode: no ack, so Slack resends).
+When ``on_event`` could not take the event (the gateway is shutting down, the store or Redis
+is down) the answer is a 503 with ``Retry-After`` and ``{"error": <why>}``, which Slack retries
+(over Socket Mode: no ack, so Slack resends).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.convert import SLASH_COMMAND
+from gateway.errors import RETRY_AFTER
 from gateway.http_limits import BodyRefused, read_body
 from gateway.metrics import Metrics
 from gateway.refusals import RefusalLog
@@ -57,10 +59,11 @@ OnCommand = Callable[[Mapping[str, Any]], Awaitable[str | None]]
 with at once (shown to them only), or None for an empty acknowledgement (the answer comes as
 a message). Must be quick: Slack wants the acknowledgement within 3 seconds."""
 
-OnEvent = Callable[[Mapping[str, Any], str | None], Awaitable[bool]]
+OnEvent = Callable[[Mapping[str, Any], str | None], Awaitable[str | None]]
 """Called with the envelope and our bot user id (from bolt's ``auth.test``) before Slack gets
-its answer; True when the event was taken (recorded, or ignored on purpose), False for a 503.
-Must be quick: Slack retries an event not answered within 3 seconds."""
+its answer; ``None`` when the event was taken (recorded, or ignored on purpose), otherwise the
+reason for a 503 (with ``Retry-After``). Must be quick: Slack retries an event not answered
+within 3 seconds."""
 
 
 
@@ -94,9 +97,11 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
 
     async def person_event(body: dict[str, Any],
                            context: AsyncBoltContext) -> BoltResponse | None:
-        if await on_event(body, context.bot_user_id):
+        refused = await on_event(body, context.bot_user_id)
+        if refused is None:
             return None  # bolt acknowledges: an empty 200
-        return BoltResponse(status=503, body={"error": "not taken; retry later"})
+        return BoltResponse(status=503, body={"error": refused},
+                            headers={"Retry-After": str(RETRY_AFTER)})
 
     async def other_event() -> None:
         return None

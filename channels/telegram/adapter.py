@@ -11,19 +11,20 @@ Input, by ``TELEGRAM_MODE``: long polling (:mod:`channels.telegram.polling`, the
 a webhook on the gateway's server (:mod:`channels.telegram.webhook`; needs
 ``TELEGRAM_WEBHOOK_SECRET``; with ``TELEGRAM_WEBHOOK_URL`` the webhook is registered at start,
 otherwise it is the operator's job). Every update goes through :meth:`TelegramChannel.handle`:
-pure conversion (:mod:`channels.telegram.convert`), then the restart-proof dedup (update ids
-kept a day in ``<data_dir>/state/telegram-updates.jsonl``, since Telegram redelivers an update
-whose confirmation a crash or restart cut off), then ``deliver`` (the access gate in front of
-the router), which returns once the message is recorded; only then is the update id written to
-that file (a gateway killed in between takes the redelivery). An update that cannot be delivered
-after it passed the dedup is logged, counted and dropped (at most once: one bad update never
-wedges the poll); one refused because the gateway is stopping is left to Telegram.
+pure conversion (:mod:`channels.telegram.convert`), then ``deliver`` (the access gate in front
+of the router), which returns once the message is durably recorded; a redelivered update (a
+crash or restart cut its confirmation off) is recognised there, by the router's one duplicate
+check, and not answered again (its files are fetched again first; content addressing stores
+them once). Only then is the update confirmed (the polling offset moves past it, a webhook gets
+its 200). When the store cannot record it, or the gateway is stopping, the update is not
+confirmed: polling holds its offset and asks again after a pause (or stops), a webhook gets a
+503 with ``Retry-After``; Telegram delivers it again. An update that fails for any other reason
+(a bug) is logged, counted and dropped at most once: one bad update never wedges the poll.
 
-Several workers (``GATEWAY_REDIS_URL``): the update-id dedup is the coordinator's shared one,
-and in polling mode only the elected leader polls (two pollers of one bot would fight with
-409 Conflicts); the others stand by and take over when the leader's lease lapses. Each term
-polls from Telegram's oldest unconfirmed update: those the old leader already handed in are
-dropped by the shared dedup. Webhook mode runs on every worker.
+Several workers (``GATEWAY_REDIS_URL``): in polling mode only the elected leader polls (two
+pollers of one bot would fight with 409 Conflicts); the others stand by and take over when the
+leader's lease lapses. Each term polls from Telegram's oldest unconfirmed update: those the old
+leader already handed in are duplicates to the router. Webhook mode runs on every worker.
 
 Access control comes first. A message the channel will not pass on (media it cannot read,
 a text over the length limit) is still handed to ``deliver`` as an inbound carrying only a
@@ -65,8 +66,7 @@ from channels.telegram.webhook import WebhookEndpoint
 from gateway import commands
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
-from gateway.dedup import Deduplicator
-from gateway.errors import ChannelError, ConfigError
+from gateway.errors import ChannelError, ConfigError, UnavailableError
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
@@ -74,8 +74,6 @@ from gateway.tasks import stop
 log = logging.getLogger("channels.telegram")
 
 DEFAULT_BASE_URL: Final = "https://api.telegram.org/bot"
-DEDUP_TTL: Final = 25 * 3600.0
-"""Telegram keeps unconfirmed updates for 24 hours; remember ids a little longer."""
 RATE_LIMIT_RETRIES: Final = 3
 _SECRET_CHARS = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -124,7 +122,7 @@ class TelegramChannel:
     name = "telegram"
 
     def __init__(self, bot: TelegramBot, *, token: str, metrics: Metrics,
-                 dedup: Deduplicator, options: TelegramOptions,
+                 options: TelegramOptions,
                  rate_limited: bool = True, elector: LeaderElector | None = None) -> None:
         if options.mode == "webhook" and not options.webhook_secret:
             raise ConfigError("TELEGRAM_MODE=webhook needs TELEGRAM_WEBHOOK_SECRET")
@@ -136,7 +134,6 @@ class TelegramChannel:
         self.bot = bot
         self.options = options
         self.metrics = metrics
-        self.dedup = dedup
         self.api = BotApi(bot, metrics, token, retry_429=not rate_limited)
         self.edit_interval = options.edit_interval
         """Seconds before the first preview and between preview edits (public: tests set it)."""
@@ -221,10 +218,7 @@ class TelegramChannel:
                 async with asyncio.timeout(self.options.close_grace):
                     await self._idle.wait()
         finally:
-            try:
-                await self.bot.shutdown()
-            finally:
-                self.dedup.close()
+            await self.bot.shutdown()
 
     async def _poll_term(self) -> None:
         """Poll while elected: a fresh poller each term, stopped when the term ends."""
@@ -254,7 +248,9 @@ class TelegramChannel:
         return Update.de_json(data, self.bot)
 
     async def handle(self, update: Update) -> None:
-        """Convert, deduplicate and deliver one update (polling and webhook alike)."""
+        """Convert and deliver one update (polling and webhook alike). Returns once it may be
+        confirmed; raises ``RouterClosedError`` or ``UnavailableError`` when it must not be
+        (it was not recorded: Telegram is to deliver it again)."""
         if self.identity is None or self._deliver is None:
             raise ChannelError("the telegram channel is not started")
         result = to_inbound(update, bot=self.identity, group_mode=self.options.group_mode,
@@ -270,33 +266,22 @@ class TelegramChannel:
             log.warning("telegram: update %d dropped: its chat, topic or user id is not an "
                         "integer", update.update_id)
             return
-        key = f"{self.identity.id}:{update.update_id}"
-        if not await self.dedup.first_time(key):
-            self.metrics.duplicates.labels(channel=self.name).inc()
-            log.info("telegram: update %d seen before; dropped", update.update_id)
+        if result.refusal is not None:
+            log.info("telegram: update %d is not for the agent; access control decides "
+                     "who hears why", update.update_id)
+            await self._deliver(result)
             return
         try:
-            if result.refusal is not None:
-                log.info("telegram: update %d is not for the agent; access control decides "
-                         "who hears why", update.update_id)
-                await self._deliver(result)
-            else:
-                try:
-                    if update.message is not None:  # its files, fetched once it is not a repeat
-                        result = await with_files(self.api, update.message, result,
-                                                  self.options.max_attachment_bytes)
-                    await self._deliver(result)
-                except RouterClosedError:
-                    raise  # not taken: left to Telegram (the poller stops, a webhook says 500)
-                except Exception as exc:  # dropped (at most once), see the module docstring
-                    self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
-                    log.error("telegram: update %d could not be delivered (%s)",
-                              update.update_id, self.api.describe(exc))
-        except BaseException:
-            await self.dedup.forget(key)  # not taken (e.g. shutting down): taken again later
-            raise
-        # Written down only now: a gateway killed before the record takes the update again.
-        await self.dedup.keep(key)
+            if update.message is not None:  # its files (a redelivery fetches them again)
+                result = await with_files(self.api, update.message, result,
+                                          self.options.max_attachment_bytes)
+            await self._deliver(result)
+        except (RouterClosedError, UnavailableError):
+            raise  # not recorded: left to Telegram (polling holds its offset, a webhook 503s)
+        except Exception as exc:  # dropped (at most once), see the module docstring
+            self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
+            log.error("telegram: update %d could not be delivered (%s)",
+                      update.update_id, self.api.describe(exc))
 
     # -- output ---------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ update in order through ``handle`` (which records it via ``deliver``), and only 
 ``offset`` moved past it, so Telegram drops an update only once the gateway has recorded it
 (Telegram confirms everything below ``offset`` when the next ``getUpdates`` arrives). When the
 router refuses an update because the gateway is stopping (it stops taking input before the
-channels close), polling ends there, leaving that update and the rest to the next start.
+channels close), polling ends there, leaving that update and the rest to the next start. When
+it cannot be recorded (the store or Redis is down), the offset is held: polling pauses (backoff
+up to :data:`MAX_BACKOFF`) and asks again from that update, so nothing is confirmed unrecorded.
 
 Failures:
 
@@ -33,6 +35,7 @@ from telegram.error import Conflict, RetryAfter
 
 from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
 from gateway.channel import RouterClosedError
+from gateway.errors import UnavailableError
 
 log = logging.getLogger("channels.telegram")
 
@@ -100,7 +103,7 @@ class Poller:
         self.last_error = kind
 
     async def _run(self) -> None:
-        delay = self.backoff
+        delay = hold = self.backoff
         while not self._stopping:
             try:
                 updates = await self._fetch()
@@ -128,8 +131,16 @@ class Poller:
             self._failing = None
             self.last_ok = dtm.datetime.now(dtm.UTC)
             for update in updates:
-                if self._stopping or not await self._handle(update):
+                if self._stopping:
                     return
+                handled = await self._handle(update)
+                if handled is None:
+                    return
+                if not handled:  # not recorded: hold the offset, ask again after a pause
+                    await asyncio.sleep(hold)
+                    hold = min(hold * 2, MAX_BACKOFF)
+                    break
+                hold = self.backoff
                 self.offset = update.update_id + 1
 
     async def _fetch(self) -> tuple[Update, ...]:
@@ -141,14 +152,18 @@ class Poller:
                 read_timeout=self.stall_seconds,
             )
 
-    async def _handle(self, update: Update) -> bool:
-        """False when the gateway is stopping: the update is not confirmed, polling ends."""
+    async def _handle(self, update: Update) -> bool | None:
+        """True once handled; False when it could not be recorded (its offset is held);
+        None when the gateway is stopping (not confirmed, polling ends)."""
         self._handling = True
         try:
             await self.handle(update)
         except RouterClosedError:
             self._stopping = True
             log.info("telegram: stopping; update %d is left to the next start", update.update_id)
+            return None
+        except UnavailableError:
+            self._fail("unavailable")  # logged once per episode by the router
             return False
         except Exception as exc:  # one bad update must not wedge the poll: log, count, move on
             self.api.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()

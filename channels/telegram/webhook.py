@@ -6,9 +6,12 @@ with :func:`hmac.compare_digest`; counted, logged once per episode, before the b
 413 for a body over :data:`MAX_BODY` bytes, 408 for one not sent within the server's body time
 limit (``GATEWAY_HTTP_TIMEOUT``), 400 for a body
 that is not a JSON Update, otherwise 200 as soon as the update is recorded: ``handle`` returns
-once ``deliver`` has written the message to its session, and the turn runs afterwards in the
-router, so a slow model never holds the HTTP answer. Nothing is recorded for a refused request;
-an internal failure before the update was recorded answers 500 so that Telegram retries.
+once ``deliver`` has durably recorded the message, and the turn runs afterwards in the router,
+so a slow model never holds the HTTP answer. Nothing is recorded for a refused request. When
+the update could not be recorded (the store or Redis is down: ``{"error": "store
+unavailable"}``, or the gateway is stopping) the answer is 503 with ``Retry-After``, and
+Telegram delivers it again; the router logs that once per failure episode. An internal failure
+before the update was recorded answers 500 so that Telegram retries.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import orjson
 from aiohttp import web
 from telegram import Update
 
+from gateway.channel import RouterClosedError
+from gateway.errors import RETRY_AFTER, UnavailableError
 from gateway.http_limits import BodyRefused, read_body
 from gateway.metrics import Metrics
 from gateway.refusals import RefusalLog
@@ -54,7 +59,7 @@ class WebhookEndpoint:
 
     async def receive(self, request: web.Request) -> web.Response:
         if not self.ready():
-            return _error(503, "not running")
+            return _error(503, "not running", retry=True)
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
             self.metrics.channel_errors.labels(channel="telegram", kind="webhook_secret").inc()
@@ -77,6 +82,11 @@ class WebhookEndpoint:
             return _error(400, "body is not a Telegram Update")
         try:
             await self.handle(update)
+        except UnavailableError as exc:  # not recorded: Telegram delivers it again
+            self.metrics.channel_errors.labels(channel="telegram", kind="unavailable").inc()
+            return _error(503, exc.public, retry=True)
+        except RouterClosedError:
+            return _error(503, "shutting down", retry=True)
         except Exception as exc:  # not recorded: a 500 makes Telegram deliver it again
             self.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
             log.error("telegram webhook: update %d failed (%s)", update.update_id,
@@ -85,5 +95,6 @@ class WebhookEndpoint:
         return web.Response(status=200)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, *, retry: bool = False) -> web.Response:
+    headers = {"Retry-After": str(RETRY_AFTER)} if retry else None
+    return web.json_response({"error": message}, status=status, headers=headers)

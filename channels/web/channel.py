@@ -29,8 +29,14 @@ download, always with ``nosniff`` and a sandboxing CSP (no uploaded file runs as
 
 Errors before the stream starts are plain JSON ``{"error": ...}`` with an HTTP status: 400 bad
 input, 401 missing token, 403 foreign origin, 408 body not sent in time
-(``GATEWAY_HTTP_TIMEOUT``), 409 duplicate message id, 413 too long, 502 the turn apologised, 503
-shutting down, 504 no reply in time. Bad input never gets a 500.
+(``GATEWAY_HTTP_TIMEOUT``), 413 too long, 502 the turn apologised, 503 the message could not be
+recorded (``{"error": "store unavailable"}`` or ``"coordination unavailable"``, with
+``Retry-After``) or the gateway is shutting down, 504 no reply in time (it will be in the
+history). Bad input never gets a 500. A reply always names its session.
+
+Idempotent on the client's message id (``"id"``, scoped to its conversation): sending the same
+id again (a retry after a lost connection) records nothing new and answers with what the first
+delivery got, waiting for it if its turn is still running.
 
 Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
 refuses to run without ``GATEWAY_WEB_TOKEN``; with a token every ``/api`` route needs
@@ -69,7 +75,7 @@ from channels.web.convert import (
     parse_chat,
 )
 from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
-from gateway.errors import ConfigError
+from gateway.errors import RETRY_AFTER, ConfigError, UnavailableError
 from gateway.history import History, HistoryFile
 from gateway.hosts import host_of, is_loopback
 from gateway.http_limits import body_timeout
@@ -305,17 +311,40 @@ class WebChannel:
             try:
                 accepted = await self._deliver(inbound, pending.sink)
             except RouterClosedError:
-                return _error(503, "the gateway is shutting down")
+                return _error(503, "the gateway is shutting down", retry=True)
+            except UnavailableError as exc:
+                return _error(503, exc.public, retry=True)
             if not isinstance(accepted, Accepted):  # access control refused it
                 return _error(403, "this message was not accepted")
             if accepted.duplicate:
-                return _error(409, "a message with this id was already received")
-            session = accepted.session_id
+                return await self._again(request, pending, accepted, stream)
             if stream:
-                return await self._stream(request, pending, session)
-            return await self._wait(pending, session)
+                return await self._stream(request, pending, accepted)
+            return await self._wait(pending, accepted)
         finally:
             del self._pending[rid]
+
+    async def _again(self, request: web.Request, pending: _Pending, accepted: Accepted,
+                     stream: bool) -> web.StreamResponse:
+        """A message id received before: answer with what that delivery got (waiting for
+        it), as the first request would have."""
+        assert accepted.earlier is not None, "a duplicate carries its earlier answer"
+        try:
+            async with self._timer(pending):
+                answer = await accepted.earlier(self.reply_timeout)
+        except TimeoutError:
+            answer = None
+        if answer is None:
+            status, body = self._late(accepted.session_id)
+            return web.json_response(body, status=status, dumps=_dumps)
+        if answer.ok:
+            await pending.sink.finish(answer.text)
+        else:
+            await pending.sink.fail(answer.text)
+        again = Accepted(session_id=answer.session_id)
+        if stream:
+            return await self._stream(request, pending, again)
+        return await self._wait(pending, again)
 
     async def _read_chat(self, request: web.Request) -> ChatRequest:
         """The request's body, JSON or multipart, read within the chat route's own limit."""
@@ -353,16 +382,25 @@ class WebChannel:
         return pending.timer
 
     def _late(self, session: str | None) -> tuple[int, dict[str, Any]]:
+        named = {} if session is None else {"session": session}
         if self._close_at is not None:
-            return 503, {"session": session, "error": "the gateway shut down before the reply"}
-        return 504, {"session": session, "error": "no reply in time; it will be in the history"}
+            return 503, {**named, "error": "the gateway shut down before the reply"}
+        return 504, {**named, "error": "no reply in time; it will be in the history"}
 
-    async def _wait(self, pending: _Pending, session: str | None) -> web.Response:
+    async def _wait(self, pending: _Pending, accepted: Accepted) -> web.Response:
         try:
             async with self._timer(pending):
                 ok, text = await pending.sink.result
+                # Recorded before its reply went out, so this is at hand by now.
+                session = await accepted.session(self.reply_timeout)
         except TimeoutError:
-            status, body = self._late(session)
+            status, body = self._late(accepted.session_id)
+            return web.json_response(body, status=status, dumps=_dumps)
+        if session is None and accepted.recorded is None:  # a command: nothing recorded
+            return web.json_response({"reply": text} if ok else {"error": text},
+                                     status=200 if ok else 502, dumps=_dumps)
+        if session is None:  # the record's notice was lost (a relay outage): say so
+            status, body = self._late(None)
             return web.json_response(body, status=status, dumps=_dumps)
         if not ok:
             return web.json_response({"session": session, "error": text}, status=502,
@@ -373,18 +411,27 @@ class WebChannel:
         return web.json_response(answer, dumps=_dumps)
 
     async def _stream(
-        self, request: web.Request, pending: _Pending, session: str | None
+        self, request: web.Request, pending: _Pending, accepted: Accepted
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream; charset=utf-8",
             "Cache-Control": "no-cache",
             "X-Accel-Buffering": "no",  # reverse proxies must not buffer the stream
         })
+        session = accepted.session_id
         try:
             await response.prepare(request)
-            await _event(response, "session", {"session": session})
             try:
                 async with self._timer(pending):
+                    while session is None and accepted.recorded is not None:
+                        # Recorded when its turn starts (several workers).
+                        session = await accepted.session(KEEPALIVE_SECONDS)
+                        if session is None:
+                            if accepted.recorded.done():
+                                raise TimeoutError  # its notice was lost: cannot name it
+                            await response.write(b": keepalive\n\n")
+                    if session is not None:  # (a command records nothing: no session)
+                        await _event(response, "session", {"session": session})
                     await self._pump(response, pending.sink, session)
             except TimeoutError:
                 status, body = self._late(session)
@@ -403,15 +450,16 @@ class WebChannel:
             except TimeoutError:
                 await response.write(b": keepalive\n\n")
                 continue
+            named = {} if session is None else {"session": session}
             if kind == "delta":
                 await _event(response, "delta", {"text": text})
             elif kind == "file":
                 await _event(response, "file", orjson.loads(text))
             elif kind == "done":
-                await _event(response, "done", {"session": session, "reply": text})
+                await _event(response, "done", {**named, "reply": text})
                 return
             else:
-                await _event(response, "error", {"session": session, "error": text, "status": 502})
+                await _event(response, "error", {**named, "error": text, "status": 502})
                 return
 
     # -- GET /api/history ---------------------------------------------------------------------
@@ -458,7 +506,10 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None, *,
+           retry: bool = False) -> web.Response:
+    if retry:
+        headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER)}
     return web.json_response({"error": message}, status=status, headers=headers, dumps=_dumps)
 
 

@@ -176,7 +176,7 @@ async def test_redelivery_after_restart_answered_once(
         infos = await second.store.list_sessions(TEAM)
     assert [info.message_count for info in infos] == [2]
     assert len(fake.posts()) == 1
-    assert (tmp_path / "state" / "slack-events.jsonl").is_file()
+    assert (tmp_path / "state" / "delivery.jsonl").is_file()  # the owed journal remembers it
 
 
 @pytest.mark.parametrize(("body", "signed", "expected"), [

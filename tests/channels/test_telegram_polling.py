@@ -295,4 +295,4 @@ async def test_redelivered_update_after_restart_not_answered_twice(
     assert user_texts(replay) == ["first", "second"]
     assert fake.texts_to(BOB) == ["one", "two"]
     assert dropped == 1
-    assert (tmp_path / "state" / "telegram-updates.jsonl").exists()
+    assert (tmp_path / "state" / "delivery.jsonl").exists()  # the owed journal remembers it

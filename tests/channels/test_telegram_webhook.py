@@ -93,7 +93,7 @@ async def test_wrong_or_missing_secret_is_forbidden(
     assert status == 403
     assert inbound == 0
     assert fake.texts_to(ALICE) == []
-    assert not (tmp_path / "state" / "telegram-updates.jsonl").exists()
+    assert (tmp_path / "state" / "delivery.jsonl").read_bytes() == b""  # nothing owed
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,11 @@ class Server:
         return [orjson.loads(line)["type"] for line in data.splitlines()]
 
     def session_files(self) -> list[Path]:
-        return sorted(self.store.data_dir.rglob("*.jsonl"))
+        """Session logs, and owed-journal lines (the journal file itself exists once the
+        gateway runs): what a refused request must not leave behind."""
+        journal = self.store.data_dir / "state" / "delivery.jsonl"
+        owed = [journal] if journal.exists() and journal.read_bytes() else []
+        return sorted(self.store.data_dir.rglob("sessions/*.jsonl")) + owed
 
 
 Start = Callable[..., Awaitable[Server]]
@@ -284,15 +288,31 @@ async def test_bad_history_queries_are_400(server: Server, query: str) -> None:
     assert answer["error"]
 
 
-async def test_duplicate_message_id_is_409_and_recorded_once(server: Server) -> None:
-    """A retried client message id is refused with 409 and the session holds it once."""
+async def test_retried_message_id_gets_the_recorded_answer_and_is_recorded_once(
+        server: Server) -> None:
+    """A retried client message id gets the answer the first delivery got (never a 409
+    with nothing), and the session holds the message once."""
     body = {"conversation": "c1", "text": "once", "id": "m-1"}
-    assert (await server.post(body))[0] == 200
-    status, answer = await server.post(body)
-    assert status == 409
-    assert "already" in answer["error"]
+    first = await server.post(body)
+    again = await server.post(body)
+    streamed = await server.stream({**body, "stream": True})
+    assert first[0] == 200
+    assert again == first
+    assert streamed == [("session", {"session": first[1]["session"]}),
+                        ("done", {"session": first[1]["session"], "reply": first[1]["reply"]})]
     _, history = await server.get("/api/history?conversation=c1")
     assert [m["text"] for m in history["messages"]].count("once") == 1
+
+
+async def test_message_ids_are_scoped_to_their_conversation(server: Server) -> None:
+    """The same client id in two conversations is two messages, each answered."""
+    a = await server.post({"conversation": "a", "text": "in a", "id": "m-1"})
+    b = await server.post({"conversation": "b", "text": "in b", "id": "m-1"})
+    assert (a[0], b[0]) == (200, 200)
+    assert a[1]["session"] != b[1]["session"]
+    for conversation, text in (("a", "in a"), ("b", "in b")):
+        _, history = await server.get(f"/api/history?conversation={conversation}")
+        assert [m["text"] for m in history["messages"] if m["role"] == "user"] == [text]
 
 
 async def test_provider_failure_is_502_and_an_error_event(start: Start) -> None:

@@ -2,8 +2,9 @@
 
 Each worker is ``python -m gateway run`` with the web channel and the offline provider, on its
 own port, sharing the test's PostgreSQL schema and Redis prefix. The client sends a message
-over ``POST /api/chat`` with ``"stream": true`` and a client id; the ``session`` event (or a
-409 for an id already received) acknowledges it, the ``done`` event carries the reply.
+over ``POST /api/chat`` with ``"stream": true`` and a client id; the ``session`` event
+acknowledges it, the ``done`` event carries the reply (a retry of an id already received gets
+the first delivery's answer, or a 504 when it is not at hand in time).
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ class ChatClient:
         body = {"conversation": sent.conversation, "text": sent.text, "id": sent.client_id,
                 "stream": True}
         async with self.http.post(f"{worker.base}/api/chat", json=body) as response:
-            if response.status == 409:  # an earlier attempt got through
-                sent.acked = True
+            if response.status == 504 and sent.attempts[:-1]:  # an earlier attempt got
+                sent.acked = True  # through; its answer was not at hand in time
                 acked.set()
                 return
             if response.status != 200:

@@ -66,7 +66,7 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=ttl) as coord:
         router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
-                        metrics=metrics, dedup=coord.dedup, conversations=coord.conversations)
+                        metrics=metrics, conversations=coord.conversations)
         async with router:
             await channel.start(router.deliver)
             try:

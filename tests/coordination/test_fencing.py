@@ -38,7 +38,9 @@ async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
 ) -> None:
     """A stale worker's append after a takeover raises StaleWriterError and lands nothing."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
-        claim_a = (await a.conversations.submit(item("c", "from a"))).claim
+        first = item("c", "from a")
+        await a.conversations.enter(first)
+        claim_a = await a.conversations.keep(first)
         assert claim_a is not None
         registry_a = ConversationRegistry(pg_store, Metrics())
         conv_a = await registry_a.get(KEY, CONTEXT, fence=claim_a.token)

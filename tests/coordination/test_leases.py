@@ -9,11 +9,17 @@ import redis.asyncio as aioredis
 
 from coordination.keys import Keys
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.coordination import Claim, LeaseLostError, Ticket
+from gateway.coordination import Claim, LeaseLostError, QueueItem
 from tests.coordination.harness import coordinator, item
 from tests.coordination.services import REDIS_URL
 
 pytestmark = pytest.mark.services
+
+
+async def queue(coord: RedisCoordinator, it: QueueItem) -> Claim | None:
+    """Queue an item as the router does (enter, then keep)."""
+    await coord.conversations.enter(it)
+    return await coord.conversations.keep(it)
 
 
 async def test_lease_is_renewed_while_held_and_released_with_the_queue(
@@ -21,9 +27,8 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
 ) -> None:
     """The lease outlives its ttl while renewed, serves the queue in order, ends with it."""
     async with coordinator(prefix) as a, coordinator(prefix) as b:
-        first = await a.conversations.submit(item("c", "one"))
-        assert await b.conversations.submit(item("c", "two")) == Ticket()
-        claim = first.claim
+        claim = await queue(a, item("c", "one"))
+        assert await queue(b, item("c", "two")) is None
         assert claim is not None
         assert claim.token == 1
         lease = Keys(prefix).lease(claim.key)
@@ -36,8 +41,8 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
                 await a.conversations.done(claim, next_item)
         assert served == ["one", "two"]
         assert await redis.exists(lease) == 0
-        again = await b.conversations.submit(item("c", "three"))
-        assert again.claim == Claim(claim.key, 2)
+        again = await queue(b, item("c", "three"))
+        assert again == Claim(claim.key, 2)
 
 
 async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
@@ -46,9 +51,9 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
     """A dead holder's lease lapses; a sweep adopts it with a higher token, head item resumed."""
     dead = RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=1.0)
     await dead.__aenter__()
-    claim = (await dead.conversations.submit(item("c", "one"))).claim
+    claim = await queue(dead, item("c", "one"))
     assert claim is not None
-    await dead.conversations.submit(item("c", "two"))
+    await queue(dead, item("c", "two"))
     started = await dead.conversations.next(claim)
     assert started is not None
     await dead.aclose()  # no release: the process "died" mid-turn
@@ -72,7 +77,7 @@ async def test_holder_that_loses_its_lease_is_stopped(
 ) -> None:
     """A holder whose lease another worker owns is stopped at its next renewal."""
     async with coordinator(prefix, ttl=3.0) as a:
-        claim = (await a.conversations.submit(item("c", "one"))).claim
+        claim = await queue(a, item("c", "one"))
         assert claim is not None
         lease = Keys(prefix).lease(claim.key)
 
@@ -108,9 +113,9 @@ async def test_queue_hand_off_strands_nothing_under_concurrency(prefix: str) -> 
             coord = (a, b)[n % 2]
             text = f"m{n}"
             sent.append(text)
-            ticket = await coord.conversations.submit(item("c", text))
-            if ticket.claim is not None:
-                tg.create_task(serve(coord, ticket.claim))
+            claim = await queue(coord, item("c", text))
+            if claim is not None:
+                tg.create_task(serve(coord, claim))
             if n % 7 == 0:
                 await asyncio.sleep(0.001)
     assert served == sent

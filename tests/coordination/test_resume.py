@@ -41,23 +41,45 @@ def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
+def call(n: int, *window: tuple[int, int]) -> dict[str, Any]:
+    return {"type": "call", "call": n, "window": [list(r) for r in window]}
+
+
 def test_locate_reads_how_far_the_turn_got() -> None:
     """Never recorded, recorded only, mid tool run, answered, apologised, capped."""
-    before = [user("hi", "i0"), assistant(text("hello"))]
+    before = [user("hi", "i0"), call(0, (0, 1)), assistant(text("hello"))]
     assert locate(log(*before), "i1", max_iterations=8) is None
-    assert locate(log(*before, user("q", "i1"), {"type": "call", "call": 1}), "i1",
+    assert locate(log(*before, user("q", "i1")), "i1",
                   max_iterations=8) == Found(2, "interrupted", "")
-    assert locate(log(*before, user("q", "i1"), assistant(text("let me note"), USE)), "i1",
+    assert locate(log(*before, user("q", "i1"), call(1, (0, 3))), "i1",
+                  max_iterations=8) == Found(2, "interrupted", "")
+    assert locate(log(*before, user("q", "i1"), call(1, (0, 3)),
+                      assistant(text("let me note"), USE)), "i1",
                   max_iterations=8) == Found(2, "interrupted", "", ("toolu_1",))
     tool_round = [assistant(text("noting"), USE),
                   {"type": "message", "message": {"role": "user", "content": [RESULT]}}]
-    assert locate(log(*before, user("q", "i1"), *tool_round, assistant(text("done"))), "i1",
+    assert locate(log(*before, user("q", "i1"), call(1, (0, 3)), *tool_round, call(2, (0, 5)),
+                      assistant(text("done"))), "i1",
                   max_iterations=8) == Found(2, "answered", "noting\n\ndone")
-    assert locate(log(*before, user("q", "i1"), {"type": "outcome", "call": 1,
-                                                  "error": {"kind": "timeout"}}), "i1",
+    assert locate(log(*before, user("q", "i1"), call(1, (0, 3)),
+                      {"type": "outcome", "call": 1, "error": {"kind": "timeout"}}), "i1",
                   max_iterations=8) == Found(2, "apologised", "")
-    assert locate(log(*before, user("q", "i1"), *tool_round), "i1",
+    assert locate(log(*before, user("q", "i1"), call(1, (0, 3)), *tool_round), "i1",
                   max_iterations=1) == Found(2, "capped", "noting")
+
+
+def test_locate_tells_turns_apart_when_messages_arrived_during_others() -> None:
+    """In one process a message is recorded on receipt, in the middle of another turn: the
+    earlier turn's answer and later items' messages are not taken for its own."""
+    entries = [user("first", "i0"), call(0, (0, 1)),
+               user("second", "i1"),  # arrived while the first turn's call ran
+               assistant(text("answer one")),
+               user("third", "i2"),  # queued: its turn never began
+               call(1, (0, 1), (2, 3), (1, 2)),  # the second's turn: window ends at it
+               assistant(text("answer two"))]
+    assert locate(log(*entries), "i0", max_iterations=8) == Found(0, "answered", "answer one")
+    assert locate(log(*entries), "i1", max_iterations=8) == Found(1, "answered", "answer two")
+    assert locate(log(*entries), "i2", max_iterations=8) == Found(3, "interrupted", "")
 
 
 async def test_prepare_rerun_does_not_add_the_message_twice() -> None:

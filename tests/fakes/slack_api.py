@@ -164,6 +164,7 @@ class FakeSlackServer:
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
+        self.last_headers: dict[str, str] = {}  # of the last deliver_event answer
         self.verification_token = verification_token
         self.team_id = team_id
         self.team_name = team_name
@@ -909,6 +910,7 @@ class FakeSlackServer:
             self.deliveries.append(
                 EventDelivery(url, body, headers, response.status, text, time.time())
             )
+            self.last_headers = dict(response.headers)
             return response.status, text
 
     # ----------------------------------------------------------------- Socket Mode

@@ -572,6 +572,7 @@ class FakeTelegramServer:
         self.get_updates_active = 0
         self.last_get_updates_params: JSONDict | None = None
         self.confirmed_offset = 0
+        self.last_headers: dict[str, str] = {}  # of the last deliver_webhook answer
         self.webhook_deliveries: list[WebhookDelivery] = []
 
         # State
@@ -917,6 +918,7 @@ class FakeTelegramServer:
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as response:
+            self.last_headers = dict(response.headers)
             return response.status, await response.text()
 
     # ----------------------------------------------------------------- HTTP layer

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordination.local import LocalConversations
-from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
@@ -64,9 +63,12 @@ async def running_core(
     blobs: BlobStore | None = None,
     transcriber: Transcriber | None = None,
     limits: MediaLimits | None = None,
+    conversations: LocalConversations | None = None,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
-    front of the router) and expanded at send time."""
+    front of the router) and expanded at send time. ``conversations``: a queue over an owed
+    journal on disk (opened and closed here), for tests across restarts; by default one in
+    memory."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
@@ -79,17 +81,22 @@ async def running_core(
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
     channel = MemoryChannel()
+    queue = conversations if conversations is not None else LocalConversations()
+    await queue.open()
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
-                    dedup=MemoryDeduplicator(), conversations=LocalConversations())
+                    conversations=queue)
     deliver = router.deliver
     if blobs is not None:
         intake = MediaIntake(blobs, limits=limits or MediaLimits(),
                              images=IMAGE_LIMITS[provider.shape], transcriber=transcriber)
         deliver = intake.wrap(router.deliver)  # type: ignore[assignment]
-    async with router:
-        await channel.start(deliver)
-        try:
-            yield Core(channel, router, registry, metrics, store, workspace)
-        finally:
-            await router.drain(5)
-    await registry.aclose()
+    try:
+        async with router:
+            await channel.start(deliver)
+            try:
+                yield Core(channel, router, registry, metrics, store, workspace)
+            finally:
+                await router.drain(5)
+        await registry.aclose()
+    finally:
+        await queue.aclose()

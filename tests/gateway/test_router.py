@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from coordination.file_pairing import FilePairingState
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
+from gateway.channel import Accepted
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.pairing import PairingStore
@@ -59,7 +61,6 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
 async def test_global_turn_cap(tmp_path: Path) -> None:
     """No more than max_concurrent_turns turns run at once."""
     from coordination.local import LocalConversations
-    from coordination.memory_dedup import MemoryDeduplicator
     from gateway.persona import PersonaWorkspace
     from gateway.registry import ConversationRegistry
     from gateway.router import Router
@@ -74,7 +75,7 @@ async def test_global_turn_cap(tmp_path: Path) -> None:
     registry = ConversationRegistry(JsonlSessionStore(tmp_path / "d"), metrics)
     channel = MemoryChannel()
     async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
-                      max_concurrent_turns=2, dedup=MemoryDeduplicator(),
+                      max_concurrent_turns=2,
                       conversations=LocalConversations()) as router:
         await channel.start(router.deliver)
         for chat in range(6):
@@ -107,15 +108,57 @@ async def test_new_command_starts_fresh_session(tmp_path: Path) -> None:
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
         first = await core.channel.say("a", "one")
         await core.channel.wait_replies(1)
-        rotated = await core.channel.say("a", "/new")
+        await core.channel.say("a", "/new")
         await core.channel.say("a", "two")
         replies = await core.channel.wait_replies(3)
+        conv = core.registry.peek(ConversationKey("memory", "a"))
+        assert conv is not None
+        second = await core.replay(conv.session_id)
     assert first is not None
-    assert rotated is not None
-    assert rotated.session_id != first.session_id
-    assert replies[1][2] == f"Started a new conversation (session {rotated.session_id})."
+    assert second.session_id != first.session_id
+    assert replies[1][2] == f"Started a new conversation (session {second.session_id})."
+    assert [m["content"] for m in second.messages if m["role"] == "user"] == ["two"]
     sessions = sorted(p.stem for p in (tmp_path / "d" / "sessions").glob("*.jsonl"))
-    assert sorted([first.session_id, rotated.session_id]) == sessions  # type: ignore[type-var]
+    assert sorted([first.session_id, second.session_id]) == sessions  # type: ignore[type-var]
+
+
+async def test_new_command_applies_in_arrival_order_under_a_steady_stream(
+        tmp_path: Path) -> None:
+    """/new behind a running turn takes effect right after it, in arrival order: messages
+    sent after it (while the stream goes on) land in the new session, not the old one."""
+    provider = CountingProvider(delay=0.05)
+    store = JsonlSessionStore(tmp_path / "d")
+    async with running_core(store, provider, tmp_path / "p") as core:
+        first = await core.channel.say("a", "one")  # its turn runs while the rest arrives
+        delivered = asyncio.Event()
+        later: list[Accepted | None] = []
+
+        async def stream() -> None:
+            # After /new is in (an old router held /new back until the queue ran dry, so the
+            # stream goes on regardless after a moment, showing what that did).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await delivered.wait()
+            for text in ("two", "three", "four"):
+                later.append(await core.channel.say("a", text))
+                await asyncio.sleep(0.02)  # a steady stream, each one during a running turn
+
+        streaming = asyncio.create_task(stream())
+        await core.channel.say("a", "/new")
+        delivered.set()
+        await streaming
+        replies = await core.channel.wait_replies(5)
+    assert first is not None
+    texts = [r[2] for r in replies]
+    new_session = texts[1].removeprefix("Started a new conversation (session ").rstrip(").")
+    assert texts == ["re:one", f"Started a new conversation (session {new_session}).",
+                     "re:two", "re:three", "re:four"]
+    old = await core.replay(first.session_id or "")
+    new = await core.replay(new_session)
+    assert [m["content"] for m in old.messages if m["role"] == "user"] == ["one"]
+    assert [m["content"] for m in new.messages if m["role"] == "user"] == [
+        "two", "three", "four"]
+    assert all(a is not None and a.session_id in (None, new_session) for a in later)
 
 
 async def test_idle_rotation_starts_new_session_after_silence(tmp_path: Path) -> None:

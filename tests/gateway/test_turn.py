@@ -13,8 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import NotRecordedError, ProviderRateLimited
-from gateway.turn import APOLOGY
+from coordination.keys import decode_item
+from coordination.local import LocalConversations
+from gateway.errors import ProviderRateLimited, UnavailableError
 from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NotRebuildableError, Replay
@@ -269,27 +270,34 @@ async def test_refused_inbound_message_is_not_acknowledged(tmp_path: Path) -> No
         await core.channel.say("c1", "first")
         await core.channel.wait_replies(1)
         store.set_fault(Refuse("BROKEN"), {"message"})
-        with pytest.raises(NotRecordedError) as info:
+        with pytest.raises(UnavailableError) as info:  # a channel answers 503: not taken
             await core.channel.say("c1", "lost in the void")
         store.set_fault(None)
         await core.channel.say("c1", "third")
         await core.channel.wait_replies(2)
-    assert (info.value.kind, info.value.fenced) == ("BROKEN", False)
+    assert (info.value.what, info.value.kind) == ("store", "BROKEN")
     texts = [content_text(m["content"]) for m in provider.bodies[1]["messages"]
              if m["role"] == "user"]
     assert texts == ["first", "third"]
 
 
 async def test_fenced_writer_ends_the_turn_before_the_provider_call(tmp_path: Path) -> None:
-    """A call entry refused because the writer was fenced off ends the turn before the call."""
+    """A call entry refused because the writer was fenced off ends the turn before the call,
+    and the conversation is handed back (another worker owns it): no apology, still owed."""
     store = FaultyStore()
     provider = ScriptedProvider()
     async with running_core(store, provider, tmp_path / "p") as core:
         store.set_fault(Refuse("STALE_FENCE"), {"call"})
         await core.channel.say("c1", "hi")
-        replies = await core.channel.wait_replies(1)
+        async with asyncio.timeout(5):
+            while core.router._workers or not store.faults_raised:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        queue = core.router.conversations
+        assert isinstance(queue, LocalConversations)
+        owed = [decode_item(o.item).item.inbound.text for o in queue.journal.owed()]
     assert provider.bodies == []
-    assert replies == [("c1", "fail", APOLOGY)]
+    assert core.channel.replies == []
+    assert owed == ["hi"]
 
 
 async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
+from gateway.coordination import Coordinator
 from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
 from sessions.store import SessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
@@ -91,12 +92,13 @@ async def web_gateway(
     provider: Provider | None = None,
     store: SessionStore | None = None,
     connections: int = 100,
+    coordinator: Coordinator | None = None,
 ) -> AsyncIterator[WebGateway]:
     """Start a gateway from ``settings``; close it after. The provider is ``provider``, else
     the one the settings name, else (for ``offline``) the instant scripted provider."""
     if provider is None and settings.provider == "offline":
         provider = ScriptedProvider(keep_bodies=False)
-    gateway = build_gateway(settings, provider=provider, store=store)
+    gateway = build_gateway(settings, provider=provider, store=store, coordinator=coordinator)
     await gateway.start()
     try:
         connector = aiohttp.TCPConnector(limit=connections)

@@ -107,7 +107,6 @@ async def _write_gateway_log(root: Path) -> bytes:
     from app.compose import build_loop
     from app.config import Settings
     from coordination.local import LocalConversations
-    from coordination.memory_dedup import MemoryDeduplicator
     from gateway.messages import ConversationKey, Inbound, Sender
     from gateway.metrics import Metrics
     from gateway.registry import ConversationRegistry
@@ -129,7 +128,7 @@ async def _write_gateway_log(root: Path) -> bytes:
     registry = ConversationRegistry(store, metrics)
     router = Router(registry=registry, loop=build_loop(settings, provider, metrics),
                     sink_for=lambda inbound: _Reply(), metrics=metrics,
-                    dedup=MemoryDeduplicator(), conversations=LocalConversations())
+                    conversations=LocalConversations())
     key = ConversationKey("web", "c1")
     session = None
     async with router:

@@ -1,0 +1,337 @@
+"""The owed journal of one gateway process: what was acknowledged and is not answered yet.
+
+``<data_dir>/state/delivery.jsonl`` (0600 in a 0700 directory), one JSON array per line::
+
+    ["owe", id, conversation, key, at, item]   received (durable before it is acknowledged)
+    ["drop", id]                               withdrawn: not acknowledged after all
+    ["paid", id, session, at]                  answered (its reply went out)
+    ["seen", key, id, session, at]             (compaction) an answered item's platform key
+
+It is the gateway's one duplicate check too (``key`` is the platform id, scoped to its
+conversation): a key is remembered ``ttl`` seconds after its message arrived, so a platform's
+redelivery within that time is recognised, across restarts, and answered by what the first
+delivery got. On start, the owed items come back in arrival order and are served first
+(:class:`coordination.local.LocalConversations`); only this small file is read, never the
+session logs (they are opened per owed conversation).
+
+Writes are single ``os.write`` appends of whole lines, made inline (the page cache survives a
+killed process); with durability ``always`` each is fsynced, otherwise the file is fsynced
+when an answer is noted (end of a turn). An ``owe`` that cannot be written raises (the message
+is then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept and written
+ahead of the next line, retried by :meth:`FileJournal.flush`. A torn last line (killed
+mid-write) is ignored. Keys past their ttl are expired in memory, and the file is rewritten
+from what is live (owed items and unexpired keys) whenever it holds more than twice the lines
+that needs, so it stays proportional to the traffic of one ttl.
+
+One gateway process per data directory: the file is ``flock``-ed while open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.errors import ConfigError
+from sessions.files import FILE_MODE, ensure_private_dir
+
+JOURNAL_FILE = "delivery.jsonl"
+DEDUP_TTL = 25 * 3600.0
+"""Seconds a platform id is remembered: Telegram keeps an unconfirmed update for 24 hours,
+Slack retries within the hour and resends after reconnects."""
+COMPACT_SLACK = 1000
+"""Lines the file may hold beyond twice the live ones before it is rewritten."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwedItem:
+    """One owed item, as :meth:`FileJournal.owed` lists them (arrival order)."""
+
+    id: str
+    conversation: str
+    key: str | None
+    at: float
+    item: str
+    """The item in its wire form (:func:`coordination.keys.encode_item`)."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    item: str
+    at: float
+    session: str | None
+
+
+class FileJournal:
+    """See the module docstring. ``path=None`` keeps everything in memory (tests)."""
+
+    def __init__(self, path: Path | None, *, ttl: float = DEDUP_TTL, fsync: str = "turn",
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.ttl = ttl
+        self.fsync = fsync
+        self.clock = clock
+        self._owed: dict[str, OwedItem] = {}
+        self._owed_keys: dict[str, str] = {}  # key -> id of an owed item
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()  # answered keys, oldest first
+        self._paid: dict[str, str | None] = {}  # id -> session, for the keys in _seen
+        self._fd: int | None = None
+        self._lines = 0
+        self._backlog = b""
+        self._opened = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Load the file (off the loop: it may hold a day of keys), compact it, lock it."""
+        if self._opened:
+            return
+        if self.path is not None:
+            await asyncio.to_thread(self._load)
+        self._opened = True
+
+    def _load(self) -> None:
+        assert self.path is not None
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(f"another gateway process uses the data directory of {self.path}"
+                              " (one process per GATEWAY_DATA_DIR)") from None
+        os.fchmod(fd, FILE_MODE)
+        self._fd = fd
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        whole = data.rfind(b"\n") + 1
+        if whole != len(data):  # a torn last line: cut it before anything is appended
+            os.ftruncate(fd, whole)
+        lines = data[:whole].split(b"\n")
+        for raw in lines:
+            self._apply(raw)
+        self._lines = len(lines) - 1
+        self._expire(self.clock())
+        with contextlib.suppress(OSError):  # a full or read-only disk: append to it as it is
+            self._rewrite()
+
+    def _apply(self, raw: bytes) -> None:
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return  # a torn last line, or an empty one
+        if not isinstance(line, list) or not line:
+            return
+        try:
+            kind = line[0]
+            if kind == "owe":
+                _, item_id, conversation, key, at, body = line
+                self._note_owed(OwedItem(str(item_id), str(conversation),
+                                         None if key is None else str(key), float(at), str(body)))
+            elif kind == "drop":
+                self._forget_owed(str(line[1]))
+            elif kind == "paid":
+                _, item_id, session, _at = line
+                self._note_paid(str(item_id), None if session is None else str(session))
+            elif kind == "seen":
+                _, key, item_id, session, at = line
+                self._seen[str(key)] = _Seen(str(item_id), float(at),
+                                             None if session is None else str(session))
+                self._paid[str(item_id)] = None if session is None else str(session)
+        except (ValueError, TypeError):
+            return  # not a line we wrote: ignored like a torn one
+
+    def close(self) -> None:
+        """Release the file (idempotent). Call :meth:`flush` first."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def owed(self) -> list[OwedItem]:
+        """Every owed item, in arrival order."""
+        return list(self._owed.values())
+
+    def seen(self, key: str) -> tuple[str, str | None] | None:
+        """``(item id, session or None)`` of the live delivery with this key, if any."""
+        owed = self._owed_keys.get(key)
+        if owed is not None:
+            return owed, None
+        seen = self._seen.get(key)
+        if seen is None:
+            return None
+        if self.clock() - seen.at >= self.ttl:
+            return None
+        return seen.item, seen.session
+
+    def is_owed(self, item_id: str) -> bool:
+        return item_id in self._owed
+
+    def paid_session(self, item_id: str) -> tuple[bool, str | None]:
+        """``(answered, session)`` of an answered item whose key is still remembered."""
+        if item_id in self._paid:
+            return True, self._paid[item_id]
+        return False, None
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._backlog)
+
+    def __len__(self) -> int:
+        """Live records: owed items and remembered keys."""
+        return len(self._owed) + len(self._seen)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def owe(self, item_id: str, conversation: str, key: str | None, item: str) -> None:
+        """Record an item as owed; raises ``OSError`` (and records nothing) if it cannot."""
+        owed = OwedItem(item_id, conversation, key, self.clock(), item)
+        self._write(_line(["owe", owed.id, owed.conversation, owed.key, owed.at, owed.item]),
+                    keep=False)
+        self._note_owed(owed)
+        if self.fsync == "always":
+            await self._sync()
+
+    async def drop(self, item_id: str) -> None:
+        """The item was not acknowledged after all: forget it (never raises)."""
+        if self._forget_owed(item_id) is not None:
+            self._write_kept(_line(["drop", item_id]))
+
+    async def paid(self, item_id: str, session: str | None) -> None:
+        """The item was answered: no longer owed (never raises; a failed write is retried)."""
+        if item_id not in self._owed:
+            return
+        self._note_paid(item_id, session)
+        self._write_kept(_line(["paid", item_id, session, self.clock()]))
+        if self.fsync != "none" and not self._backlog:
+            await self._sync()
+
+    async def flush(self) -> bool:
+        """Write what earlier failures left pending; True once nothing is pending."""
+        if not self._backlog:
+            return True
+        try:
+            self._write(b"", keep=True)
+        except OSError:
+            return False
+        return not self._backlog
+
+    def _write_kept(self, line: bytes) -> None:
+        with contextlib.suppress(OSError):  # kept: written ahead of the next line or by flush()
+            self._write(line, keep=True)
+        self._maybe_compact()
+
+    def _write(self, line: bytes, *, keep: bool) -> None:
+        """Append the backlog and ``line``. On failure the backlog stays (plus ``line`` when
+        ``keep``) and the error is raised; the file is cut back to its last whole line."""
+        data = self._backlog + line
+        if self._fd is None:  # in memory only, or closed
+            self._backlog = b""
+            self._lines += data.count(b"\n")
+            return
+        size = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            done = 0
+            while done < len(data):
+                n = os.write(self._fd, view[done:])
+                if n == 0:
+                    raise OSError(errno.EIO, "write returned 0")
+                done += n
+        except OSError:
+            with contextlib.suppress(OSError):  # a torn tail is ignored when the file is read
+                os.ftruncate(self._fd, size)
+            if keep:
+                self._backlog = data
+            raise
+        self._backlog = b""
+        self._lines += data.count(b"\n")
+
+    async def _sync(self) -> None:
+        fd = self._fd
+        if fd is not None:
+            with contextlib.suppress(OSError):  # in the page cache; a later sync tries again
+                await asyncio.to_thread(os.fsync, fd)
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def _note_owed(self, owed: OwedItem) -> None:
+        self._owed[owed.id] = owed
+        if owed.key is not None:
+            self._owed_keys[owed.key] = owed.id
+
+    def _forget_owed(self, item_id: str) -> OwedItem | None:
+        owed = self._owed.pop(item_id, None)
+        if owed is not None and owed.key is not None:
+            self._owed_keys.pop(owed.key, None)
+        return owed
+
+    def _note_paid(self, item_id: str, session: str | None) -> None:
+        owed = self._forget_owed(item_id)
+        if owed is not None and owed.key is not None:
+            self._seen[owed.key] = _Seen(item_id, owed.at, session)
+            self._seen.move_to_end(owed.key)
+            self._paid[item_id] = session
+
+    def _expire(self, now: float) -> None:
+        """Forget answered keys older than the ttl (oldest first; owed ones never expire)."""
+        while self._seen:
+            key, seen = next(iter(self._seen.items()))
+            if now - seen.at < self.ttl:
+                break
+            del self._seen[key]
+            self._paid.pop(seen.item, None)
+
+    def _maybe_compact(self) -> None:
+        # Keys expire as time goes (amortised O(1): only the oldest are looked at), so the
+        # live count falls behind the lines written and the file gets rewritten.
+        self._expire(self.clock())
+        if self._lines > 2 * len(self) + COMPACT_SLACK and not self._backlog:
+            with contextlib.suppress(OSError):  # a full or read-only disk: try again later
+                self._rewrite()
+
+    def _rewrite(self) -> None:
+        """Replace the file with its live lines (temp file, fsync, rename; then reopen)."""
+        if self.path is None or self._fd is None:
+            self._lines = len(self)
+            return
+        lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item])
+                 for o in self._owed.values()]
+        lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in self._seen.items()]
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            body = b"".join(lines)
+            written = 0
+            while written < len(body):
+                written += os.write(fd, body[written:])
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        new = os.open(tmp, os.O_RDWR | os.O_APPEND)
+        try:
+            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(new)
+            raise
+        old, self._fd = self._fd, new
+        os.close(old)
+        self._lines = len(lines)
+
+
+def _line(value: list[Any]) -> bytes:
+    return orjson.dumps(value) + b"\n"

@@ -1,0 +1,139 @@
+"""The owed journal of one process: what it keeps across restarts, how it fails, how it
+stays small (issue 18 item 15: keys expire after their ttl and the file is rewritten from what
+is live, checked with a fake clock)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from coordination.journal import COMPACT_SLACK, FileJournal
+from gateway.errors import ConfigError
+
+HOUR = 3600.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lines(path: Path) -> list[list[object]]:
+    return [orjson.loads(raw) for raw in path.read_bytes().splitlines()]
+
+
+async def test_owed_items_and_keys_survive_a_restart(tmp_path: Path) -> None:
+    """Owed items come back in arrival order; answered and withdrawn ones do not; a key is
+    recognised after the restart with the session its item was answered in."""
+    path = tmp_path / "state" / "delivery.jsonl"
+    journal = FileJournal(path)
+    await journal.open()
+    await journal.owe("i1", "conv-a", "k1", "body 1")
+    await journal.owe("i2", "conv-b", "k2", "body 2")
+    await journal.owe("i3", "conv-a", None, "body 3")
+    await journal.owe("i4", "conv-a", "k4", "body 4")
+    await journal.paid("i1", "s-a")
+    await journal.drop("i4")
+    journal.close()
+
+    again = FileJournal(path)
+    await again.open()
+    assert [(o.id, o.conversation, o.item) for o in again.owed()] == [
+        ("i2", "conv-b", "body 2"), ("i3", "conv-a", "body 3")]
+    assert again.seen("k1") == ("i1", "s-a")
+    assert again.seen("k2") == ("i2", None)
+    assert again.seen("k4") is None  # withdrawn: a redelivery is taken
+    assert again.paid_session("i1") == (True, "s-a")
+    again.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+async def test_a_torn_last_line_is_cut_before_anything_is_appended(tmp_path: Path) -> None:
+    """A line cut by a kill is ignored, and the next line does not run into it."""
+    path = tmp_path / "delivery.jsonl"
+    journal = FileJournal(path)
+    await journal.open()
+    await journal.owe("i1", "c", "k1", "one")
+    journal.close()
+    with path.open("ab") as fh:
+        fh.write(b'["owe","i2","c","k2",1.0,"tw')  # killed mid-write
+    again = FileJournal(path)
+    await again.open()
+    await again.owe("i3", "c", "k3", "three")
+    again.close()
+    third = FileJournal(path)
+    await third.open()
+    assert [o.id for o in third.owed()] == ["i1", "i3"]
+    third.close()
+
+
+async def test_an_owe_that_cannot_be_written_records_nothing(tmp_path: Path) -> None:
+    """A failed ``owe`` raises and leaves nothing behind; a failed ``paid`` is kept and
+    written by the next write (here a ``flush``), once the disk takes writes again."""
+    path = tmp_path / "delivery.jsonl"
+    journal = FileJournal(path)
+    await journal.open()
+    await journal.owe("i1", "c", "k1", "one")
+    fd = journal._fd
+    assert fd is not None
+    journal._fd = os.open(os.devnull, os.O_RDONLY)  # every write now fails (EBADF)
+    with pytest.raises(OSError, match="Bad file descriptor") as failed:
+        await journal.owe("i2", "c", "k2", "two")
+    assert failed.value.errno == errno.EBADF
+    assert journal.seen("k2") is None
+    await journal.paid("i1", "s1")  # never raises: kept for later
+    assert journal.pending_bytes > 0
+    assert not await journal.flush()
+    os.close(journal._fd)
+    journal._fd = fd
+    assert await journal.flush()
+    journal.close()
+    assert [line[0] for line in lines(path)] == ["owe", "paid"]
+
+
+async def test_a_second_process_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    """The journal is locked while open: one gateway process per data directory."""
+    first = FileJournal(tmp_path / "delivery.jsonl")
+    await first.open()
+    with pytest.raises(ConfigError, match="another gateway process"):
+        await FileJournal(tmp_path / "delivery.jsonl").open()
+    first.close()
+
+
+async def test_keys_expire_and_the_file_stays_proportional_to_live_ones(
+        tmp_path: Path) -> None:
+    """55 hours of traffic (a message every 10 s, answered at once) with a 25 h ttl: the
+    keys held are those of the last 25 hours and the file never holds more than twice them
+    plus the slack; after a restart it holds exactly the live ones."""
+    clock = Clock()
+    path = tmp_path / "delivery.jsonl"
+    journal = FileJournal(path, ttl=25 * HOUR, clock=clock, fsync="none")
+    await journal.open()
+    every = 10.0
+    most_lines = 0
+    for n in range(int(55 * HOUR / every)):
+        clock.now += every
+        await journal.owe(f"i{n}", "c", f"k{n}", "body")
+        await journal.paid(f"i{n}", "s")
+        if n % 50 == 0:
+            most_lines = max(most_lines, path.read_bytes().count(b"\n"))
+    live = int(25 * HOUR / every)
+    held = len(journal)
+    assert live - 1 <= held <= live + COMPACT_SLACK
+    assert most_lines <= 2 * (live + COMPACT_SLACK) + COMPACT_SLACK + 2
+    assert journal.seen("k0") is None  # 55 h old
+    assert journal.seen(f"k{n}") == (f"i{n}", "s")
+    journal.close()
+    again = FileJournal(path, ttl=25 * HOUR, clock=clock, fsync="none")
+    await again.open()
+    assert path.read_bytes().count(b"\n") == len(again) <= live
+    again.close()

@@ -1,0 +1,131 @@
+"""Owed answers survive the process (one gateway): what was acknowledged and not answered
+when it stopped is answered on the next start, once, in conversation order, from how far
+the session log shows it got."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from coordination.journal import FileJournal
+from coordination.keys import encode_item, member
+from coordination.local import LocalConversations
+from gateway.coordination import QueueItem
+from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from sessions.jsonl import JsonlSessionStore
+from tests.fakes.scripted_provider import ScriptedProvider
+from tests.gateway.harness import running_core
+
+KEY = ConversationKey("memory", "a")
+
+
+class Echo(ScriptedProvider):
+    """``re:<last user text>``; with ``hold`` set, every call waits until it is cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: asyncio.Event | None = None
+        self.calls: list[str] = []
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        last = str(request.messages[-1]["content"])
+        self.calls.append(last)
+        if self.hold is not None:
+            await self.hold.wait()
+        return ProviderResponse(message={"role": "assistant",
+                                         "content": [{"type": "text", "text": f"re:{last}"}]},
+                                stop_reason="end_turn")
+
+
+def queue(tmp_path: Path) -> LocalConversations:
+    return LocalConversations(FileJournal(tmp_path / "d" / "state" / "delivery.jsonl"))
+
+
+async def test_queued_and_interrupted_messages_are_answered_after_a_restart(
+        tmp_path: Path) -> None:
+    """Stopped mid-call with two more queued: the next start finishes the cut turn (asking the
+    provider again, recording the message once) and answers the queued ones in order."""
+    store = JsonlSessionStore(tmp_path / "d")
+    provider = Echo()
+    provider.hold = asyncio.Event()  # the first run never gets an answer
+    async with running_core(store, provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as core:
+        first = await core.channel.say("a", "one")
+        await core.channel.say("a", "two")
+        await core.channel.say("a", "three")
+        async with asyncio.timeout(5):
+            while not provider.calls:  # noqa: ASYNC110 - the fake has no notification
+                await asyncio.sleep(0.01)
+        await core.router.drain(0)  # stopped: the turn is cut off, nothing else runs
+    assert core.channel.replies == []
+    provider.hold = None
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as again:
+        replies = await again.channel.wait_replies(3)
+        await again.idle()
+        assert first is not None
+        replay = await again.replay(first.session_id or "")
+    assert [r[2] for r in replies] == ["re:one", "re:two", "re:three"]
+    assert provider.calls == ["one", "one", "two", "three"]  # the cut call, asked again
+    users = [m["content"] for m in replay.messages if m["role"] == "user"]
+    assert users == ["one", "two", "three"]
+    assert [m["content"][0]["text"] for m in replay.messages if m["role"] == "assistant"] == [
+        "re:one", "re:two", "re:three"]
+    journal = FileJournal(tmp_path / "d" / "state" / "delivery.jsonl")
+    await journal.open()
+    assert journal.owed() == []  # nothing is owed any more
+    journal.close()
+
+
+async def test_an_answer_recorded_but_not_marked_is_sent_again_without_a_new_call(
+        tmp_path: Path) -> None:
+    """Stopped between recording the answer and noting it was sent: the next start sends the
+    recorded answer (no provider call, nothing recorded again)."""
+    store = JsonlSessionStore(tmp_path / "d")
+    provider = Echo()
+    async with running_core(store, provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as core:
+
+        async def stop_before_done(*_: object) -> None:
+            raise asyncio.CancelledError  # the process ends right after the reply went out
+
+        core.router.conversations.done = stop_before_done  # type: ignore[method-assign]
+        first = await core.channel.say("a", "one")
+        await core.channel.wait_replies(1)
+        await core.idle()
+    assert first is not None
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as again:
+        replies = await again.channel.wait_replies(1)
+        await again.idle()
+        replay = await again.replay(first.session_id or "")
+    assert replies == [("a", "finish", "re:one")]
+    assert provider.calls == ["one"]
+    assert [m["role"] for m in replay.messages] == ["user", "assistant"]
+
+
+async def test_a_message_owed_but_never_written_to_its_session_is_recorded_once(
+        tmp_path: Path) -> None:
+    """Killed between the journal's line and the session append: the next start records the
+    message from the journal and answers it."""
+    journal = FileJournal(tmp_path / "d" / "state" / "delivery.jsonl")
+    await journal.open()
+    item = QueueItem(Inbound(KEY, Sender("u", "U"), "lost in between", platform_id="p1"))
+    await journal.owe(item.id, member(KEY), f"default:{KEY.label()}:p1", encode_item(item, ""))
+    journal.close()
+    provider = Echo()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as core:
+        replies = await core.channel.wait_replies(1)
+        await core.idle()
+        duplicate = await core.channel.say("a", "lost in between", platform_id="p1")
+        conv = core.registry.peek(KEY)
+        assert conv is not None
+        replay = await core.replay(conv.session_id)
+    assert replies == [("a", "finish", "re:lost in between")]
+    assert duplicate is not None
+    assert duplicate.duplicate  # the platform's redelivery is recognised
+    assert [m["content"] for m in replay.messages if m["role"] == "user"] == ["lost in between"]
+    assert replay.messages.entry(0)["meta"]["item"] == item.id
