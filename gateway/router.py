@@ -52,7 +52,14 @@ from gateway.coordination import (
 from gateway.episodes import Episode
 from gateway.errors import ChannelError, NotRecordedError, UnavailableError
 from gateway.media.notice import with_notice
-from gateway.messages import ChannelContext, ConversationKey, Inbound, OutboundFile, answerable, user_message
+from gateway.messages import (
+    ChannelContext,
+    ConversationKey,
+    Inbound,
+    OutboundFile,
+    answerable,
+    user_message,
+)
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
 from gateway.speakers import context_of, user_message
