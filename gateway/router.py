@@ -58,7 +58,6 @@ from gateway.messages import (
     Inbound,
     OutboundFile,
     answerable,
-    user_message,
 )
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
