@@ -122,7 +122,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def session_files(root: Path) -> list[Path]:
-    """Session logs only (the channels' dedup state is JSONL too)."""
+    """Session logs only (the owed journal under state/ is JSONL too)."""
     return sorted(root.rglob("sessions/*.jsonl"))
 
 
