@@ -85,9 +85,11 @@ class Conversation:
             self.order.append(index, self.costs[index])
         return index
 
-    async def add_tool_results(self, message: MessageDict) -> int | None:
-        """Record a tool-results message; its index, or ``None`` when the log refused it."""
-        index, _ = await self._record(message, [entries.message(message)])
+    async def add_tool_results(self, message: MessageDict,
+                               meta: Mapping[str, Any] | None = None) -> int | None:
+        """Record a tool round's results (``meta`` says how each call went; never sent); its
+        index, or ``None`` when the log refused it."""
+        index, _ = await self._record(message, [entries.message(message, meta)])
         if index is not None:
             self.order.append(index, self.costs[index])
         return index

@@ -48,6 +48,12 @@ class Metrics:
             "gateway_cost_usd_total", "What answered provider calls cost, in US dollars, by the "
             "price table (models without a price are not counted)",
             ["provider", "model", "tenant"], registry=r)
+        self.tool_calls = Counter("gateway_tool_calls_total", "Tool calls by outcome",
+                                  ["server", "tool", "outcome"], registry=r)
+        self.tool_latency = Histogram(
+            "gateway_tool_latency_seconds", "Latency of one tool call", ["server", "tool"],
+            registry=r, buckets=LATENCY_BUCKETS,
+        )
         self.persist_failures = Counter(
             "gateway_persist_failures_total", "Session writes that failed or timed out", ["kind"],
             registry=r,

@@ -66,6 +66,11 @@ class _PersonaTool:
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    server = "persona"
+
+    @property
+    def remote_name(self) -> str:
+        return self.name
 
     def __init__(self, workspace: PersonaWorkspace) -> None:
         self.workspace = workspace

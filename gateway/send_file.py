@@ -47,6 +47,9 @@ class SendFileTool:
         "additionalProperties": False,
     }
 
+    server = "gateway"
+    remote_name = name
+
     def __init__(self, blobs: BlobStore) -> None:
         self.blobs = blobs
 

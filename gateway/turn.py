@@ -33,7 +33,6 @@ from gateway.metrics import Metrics
 from gateway.observe import (
     NO_OBSERVER,
     CallResult,
-    ToolInfo,
     TurnHandle,
     TurnInfo,
     TurnObserver,
@@ -41,7 +40,7 @@ from gateway.observe import (
 from gateway.observe import CallInfo as ObservedCall
 from gateway.prompt import BuiltPrompt, PromptSource
 from gateway.providers.base import Provider, ProviderRequest, TextSink
-from gateway.tools import ToolRegistry
+from gateway.tools import ToolRegistry, ToolSet, run_tool_uses
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
 from sessions.records import CachePlan, CallRequest, Outcome, window_messages
@@ -151,9 +150,10 @@ class AgentLoop:
                 await conv.recorder.sync()
                 return TurnResult("apologised", self.settings.apology, calls)
             params = dict(self.provider.params())
-            cache = self._cache_plan(built)
+            tools = self.tools.for_tenant(conv.key.tenant)
+            cache = self._cache_plan(built, tools)
             request = CallRequest(
-                prompt=prompt, reason=reason, tools=self.tools.schemas,
+                prompt=prompt, reason=reason, tools=tools.schemas,
                 provider=self.provider.name, model=self.provider.model, params=params,
                 window=window, cache=cache,
             )
@@ -165,7 +165,7 @@ class AgentLoop:
                 sent = ProviderRequest(
                     system=prompt.text,
                     messages=messages,
-                    tools=self.tools.schemas,
+                    tools=tools.schemas,
                     model=self.provider.model,
                     params=params,
                     sections=prompt.texts,
@@ -221,19 +221,9 @@ class AgentLoop:
                 return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
             if not uses:
                 return await self._end(conv, sink, "answered", SEPARATOR.join(texts), calls)
-            results = []
-            for use in uses:
-                args = use.get("input") or {}
-                tool = turn.tool_started(ToolInfo(name=use["name"], call_id=use["id"],
-                                                  arguments=args))
-                result = await self.tools.run(use["name"], args, conv.context, sink=sink)
-                tool.finished(result.text, is_error=result.is_error)
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"],
-                                         "content": result.content()}
-                if result.is_error:
-                    block["is_error"] = True
-                results.append(block)
-            if await conv.add_tool_results({"role": "user", "content": results}) is None:
+            results, record = await run_tool_uses(tools, uses, conv.context, self.metrics,
+                                                  turn, sink)
+            if await conv.add_tool_results(results, record) is None:
                 return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
         return await self._end(conv, sink, "iteration_cap", SEPARATOR.join(texts) or CAPPED,
                                calls)
@@ -254,12 +244,12 @@ class AgentLoop:
         await conv.recorder.sync()
         return TurnResult(status, text, calls)
 
-    def _cache_plan(self, built: BuiltPrompt) -> CachePlan | None:
+    def _cache_plan(self, built: BuiltPrompt, tools: ToolSet) -> CachePlan | None:
         """Breakpoints after the tools, the prompt's stable prefix and the history; only the
         Anthropic shape takes them (OpenAI caches prefixes by itself)."""
         if not self.settings.prompt_cache or self.provider.shape != "anthropic":
             return None
-        return CachePlan(tools=bool(self.tools.schemas),
+        return CachePlan(tools=bool(tools.schemas),
                          system=min(built.stable, len(built.prompt.sections)))
 
     async def _blobs(self, conv: Conversation,
