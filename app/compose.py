@@ -48,7 +48,7 @@ from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.scopes import Scope, scope_of
 from gateway.send_file import SendFileTool
-from gateway.tools import ToolRegistry
+from gateway.tools import ToolRegistry, ToolSource
 from gateway.turn import AgentLoop, LoopSettings
 from sessions.blob_files import FileBlobStore
 from sessions.blobs import BlobStore
@@ -212,6 +212,29 @@ def build_eraser(persona_root: Path, store: SessionStore,
     return Eraser(store, steps)
 
 
+def build_toolbox(settings: Settings) -> ToolSource | None:
+    """The MCP servers of ``GATEWAY_MCP_CONFIG`` (not started), or None when it is unset.
+
+    Raises :class:`ConfigError` for an unreadable or invalid file, naming the server and key."""
+    if settings.mcp_config is None:
+        return None
+    from toolsets.mcp import McpToolbox, ToolboxSettings, load_config
+    from toolsets.mcp.connection import ConnectionSettings
+
+    return McpToolbox(load_config(settings.mcp_config), ToolboxSettings(
+        connection=ConnectionSettings(
+            call_timeout=settings.mcp_tool_timeout,
+            max_result_chars=settings.mcp_max_result_chars,
+            log_dir=settings.data_dir / MCP_LOGS_DIR,
+        ),
+        start_timeout=settings.mcp_start_timeout,
+    ))
+
+
+MCP_LOGS_DIR = "mcp-logs"
+"""Where stdio MCP servers' stderr goes: ``<data>/mcp-logs/<server>.log``."""
+
+
 def build_loop(
     settings: Settings,
     provider: Provider,
@@ -228,7 +251,10 @@ def build_loop(
         workspace = workspace or build_persona(settings)
         prompts = prompts or workspace
         extra = [SendFileTool(blobs)] if blobs is not None else []
-        tools = tools or ToolRegistry([*persona_tools(workspace), *extra])
+        if tools is None:
+            toolbox = build_toolbox(settings)
+            tools = ToolRegistry([*persona_tools(workspace), *extra],
+                                 sources=[toolbox] if toolbox is not None else [])
     return AgentLoop(
         provider=provider, prompts=prompts, tools=tools,
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook, lease_hook],
@@ -343,7 +369,8 @@ def build_gateway(
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
         extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
         observer=observer,
-        services=[policy.pairing] if isinstance(policy.pairing, LivePairing) else [],
+        services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
+                  loop.tools],
         closing=[blobs.aclose] + ([transcriber.aclose] if transcriber is not None else []),
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()

@@ -106,6 +106,15 @@ class Settings(BaseSettings):
     otel_capture_content: bool = Field(
         False, validation_alias=_env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
 
+    # -- tools: MCP servers (see toolsets/mcp) -------------------------------------------------
+    # JSON file in the mcpServers shape; unset: no MCP tools.
+    mcp_config: Path | None = Field(None, validation_alias=_env("GATEWAY_MCP_CONFIG"))
+    mcp_tool_timeout: float = Field(30.0, gt=0, validation_alias=_env("GATEWAY_MCP_TOOL_TIMEOUT"))
+    mcp_max_result_chars: int = Field(16_000, ge=100,
+                                      validation_alias=_env("GATEWAY_MCP_MAX_RESULT_CHARS"))
+    mcp_start_timeout: float = Field(20.0, gt=0,
+                                     validation_alias=_env("GATEWAY_MCP_START_TIMEOUT"))
+
     # -- telegram -----------------------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, validation_alias=_env("TELEGRAM_BOT_TOKEN"))
     telegram_mode: Literal["polling", "webhook"] = Field(

@@ -4,12 +4,13 @@ The HTTP server's limits (header and body timeouts, header sizes) and who may re
 ``/metrics`` are in :mod:`app.server_limits`.
 
 Start order: coordinator (Redis, when workers share one), router, services (the pairing
-state's writer), HTTP server (``/healthz``, ``/metrics`` and channel routes), channels. Stop
+state's writer; the tool servers, each up or failed once within ``GATEWAY_MCP_START_TIMEOUT``),
+HTTP server (``/healthz``, ``/metrics`` and channel routes), channels. Stop
 order (SIGINT/SIGTERM or :meth:`Gateway.aclose`): channels stop taking input, in-flight turns
 get ``shutdown_grace`` seconds, then are cancelled (a worker hands its queued conversations to
-the others); services write what they hold; sessions are flushed and closed, then the
-coordinator, store, provider and server. ``aclose`` is idempotent and closes everything even
-if a step fails.
+the others); services write what they hold (tool servers stop); sessions are flushed and
+closed, then the coordinator, store, provider and server. ``aclose`` is idempotent and closes
+everything even if a step fails.
 """
 
 from __future__ import annotations

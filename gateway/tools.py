@@ -203,6 +203,14 @@ class ToolRegistry:
         for source in self.sources:
             await source.aclose()
 
+    async def __aenter__(self) -> ToolRegistry:
+        """Start the sources (the gateway enters it as a service, after the router)."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
 
 def _same_tools(current: ToolSet, tools: Sequence[Tool]) -> bool:
     return len(current.schemas) == len(tools) and all(

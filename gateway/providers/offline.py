@@ -1,7 +1,8 @@
 """A deterministic provider that needs no network and no API key: the default without one.
 
 It still drives the agent loop for real: a few phrasings of the last user message turn into
-persona tool calls (only for tools the request offers, and only when their schema's required
+persona tool calls, and "what time is it" into a call of the example MCP clock server's
+``clock__now`` (only for tools the request offers, and only when their schema's required
 fields can be filled), tool results are acknowledged in text, and anything else gets a reply
 that quotes the user and names the persona from the system prompt, so a broken prompt or
 window shows up even offline. Same request in, same answer out: no clocks, no randomness.
@@ -177,7 +178,14 @@ def _rename(text: str, system: str) -> _Intent | None:
     return "soul_patch", f"From now on I'm {new}.", wanted
 
 
+def _time(text: str, system: str) -> _Intent | None:
+    # The example MCP clock server's tool (mcp.example.json); absent unless it is configured.
+    wanted = "what time is it" in text.lower() or "what's the time" in text.lower()
+    return ("clock__now", "Let me check the clock.", {}) if wanted else None
+
+
 _RULES: tuple[Callable[[str, str], _Intent | None], ...] = (
+    _time,
     _remember,
     _kb_note,
     _kb_search,
@@ -195,7 +203,7 @@ def _fit(schema: Mapping[str, Any], wanted: dict[str, str]) -> dict[str, str] | 
     if not isinstance(properties, Mapping):
         return wanted
     args = {k: v for k, v in wanted.items() if k in properties}
-    return args or None
+    return args if args or not wanted else None
 
 
 def _schemas(tools: Sequence[ToolSchema]) -> dict[str, Mapping[str, Any]]:

@@ -1,0 +1,56 @@
+"""The test MCP servers as configured servers: stdio (a child per connection) and HTTP (one
+process per test, on a free loopback port)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+SERVER_MODULE = "tests.toolsets.mcp.servers"
+
+
+def stdio_spec(calls: Path | None = None, **extra: Any) -> dict[str, Any]:
+    """The mcpServers entry of the stdio test server (``calls``: its call log file)."""
+    spec: dict[str, Any] = {"command": sys.executable, "args": ["-m", SERVER_MODULE],
+                            "cwd": str(REPO), **extra}
+    if calls is not None:
+        spec["env"] = {"MCP_TEST_CALLS": str(calls)}
+    return spec
+
+
+@asynccontextmanager
+async def http_server(calls: Path | None = None) -> AsyncIterator[str]:
+    """Run the HTTP test server; yields its MCP endpoint URL."""
+    env = {"MCP_TEST_CALLS": str(calls)} if calls is not None else {}
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", SERVER_MODULE, "http", cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, **env},
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(30):
+            port = int((await process.stdout.readline()).decode())
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(10):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def eventually(check: Any, timeout: float = 20.0) -> None:  # noqa: ASYNC109 (the bound)
+    """Wait until ``check()`` is true (polling; bounded generously, fails loudly)."""
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110 (the state lives in another task; no event to wait on)
+            await asyncio.sleep(0.02)
