@@ -35,6 +35,7 @@ from app.commands import replay as replay_cmd
 from app.commands import run as run_cmd
 from app.commands import sessions as sessions_cmd
 from app.commands import sessions_db as sessions_db_cmd
+from app.commands import tools as tools_cmd
 from app.commands import usage as usage_cmd
 from app.commands import viewer as viewer_cmd
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
@@ -78,6 +79,7 @@ SUBCOMMANDS: tuple[tuple[str, ModuleType, str], ...] = (
     ("pairing", pairing_cmd, "approve or revoke people in DMs"),
     ("memory", memory_cmd, "list, show or delete what the agent remembers"),
     ("forget", forget_cmd, "erase a person (memory, direct sessions)"),
+    ("tools", tools_cmd, "MCP servers: status, tools, tenants"),
     ("completion", completion_cmd, "print shell completion code"),
 )
 """Name, module (its ``DESCRIPTION`` and ``add_arguments``) and one-line summary of every
@@ -133,6 +135,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         return pairing_cmd.run(args, settings)
     if args.command == "memory":
         return memory_cmd.run(args, settings)
+    if args.command == "tools":
+        return await tools_cmd.run(args, settings, sys.stdout)
     if args.command == "sessions" and args.action not in sessions_db_cmd.ACTIONS:
         code = sessions_cmd.run(args, settings.data_dir)
         if args.action == "prune" and code == 0:  # then the blobs no session refers to

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -48,7 +50,7 @@ from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.scopes import Scope, scope_of
 from gateway.send_file import SendFileTool
-from gateway.tools import ToolRegistry, ToolSource
+from gateway.tools import ToolRegistry, ToolSet, ToolSource
 from gateway.turn import AgentLoop, LoopSettings
 from sessions.blob_files import FileBlobStore
 from sessions.blobs import BlobStore
@@ -229,6 +231,38 @@ def build_toolbox(settings: Settings) -> ToolSource | None:
         ),
         start_timeout=settings.mcp_start_timeout,
     ))
+
+
+async def tool_servers_report(settings: Settings) -> list[dict[str, Any]] | None:
+    """Start every configured MCP server once, report its state and tools, stop them all
+    (``gateway tools list``). None when ``GATEWAY_MCP_CONFIG`` is unset."""
+    if settings.mcp_config is None:
+        return None
+    from toolsets.mcp import McpToolbox
+
+    toolbox = build_toolbox(settings)
+    assert isinstance(toolbox, McpToolbox)
+    async with toolbox:
+        return toolbox.report()
+
+
+@asynccontextmanager
+async def live_tool_set(settings: Settings, tenant: str, *,
+                        enabled: bool = True) -> AsyncIterator[ToolSet | None]:
+    """The MCP tools ``tenant`` sees, with their servers running (``gateway replay --rerun
+    --live-tools``); None when not enabled. Persona tools are never part of it."""
+    toolbox = build_toolbox(settings) if enabled else None
+    if not enabled:
+        yield None
+        return
+    if toolbox is None:
+        yield ToolSet([])
+        return
+    try:
+        await toolbox.start()
+        yield ToolSet(toolbox.tools_for(tenant))
+    finally:
+        await toolbox.aclose()
 
 
 MCP_LOGS_DIR = "mcp-logs"

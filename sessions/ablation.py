@@ -13,7 +13,7 @@ can be dropped or replaced as a whole. A turn without a recorded prompt cannot b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as evolve
 from typing import Any
@@ -81,8 +81,10 @@ class RerunParts:
         """True when the prompt to send differs from the recorded one (or none was recorded)."""
         return self.recorded_text is None or self.prompt.text != self.recorded_text
 
-    def call_request(self, provider: str, model: str, params: Mapping[str, Any]) -> CallRequest:
-        """The parts as the agent loop hands them to the store, for a rerun log of its own.
+    def call_request(self, provider: str, model: str, params: Mapping[str, Any],
+                     messages: Sequence[MessageDict] | None = None) -> CallRequest:
+        """The parts as the agent loop hands them to the store, for a rerun log of its own
+        (``messages``: what a later call of the rerun sends, after tool rounds).
 
         The messages sent ride in the call entry as ``injected`` messages (sent, but not message
         entries of that log) with an empty window: written as message entries, every assistant
@@ -96,7 +98,8 @@ class RerunParts:
             model=model,
             params=params,
             window=(),
-            injected=tuple(Injected(i, m) for i, m in enumerate(self.messages)),
+            injected=tuple(Injected(i, m) for i, m in enumerate(
+                self.messages if messages is None else messages)),
             cache=self.cache,
         )
 

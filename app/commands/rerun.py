@@ -2,9 +2,12 @@
 
 The request is rebuilt from the log by :func:`sessions.ablation.rerun_request` (system prompt
 from its recorded sections, the recorded window of messages, tools, model and params), changed
-only as asked (``--drop-section``, ``--replace-section``, ``--model``, ``--provider``), sent
-once, and the new answer is printed after the recorded one. Tool calls in the new answer are
-shown and never executed, so nothing a tool could touch (the persona files) changes.
+only as asked (``--drop-section``, ``--replace-section``, ``--model``, ``--provider``), sent,
+and the new answer is printed after the recorded one. When the new answer calls tools, each
+gets the result the session recorded for the same call (or, with ``--live-tools``, a fresh one
+from the configured MCP servers, compared with the recorded one) and the rerun goes on like
+the agent loop; a call with no such result is shown, not executed, and ends the rerun (see
+:mod:`app.commands.rerun_tools`). Persona tools never run, so the persona files never change.
 
 It never writes to the original session. ``--save`` writes the rerun, exactly as a live call is
 persisted, into its own v3 log ``<data_dir>/reruns/<tenant>/<rerun-id>.jsonl`` (0600 files,
@@ -22,10 +25,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.commands.rerun_tools import MISSING, RecordedResults, ToolStep, resolve, results_message
 from app.commands.run import load_settings
-from app.compose import RERUNS_DIR, build_provider, rerun_store
+from app.compose import RERUNS_DIR, build_provider, live_tool_set, rerun_store
 from app.config import Settings
 from gateway.errors import ConfigError, ProviderError
+from gateway.messages import ChannelContext
 from gateway.providers.base import Provider, ProviderRequest
 from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
@@ -42,7 +47,7 @@ from sessions.fingerprint import fingerprint
 from sessions.names import DEFAULT_TENANT, validate_tenant
 from sessions.persist import persist_call
 from sessions.records import MessageDict, Outcome
-from sessions.replay import Replay
+from sessions.replay import Replay, Turn
 from sessions.replay_json import outcome_json
 from sessions.store import SessionStore, SessionWriter
 
@@ -56,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("counterfactual rerun")
     group.add_argument("--rerun", type=int, metavar="N",
                        help="send call N's recorded request again and print both answers "
-                            "(tool calls are shown, never run)")
+                            "(tool calls get their recorded results; see --live-tools)")
     group.add_argument("--provider", choices=PROVIDERS, default=None,
                        help="provider for --rerun (default: the recorded one when it is "
                             "configured, else offline)")
@@ -67,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="use FILE's text for section S (repeatable)")
     group.add_argument("--save", action="store_true",
                        help="write the rerun to <data-dir>/reruns/<tenant>/<id>.jsonl")
+    group.add_argument("--live-tools", action="store_true",
+                       help="run the answer's MCP tool calls against the configured servers "
+                            "and show where results differ (default: the recorded results)")
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -77,6 +85,7 @@ def check_options(args: argparse.Namespace) -> None:
             ("--provider", args.provider is not None), ("--model", args.model is not None),
             ("--drop-section", bool(args.drop_section)),
             ("--replace-section", bool(args.replace_section)), ("--save", args.save),
+            ("--live-tools", args.live_tools),
         ) if given]
         if stray:
             raise CommandError(f"{', '.join(stray)} only apply with --rerun N")
@@ -135,10 +144,8 @@ async def run(
                 assert data_dir is not None
                 store, writer = await _open_log(data_dir, replay, parts, args, files)
                 saved = data_dir / RERUNS_DIR / writer.tenant / f"{writer.session_id}.jsonl"
-                await persist_call(writer, parts.call_request(provider.name, model, params))
-            answer = await _send(provider, parts, model, params, found)
-            if writer is not None:
-                await _record(writer, answer)
+            steps = await _converse(provider, replay, turn, parts, model, params, writer,
+                                    live_tools=args.live_tools, blobs=found)
         except (SessionWriteError, OSError) as exc:
             raise CommandError(f"cannot save the rerun: {exc}", EXIT_UNREADABLE) from exc
         finally:
@@ -148,7 +155,8 @@ async def run(
                 await store.aclose()
     finally:
         await provider.aclose()
-    view = _view(replay, parts, provider.name, model, params, notes, files, answer, saved)
+    answer = steps[-1].answer
+    view = _view(replay, parts, provider.name, model, params, notes, files, steps, saved)
     if args.json:
         out.write(dumps(view, indent=True).decode() + "\n")
     else:
@@ -248,9 +256,50 @@ async def _attachments(replay: Replay, parts: RerunParts, blobs: BlobStore | Non
     return found
 
 
-async def _send(provider: Provider, parts: RerunParts, model: str,
-                params: Mapping[str, Any], blobs: Mapping[str, bytes]) -> Answer:
-    request = ProviderRequest(system=parts.prompt.text, messages=list(parts.messages),
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One call of the rerun and the tool calls its answer made (with their results)."""
+
+    answer: Answer
+    tools: tuple[ToolStep, ...] = ()
+
+
+async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: RerunParts,
+                    model: str, params: Mapping[str, Any], writer: SessionWriter | None, *,
+                    live_tools: bool, blobs: Mapping[str, bytes]) -> list[Step]:
+    """Send the recorded request; while the answer asks for tools whose results can be had
+    (recorded, or live with ``--live-tools``), give them and call again, as the agent loop
+    would, up to ``GATEWAY_MAX_ITERATIONS`` calls. Each call is saved when ``writer`` is set."""
+    settings = load_settings()
+    recorded = RecordedResults(replay)
+    near = turn.assistant if turn.assistant is not None else len(replay.messages)
+    tenant = str(replay.header.get("tenant") or DEFAULT_TENANT)
+    context = ChannelContext(channel="rerun", chat_type="private", speaker=None, tenant=tenant)
+    messages = list(parts.messages)
+    steps: list[Step] = []
+    async with live_tool_set(settings, tenant, enabled=live_tools) as live:
+        for call in range(settings.max_iterations):
+            if writer is not None:
+                await persist_call(writer, parts.call_request(provider.name, model, params,
+                                                              messages=messages))
+            answer = await _send(provider, parts, messages, model, params, blobs)
+            if writer is not None:
+                await _record(writer, answer, call)
+            uses = _tool_calls(answer.message)
+            if answer.message is None or not uses:
+                steps.append(Step(answer))
+                break
+            results = await resolve(uses, recorded, near, live, context)
+            steps.append(Step(answer, tuple(results)))
+            if any(r.source == MISSING for r in results):
+                break  # never make up a result the model would take for real
+            messages += [answer.message, results_message(results)]
+    return steps
+
+
+async def _send(provider: Provider, parts: RerunParts, messages: Sequence[MessageDict],
+                model: str, params: Mapping[str, Any], blobs: Mapping[str, bytes]) -> Answer:
+    request = ProviderRequest(system=parts.prompt.text, messages=list(messages),
                               tools=parts.tools, model=model, params=params,
                               sections=parts.prompt.texts,
                               cache=parts.cache if provider.shape == "anthropic" else None,
@@ -302,15 +351,15 @@ async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
     return store, writer
 
 
-async def _record(writer: SessionWriter, answer: Answer) -> None:
+async def _record(writer: SessionWriter, answer: Answer, call: int) -> None:
     """The answer and the call's outcome, as the agent loop records them."""
     if answer.error is not None:
         error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}
-        await writer.append([entries.outcome(Outcome(call=0, latency_ms=answer.latency_ms,
+        await writer.append([entries.outcome(Outcome(call=call, latency_ms=answer.latency_ms,
                                                      error=error))])
         return
     assert answer.message is not None
-    outcome = Outcome(call=0, stop_reason=answer.stop_reason, usage=answer.usage,
+    outcome = Outcome(call=call, stop_reason=answer.stop_reason, usage=answer.usage,
                       latency_ms=answer.latency_ms)
     await writer.append([entries.message(answer.message), entries.outcome(outcome)])
 
@@ -326,15 +375,29 @@ def _tool_calls(message: MessageDict | None) -> list[dict[str, Any]]:
             for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
-def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
-          params: Mapping[str, Any], notes: list[str], files: Mapping[str, tuple[str, str]],
-          answer: Answer, saved: Path | None) -> dict[str, Any]:
-    """Everything the rerun shows, as one JSON-ready dict (the ``--json`` output)."""
-    turn = replay.turn(parts.turn)
-    recorded = replay.messages[turn.assistant] if turn.assistant is not None else None
+def _answer_json(step: Step) -> dict[str, Any]:
+    answer = step.answer
     error = None
     if answer.error is not None:
         error = {"kind": answer.error.kind, "message": str(answer.error)[:_ERROR_TEXT_LIMIT]}
+    return {
+        "assistant": answer.message,
+        "stopReason": answer.stop_reason,
+        "usage": dict(answer.usage),
+        "latencyMs": round(answer.latency_ms, 3),
+        "toolCalls": [t.json() for t in step.tools] or _tool_calls(answer.message),
+        "toolsExecuted": any(t.source == "live" for t in step.tools),
+        "error": error,
+    }
+
+
+def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
+          params: Mapping[str, Any], notes: list[str], files: Mapping[str, tuple[str, str]],
+          steps: Sequence[Step], saved: Path | None) -> dict[str, Any]:
+    """Everything the rerun shows, as one JSON-ready dict (the ``--json`` output): ``rerun``
+    is the first answer, ``steps`` every call when tool results let the rerun go on."""
+    turn = replay.turn(parts.turn)
+    recorded = replay.messages[turn.assistant] if turn.assistant is not None else None
     return {
         "session": replay.session_id,
         "call": parts.turn,
@@ -354,15 +417,8 @@ def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
         },
         "notes": notes,
         "recorded": {"assistant": recorded, "outcome": outcome_json(replay.outcome_of(turn))},
-        "rerun": {
-            "assistant": answer.message,
-            "stopReason": answer.stop_reason,
-            "usage": dict(answer.usage),
-            "latencyMs": round(answer.latency_ms, 3),
-            "toolCalls": _tool_calls(answer.message),
-            "toolsExecuted": False,
-            "error": error,
-        },
+        "rerun": _answer_json(steps[0]),
+        "steps": [_answer_json(step) for step in steps],
         "saved": str(saved) if saved is not None else None,
     }
 
@@ -415,14 +471,43 @@ def _print(view: Mapping[str, Any], out: TextIO) -> None:
         error = (recorded["outcome"] or {}).get("error")
         lines = [f"[no answer: {error or 'not recorded'}]"]
     w("".join(f"{line}\n" for line in lines))
-    rerun = view["rerun"]
-    if rerun["error"] is not None:
-        w(f"--- new answer: failed ({rerun['error']['kind']})\n{rerun['error']['message']}\n")
-    else:
-        shown = "; tool calls are shown, not executed" if rerun["toolCalls"] else ""
-        w(f"--- new answer (stop {rerun['stopReason'] or '-'}, {rerun['latencyMs']:.0f} ms"
-          f"{shown})\n")
-        w("".join(f"{line}\n" for line in _answer_lines(rerun["assistant"],
-                                                        "tool call, NOT executed")))
+    for number, step in enumerate(view["steps"], start=1):
+        _print_step(step, number, w)
     if view["saved"]:
         w(f"saved     {view['saved']}\n")
+
+
+def _print_step(step: Mapping[str, Any], number: int, w: Any) -> None:
+    which = "new answer" if number == 1 else f"new answer, call {number}"
+    if step["error"] is not None:
+        w(f"--- {which}: failed ({step['error']['kind']})\n{step['error']['message']}\n")
+        return
+    calls = step["toolCalls"]
+    unrun = [c for c in calls if c.get("source", MISSING) == MISSING]
+    shown = "; tool calls are shown, not executed" if unrun else ""
+    w(f"--- {which} (stop {step['stopReason'] or '-'}, {step['latencyMs']:.0f} ms{shown})\n")
+    content = (step["assistant"] or {}).get("content")
+    texts = [b for b in content if b.get("type") != "tool_use"] if isinstance(content, list) \
+        else content
+    w("".join(f"{line}\n" for line in _answer_lines({"content": texts}, "")))
+    for call in calls:
+        args = dumps(call["input"]).decode()
+        source = call.get("source", MISSING)
+        if source == MISSING:
+            w(f"[tool call, NOT executed] {call['name']} {args}\n")
+            continue
+        w(f"[tool call] {call['name']} {args}\n")
+        label = "error" if call["isError"] else "result"
+        if call["differs"] is True:
+            source += ", DIFFERS from the recorded result"
+        elif call["differs"] is False:
+            source += ", same as recorded"
+        w(f"  {label} ({source}): {_one_line(call['result'])}\n")
+        if call["differs"]:
+            w(f"  recorded: {_one_line(call['recorded'])}\n")
+
+
+def _one_line(content: Any, limit: int = 500) -> str:
+    text = content if isinstance(content, str) else dumps(content).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

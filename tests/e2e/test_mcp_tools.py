@@ -27,13 +27,11 @@ from tests.toolsets.mcp.harness import eventually, http_server, stdio_spec
 
 
 @asynccontextmanager
-async def mcp_gateway(tmp_path: Path, provider: Any, url: str, calls: Path,
+async def mcp_gateway(tmp_path: Path, provider: Any, servers: dict[str, Any],
                       channels: list[MemoryChannel]) -> AsyncIterator[Gateway]:
+    """A gateway over memory channels (open to everyone) with these MCP servers."""
     config = tmp_path / "mcp.json"
-    config.write_bytes(orjson.dumps({"mcpServers": {
-        "desk": stdio_spec(calls),
-        "web": {"url": url, "tenants": ["acme"]},
-    }}))
+    config.write_bytes(orjson.dumps({"mcpServers": servers}))
     settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(tmp_path / "data"), GATEWAY_PORT=0,
                         GATEWAY_MCP_CONFIG=str(config), GATEWAY_MCP_TOOL_TIMEOUT=1.5)
     local = AccessPolicy(rules={}, pairing=None,
@@ -75,7 +73,8 @@ async def test_tools_of_every_kind_replay_exactly(tmp_path: Path, api: str) -> N
     acme, other = MemoryChannel("mem-acme", tenant="acme"), MemoryChannel("mem-other",
                                                                           tenant="other")
     async with FakeProviderServer() as srv, http_server() as url, mcp_gateway(
-        tmp_path, make_provider(api, srv), url, calls, [acme, other]
+        tmp_path, make_provider(api, srv),
+        {"desk": stdio_spec(calls), "web": {"url": url, "tenants": ["acme"]}}, [acme, other],
     ) as gateway:
         steps: list[tuple[str, str, dict[str, Any]]] = [
             ("where is abc?", "desk__lookup", {"key": "abc"}),

@@ -13,9 +13,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolsets.mcp.config import McpConfig
 from toolsets.mcp.connection import ConnectionSettings, McpTool, ServerConnection
+from toolsets.mcp.names import tool_name
 
 log = logging.getLogger("gateway.mcp")
 
@@ -59,6 +61,25 @@ class McpToolbox:
                            for tool in server.tools)
             self._cache[tenant] = cached
         return cached
+
+    def report(self) -> list[dict[str, Any]]:
+        """Each server's state, for operators (``gateway tools list``): JSON-ready, in the
+        file's order; tools by their names at the server, with the name the model sees."""
+        servers = []
+        for server in self.servers:
+            config = server.config
+            servers.append({
+                "name": config.name,
+                "transport": config.transport,
+                "where": config.where(),
+                "status": server.status,
+                "error": server.error,
+                "protocol": server.protocol,
+                "tenants": sorted(config.tenants) if config.tenants is not None else None,
+                "tools": [{"name": tool.name, "as": tool_name(config.name, tool.name),
+                           "offered": config.allows(tool.name)} for tool in server.listed],
+            })
+        return servers
 
     async def start(self) -> None:
         """Start every server; return once each has connected or failed once (bounded)."""
