@@ -233,6 +233,19 @@ def build_toolbox(settings: Settings) -> ToolSource | None:
     ))
 
 
+def tool_secrets(settings: Settings) -> list[str]:
+    """Values of the MCP servers' headers and env (tokens, as a rule), for log redaction.
+    An invalid file gives none here: building the gateway reports it."""
+    if settings.mcp_config is None:
+        return []
+    from toolsets.mcp import load_config
+
+    try:
+        return load_config(settings.mcp_config).secrets()
+    except ConfigError:
+        return []
+
+
 async def tool_servers_report(settings: Settings) -> list[dict[str, Any]] | None:
     """Start every configured MCP server once, report its state and tools, stop them all
     (``gateway tools list``). None when ``GATEWAY_MCP_CONFIG`` is unset."""

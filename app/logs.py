@@ -153,7 +153,9 @@ def configure(fmt: str, level: str, secrets: Iterable[str],
         logging.getLogger(name).setLevel(chosen)
 
 
-def configure_from(settings: Settings, level: str | None = None) -> None:
-    """:func:`configure` from the settings (``level`` overrides ``GATEWAY_LOG_LEVEL``)."""
-    configure(settings.log_format, level or settings.log_level, settings.secrets(),
-              parse_levels(settings.log_levels))
+def configure_from(settings: Settings, level: str | None = None,
+                   secrets: Iterable[str] = ()) -> None:
+    """:func:`configure` from the settings (``level`` overrides ``GATEWAY_LOG_LEVEL``;
+    ``secrets`` are redacted too, e.g. the MCP servers' headers and env values)."""
+    configure(settings.log_format, level or settings.log_level,
+              [*settings.secrets(), *secrets], parse_levels(settings.log_levels))

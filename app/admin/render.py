@@ -45,9 +45,23 @@ def _tool_result_text(content: Any) -> str:
     return text if text is not None else pretty(content)
 
 
-def block_view(block: Any, where: Where | None = None) -> Markup:
-    """One content block: text, a tool call, a tool result, an attachment (a thumbnail or a
-    chip, linked to its blob when ``where`` says which session), or anything else as JSON."""
+def _call_facts(call: Mapping[str, Any] | None) -> list[Markup | str]:
+    """Where a tool result came from and how the call went (the message entry's meta)."""
+    if not call:
+        return []
+    server, name = str(call.get("server", "?")), str(call.get("name", "?"))
+    ms = call.get("ms")
+    took = f"{ms:.0f} ms" if isinstance(ms, int | float) else "?"
+    outcome = str(call.get("outcome", "?"))
+    return [" ", tag("code", f"{server}: {name}"), " ", tag("span", took, class_="muted"),
+            " ", tag("span", outcome, class_="badge" if outcome == "ok" else "badge warn")]
+
+
+def block_view(block: Any, where: Where | None = None,
+               call: Mapping[str, Any] | None = None) -> Markup:
+    """One content block: text, a tool call, a tool result (with ``call``: how its call went,
+    server, tool, duration, outcome), an attachment (a thumbnail or a chip, linked to its blob
+    when ``where`` says which session), or anything else as JSON."""
     if not isinstance(block, Mapping):
         return tag("pre", pretty(block), class_="json")
     kind = block.get("type")
@@ -72,7 +86,7 @@ def block_view(block: Any, where: Where | None = None) -> Markup:
             "div",
             tag("div", tag("span", "tool error" if error else "tool result", class_="label"),
                 " for ", tag("span", str(block.get("tool_use_id", "")), class_="muted"),
-                class_="block-head"),
+                *_call_facts(call), class_="block-head"),
             tag("pre", _tool_result_text(block.get("content")), class_="result"),
             [attachment_view(b, where) for b in block.get("content") or []
              if isinstance(b, Mapping) and b.get("type") == "attachment"]
@@ -94,8 +108,10 @@ def _role_class(message: Mapping[str, Any]) -> str:
 
 def message_view(message: Mapping[str, Any], *, index: int | None = None,
                  ts: str | None = None, note: str | None = None,
-                 where: Where | None = None) -> Markup:
-    """A message with its role, log position (1-based) and time."""
+                 where: Where | None = None,
+                 meta: Mapping[str, Any] | None = None) -> Markup:
+    """A message with its role, log position (1-based) and time; a tool-results message
+    also shows, from its ``meta``, which server answered each call, how long and how."""
     kind = _role_class(message)
     label = "tool results" if kind == "tool" else str(message.get("role", "?"))
     head = [tag("span", label, class_="role")]
@@ -109,7 +125,11 @@ def message_view(message: Mapping[str, Any], *, index: int | None = None,
     if isinstance(content, str):
         body: Markup = tag("div", content, class_="text")
     elif isinstance(content, list):
-        body = join(block_view(b, where) for b in content)
+        calls = (meta or {}).get("toolCalls")
+        by_id = {c.get("id"): c for c in calls if isinstance(c, Mapping)} \
+            if isinstance(calls, list) else {}
+        body = join(block_view(b, where, by_id.get(b.get("tool_use_id"))
+                               if isinstance(b, Mapping) else None) for b in content)
     else:
         body = tag("pre", pretty(content), class_="json")
     return tag("article", tag("header", join(head, " ")), body, class_=f"msg msg-{kind}")

@@ -240,8 +240,10 @@ def conversation(view: SessionView, inline: bool) -> Markup:
         if index < len(replay.messages):
             entry = replay.messages.entry(index)
             ts = entry.get("ts")
+            meta = entry.get("meta")
             out.append(message_view(entry["message"], index=index,
-                                    ts=ts if isinstance(ts, str) else None, where=view.where))
+                                    ts=ts if isinstance(ts, str) else None, where=view.where,
+                                    meta=meta if isinstance(meta, dict) else None))
     if not out:
         return tag("p", "This session has no messages.", class_="muted")
     return join(out)

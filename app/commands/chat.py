@@ -14,7 +14,7 @@ from pathlib import Path
 from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
 from app.commands.run import load_settings
-from app.compose import build_gateway, build_store
+from app.compose import build_gateway, build_store, tool_secrets
 from app.compose_channels import console_channel
 from gateway.errors import ChannelError, ConfigError
 from gateway.history import StoreHistory
@@ -36,7 +36,7 @@ async def run(args: argparse.Namespace) -> int:
     settings = load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
                              GATEWAY_DATA_DIR=args.data_dir)
     level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"
-    logs.configure_from(settings, level)
+    logs.configure_from(settings, level, secrets=tool_secrets(settings))
     replay = "gateway replay {session}"
     if args.data_dir is not None:
         replay += f" --data-dir {args.data_dir}"

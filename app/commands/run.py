@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
-from app.compose import build_gateway
+from app.compose import build_gateway, tool_secrets
 from app.config import Settings
 from gateway.errors import ChannelError, ConfigError
 
@@ -49,7 +49,7 @@ def load_settings(**overrides: Any) -> Settings:
 async def run(args: argparse.Namespace) -> int:
     settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
                              GATEWAY_DATA_DIR=args.data_dir)
-    logs.configure_from(settings)
+    logs.configure_from(settings, secrets=tool_secrets(settings))
     try:
         gateway = build_gateway(settings)
         await gateway.run_until_stopped()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -87,6 +88,18 @@ class McpConfig:
     servers: tuple[ServerConfig, ...]
     ignored: tuple[str, ...] = ()
     """``server.key`` of keys written for other clients that this gateway ignores."""
+
+    def secrets(self) -> list[str]:
+        """Header and env values and URL passwords: what log redaction must hide."""
+        values: list[str] = []
+        for server in self.servers:
+            values.extend(server.headers.values())
+            values.extend(server.env.values())
+            if server.url is not None:
+                password = urlsplit(server.url).password
+                if password:
+                    values.append(password)
+        return [v for v in values if v]
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> McpConfig:

@@ -167,3 +167,29 @@ def test_tenancy_rule(pinned: str | None, requested: str | None, expected: str |
         assert info.value.status == expected
     else:
         assert access.tenant_for(requested) == expected
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+
+def test_tool_results_show_server_duration_and_outcome() -> None:
+    """A tool-results message with meta.toolCalls shows, on each result, the server and tool
+    that answered, how long it took and how it ended (escaped like everything else)."""
+    from app.admin.render import message_view
+
+    message = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "shelf 0"},
+        {"type": "tool_result", "tool_use_id": "t2", "content": "too slow", "is_error": True},
+    ]}
+    meta = {"toolCalls": [
+        {"id": "t1", "tool": "desk__lookup", "server": "desk", "name": "lookup", "ms": 12.4,
+         "outcome": "ok"},
+        {"id": "t2", "tool": "desk__slow", "server": "<desk>", "name": "slow", "ms": 1500.2,
+         "outcome": "timeout"},
+    ]}
+    html = str(message_view(message, index=3, meta=meta))
+    assert '<code>desk: lookup</code> <span class="muted">12 ms</span> ' \
+           '<span class="badge">ok</span>' in html
+    assert '<code>&lt;desk&gt;: slow</code> <span class="muted">1500 ms</span> ' \
+           '<span class="badge warn">timeout</span>' in html
+    assert "desk: lookup" not in str(message_view(message, index=3))

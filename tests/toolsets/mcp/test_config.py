@@ -87,3 +87,12 @@ def test_tool_names_fit_provider_rules_and_stay_distinct() -> None:
     assert len(set(odd)) == len(odd)
     assert odd[0].startswith("my_server__get_page_")
     assert tool_name("my server", "get.page") == odd[0]
+
+
+def test_secrets_are_header_env_and_url_password_values() -> None:
+    """What log redaction hides: every header and env value, and a URL's password."""
+    config = parse_config({"mcpServers": {
+        "a": {"command": "x", "env": {"TOKEN": "${T}"}},
+        "b": {"url": "https://u:pw123@h/mcp", "headers": {"Authorization": "Bearer abc"}},
+    }}, environ={"T": "tok-1"})
+    assert config.secrets() == ["tok-1", "Bearer abc", "pw123"]
