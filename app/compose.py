@@ -227,6 +227,7 @@ def build_toolbox(settings: Settings) -> ToolSource | None:
         connection=ConnectionSettings(
             call_timeout=settings.mcp_tool_timeout,
             max_result_chars=settings.mcp_max_result_chars,
+            connect_timeout=settings.mcp_start_timeout,
             log_dir=settings.data_dir / MCP_LOGS_DIR,
         ),
         start_timeout=settings.mcp_start_timeout,

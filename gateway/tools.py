@@ -179,7 +179,7 @@ class ToolRegistry:
         """The tools a call of ``tenant`` offers: built-in first, then each source's."""
         if not self.sources:
             return self._static
-        key = tuple(source.generation for source in self.sources)
+        key = tuple([source.generation for source in self.sources])  # a list: no generator
         cached = self._sets.get(tenant)
         if cached is not None and cached[0] == key:
             return cached[1]

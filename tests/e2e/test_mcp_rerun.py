@@ -45,6 +45,7 @@ async def test_rerun_reuses_recorded_results_or_runs_live(
         monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.anthropic_base_url)
         monkeypatch.setenv("GATEWAY_PROVIDER_RETRIES", "0")
         monkeypatch.setenv("GATEWAY_MCP_CONFIG", str(tmp_path / "mcp.json"))
+        monkeypatch.setenv("GATEWAY_MCP_START_TIMEOUT", "90")
         data_dir = tmp_path / "data"
         args = (accepted.session_id, "--tenant", "acme", "--rerun", "1")
 

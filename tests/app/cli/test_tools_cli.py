@@ -31,6 +31,7 @@ def configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     }}))
     monkeypatch.setenv("GATEWAY_MCP_CONFIG", str(config))
     monkeypatch.setenv("GATEWAY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("GATEWAY_MCP_START_TIMEOUT", "90")
     return config
 
 

@@ -41,15 +41,15 @@ async def http_server(calls: Path | None = None) -> AsyncIterator[str]:
     finally:
         if process.returncode is None:
             process.terminate()
-            try:
-                async with asyncio.timeout(10):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        try:
+            async with asyncio.timeout(20):
+                await process.communicate()  # to EOF: the transport closes, nothing left at GC
+        except TimeoutError:
+            process.kill()
+            await process.communicate()
 
 
-async def eventually(check: Any, timeout: float = 20.0) -> None:  # noqa: ASYNC109 (the bound)
+async def eventually(check: Any, timeout: float = 60.0) -> None:  # noqa: ASYNC109 (the bound)
     """Wait until ``check()`` is true (polling; bounded generously, fails loudly)."""
     async with asyncio.timeout(timeout):
         while not check():  # noqa: ASYNC110 (the state lives in another task; no event to wait on)

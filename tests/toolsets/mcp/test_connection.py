@@ -21,9 +21,11 @@ FAST = Backoff(initial=0.05, maximum=0.2, reset_after=60)
 
 
 def toolbox(servers: dict[str, object], **settings: object) -> McpToolbox:
-    connection = ConnectionSettings(**{"call_timeout": 10.0, "backoff": FAST, **settings})
+    # Generous start bounds: a loaded CI machine can take seconds to start a Python server.
+    connection = ConnectionSettings(**{"call_timeout": 10.0, "backoff": FAST,
+                                       "connect_timeout": 60.0, **settings})
     return McpToolbox(parse_config({"mcpServers": servers}),
-                      ToolboxSettings(connection=connection, start_timeout=30))
+                      ToolboxSettings(connection=connection, start_timeout=90))
 
 
 def tools(box: McpToolbox, tenant: str = "default") -> dict[str, object]:
@@ -40,7 +42,7 @@ async def call(box: McpToolbox, name: str, args: dict[str, object] | None = None
 async def test_stdio_results_errors_timeout_and_oversize(tmp_path: Path) -> None:
     """Text, a tool error, an image placeholder, an oversize result and a timeout, each as the
     model will see it; the server still answers after the timeout."""
-    async with toolbox({"t": stdio_spec()}, call_timeout=1.0, max_result_chars=500) as box:
+    async with toolbox({"t": stdio_spec()}, call_timeout=3.0, max_result_chars=500) as box:
         assert list(tools(box)) == ["t__lookup", "t__slow", "t__fail", "t__picture",
                                     "t__pid", "t__big", "t__grow"]
         assert await call(box, "t__lookup", {"key": "abc"}) == ("ok",
@@ -53,7 +55,7 @@ async def test_stdio_results_errors_timeout_and_oversize(tmp_path: Path) -> None
         assert await call(box, "t__big", {"size": 501}) == (
             "oversize", "the tool's result was too large (501 characters; the limit is 500)")
         assert await call(box, "t__slow", {"seconds": 30}) == (
-            "timeout", "the tool did not answer within 1 s")
+            "timeout", "the tool did not answer within 3 s")
         assert (await call(box, "t__lookup", {"key": "b"}))[0] == "ok"
 
 
