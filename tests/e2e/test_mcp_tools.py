@@ -19,6 +19,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from gateway.access import AccessPolicy
+from gateway.tools import ToolRegistry
 from sessions.replay import replay_bytes
 from tests.e2e.test_provider_replay import API, make_provider, replay_cli
 from tests.fakes.memory_channel import MemoryChannel
@@ -91,7 +92,7 @@ async def test_tools_of_every_kind_replay_exactly(tmp_path: Path, api: str) -> N
             await acme.say("c1", text)
             replies = await acme.wait_replies(n, timeout=30)
             assert replies[-1] == ("c1", "finish", f"Checking.\n\nanswer {n}")
-        registry = gateway.tools
+        registry = next(s for s in gateway.services if isinstance(s, ToolRegistry))
         await eventually(lambda: "desk__extra" in registry.for_tenant("acme"))
         srv.script(api, Reply.tool_use("desk__extra", {"word": "hi"}), Reply.text("HI it is"))
         await acme.say("c1", "use the new tool")

@@ -92,6 +92,7 @@ async def _serve_http() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # before the port is told: early connections wait in the backlog
     print(sock.getsockname()[1], flush=True)
     config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
     await uvicorn.Server(config).serve(sockets=[sock])
