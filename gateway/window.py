@@ -19,6 +19,10 @@ from sessions.records import MessageDict, Window
 CHARS_PER_TOKEN = 4
 IMAGE_TOKENS = 1600
 """About what a provider charges for an image at its largest useful size."""
+IMAGE_BYTES_PER_TOKEN = 1000
+"""Images count at least a token per KB as well, so the images a window carries stay within
+about ``window_tokens`` KB (16 MB for the default budget): a request body that size, base64
+included, is well under the providers' limits (32 MB for Anthropic)."""
 PDF_BYTES_PER_TOKEN = 100
 """A rough rate for PDFs (pages are read as text and as images); at least one image's worth."""
 
@@ -48,7 +52,7 @@ def _attachment_chars(block: MessageDict, media_type: str, size: int) -> int:
         return len(transcript)
     kind = category(media_type)
     if kind == "image":
-        return IMAGE_TOKENS * CHARS_PER_TOKEN
+        return max(IMAGE_TOKENS, size // IMAGE_BYTES_PER_TOKEN) * CHARS_PER_TOKEN
     if kind == "pdf":
         return max(IMAGE_TOKENS, size // PDF_BYTES_PER_TOKEN) * CHARS_PER_TOKEN
     return size  # text files: about one character a byte

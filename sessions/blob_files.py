@@ -37,6 +37,8 @@ class FileBlobStore:
     def __init__(self, data_dir: Path | str, *, durable: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.durable = durable
+        # Shard folders already made private by this store: checked once, not on every put.
+        self._ready: set[Path] = set()
 
     def tenant_dir(self, tenant: str) -> Path:
         validate_tenant(tenant)
@@ -84,12 +86,16 @@ class FileBlobStore:
         return digest
 
     def _private_dir(self, tenant: str, digest: str) -> Path:
+        shard = self.tenant_dir(tenant) / digest[:2]
+        if shard in self._ready and shard.is_dir():
+            return shard
         ensure_private_dir(self.data_dir)
         if tenant != DEFAULT_TENANT:
             ensure_private_dir(self.data_dir / "tenants")
             ensure_private_dir(self.data_dir / "tenants" / tenant)
         ensure_private_dir(self.tenant_dir(tenant))
-        return ensure_private_dir(self.tenant_dir(tenant) / digest[:2])
+        self._ready.add(ensure_private_dir(shard))
+        return shard
 
     # -- reading ---------------------------------------------------------------------------
 

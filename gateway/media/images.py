@@ -96,7 +96,9 @@ def _shrink(image: Image.Image, limits: ImageLimits) -> FittedImage:
     frame = frame.convert("RGBA" if alpha else "RGB")
     for _ in range(8):  # each round shrinks the edge by a quarter; bounded however stubborn
         scaled = frame.copy()
-        scaled.thumbnail((edge, edge), Image.Resampling.LANCZOS)
+        # Bicubic, Pillow's default for thumbnails: half the time of Lanczos, and the
+        # difference does not survive the provider's own scaling.
+        scaled.thumbnail((edge, edge), Image.Resampling.BICUBIC)
         for quality in (None,) if alpha else _QUALITIES:
             encoded = _encode(scaled, alpha, quality)
             if len(encoded) <= limits.max_bytes:
@@ -111,5 +113,5 @@ def _encode(image: Image.Image, alpha: bool, quality: int | None) -> bytes:
     if alpha:
         image.save(out, format="PNG")
     else:
-        image.save(out, format="JPEG", quality=quality, optimize=True)
+        image.save(out, format="JPEG", quality=quality)  # optimize=True: 2x the time, 4 % smaller
     return out.getvalue()

@@ -80,3 +80,23 @@ def test_indexed_chooser_equals_reference(kinds: list[str], costs: list[int], bu
     for index in order_list:
         order.append(index, costs[index])
     assert order.choose(messages, budget) == choose_window(messages, order_list, costs, budget)
+
+
+def test_photos_count_by_size_so_a_window_stays_under_request_limits() -> None:
+    """Each 3 MB photo costs about a token per KB: with the default 16,000-token budget a
+    window carries five of them (about 21 MB of base64), never all twelve (over 32 MB)."""
+    from sessions.attachments import BlobRef, ref_block
+
+    size = 3 * 1024 * 1024
+    messages: list[dict[str, Any]] = []
+    for n in range(12):
+        ref = BlobRef(f"{n:064x}", f"p{n}.jpg", "image/jpeg", size)
+        messages += [{"role": "user", "content": [ref_block(ref)]}, assistant("a photo")]
+    small = BlobRef("f" * 64, "icon.png", "image/png", 2000)
+    assert estimate_tokens({"role": "user", "content": [ref_block(small)]}) == 1600 + 8
+    order = ConversationOrder()
+    for i, m in enumerate(messages):
+        order.append(i, estimate_tokens(m))
+    window = order.choose(messages, 16_000)
+    photos = sum(1 for a, b in window for i in range(a, b) if messages[i]["role"] == "user")
+    assert photos == 5
