@@ -90,7 +90,7 @@ def _shrink(image: Image.Image, limits: ImageLimits) -> FittedImage:
     if image.format == "JPEG":
         # Let the JPEG decoder skip detail we would throw away (DCT scaling): much faster.
         image.draft("RGB", (edge, edge))
-    frame = ImageOps.exif_transpose(image)
+    frame = ImageOps.exif_transpose(image) or image  # (older Pillow types it Optional)
     alpha = frame.mode in ("RGBA", "LA", "PA") or (
         frame.mode == "P" and "transparency" in frame.info)
     frame = frame.convert("RGBA" if alpha else "RGB")

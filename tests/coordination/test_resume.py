@@ -131,3 +131,15 @@ def test_items_and_conversations_round_trip_through_redis_form() -> None:
         inbound, "abc123", True, "w1", False)
     assert key_of(member(key)) == key
     assert Keys("gw:").lease(key) == "gw:conv:{acme:slack:C1:17.5}:lease"
+
+
+def test_taken_in_attachments_travel_as_references() -> None:
+    """A message whose files were taken in crosses the queue with its reference blocks and
+    notice (bytes never go through Redis: they are in the blob store already)."""
+    key = ConversationKey("telegram", "42")
+    parts = ({"type": "attachment", "hash": "a" * 64, "name": "p.jpg", "media_type": "image/jpeg",
+              "size": 10},
+             {"type": "text", "text": "[attachment z.zip was not passed on: too big]"})
+    inbound = Inbound(key, Sender("42"), "look", parts=parts, notice="I couldn't use z.zip.")
+    wire = decode_item(encode_item(QueueItem(inbound, id="i1"), "w1"))
+    assert wire.item.inbound == inbound

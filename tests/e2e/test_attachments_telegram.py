@@ -9,7 +9,6 @@ import asyncio
 import base64
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -31,17 +30,19 @@ async def said(tg: FakeTelegramServer, text: str) -> None:
     await tg.wait_for_sent(lambda c: c.method == "sendMessage" and c.text == text)
 
 
-def every_request_replays(data_dir: Path, api: str, bodies: list[dict[str, Any]]) -> str:
-    """Each provider body equals its replay (turn by turn, in order); the session id."""
+def every_request_replays(data_dir: Path, api: str, raws: list[bytes]) -> str:
+    """The bytes of each provider request equal its replay (``--raw``: byte for byte, base64
+    images included), call by call, in order; the session id."""
     code, listing = replay_cli(data_dir, "--list", "--json")
     assert code == 0
     [session] = orjson.loads(listing)
     replayed = []
-    for number in range(1, len(bodies) + 1):
-        code, out = replay_cli(data_dir, session["id"], "--request", str(number), "--shape", api)
+    for number in range(1, len(raws) + 1):
+        code, out = replay_cli(data_dir, session["id"], "--request", str(number), "--shape", api,
+                               "--raw")
         assert code == 0
-        replayed.append(orjson.loads(out))
-    assert replayed == bodies
+        replayed.append(out.encode())
+    assert replayed == raws
     return str(session["id"])
 
 
@@ -73,6 +74,7 @@ async def test_photo_pdf_voice_oversize_and_lying_type(tmp_path: Path, api: str)
             tg.user_media(ALICE, "photo", PHOTO, caption="same picture again")
             await settled(gateway, 6)
         bodies = [r.body for r in srv.requests_for(api)]
+        raws = [r.raw for r in srv.requests_for(api)]
     assert len(bodies) == 5
     assert [t.model for t in srv.transcriptions] == ["whisper-1"]
     assert srv.transcriptions[0].data == media.OGG_VOICE
@@ -109,7 +111,7 @@ async def test_photo_pdf_voice_oversize_and_lying_type(tmp_path: Path, api: str)
     assert notes == ["[attachment backup.zip was not passed on: it is 25.0 MB, over the 20.0 MB "
                      "limit]"]
 
-    session = await asyncio.to_thread(every_request_replays, data_dir, api, bodies)
+    session = await asyncio.to_thread(every_request_replays, data_dir, api, raws)
     blobs = await FileBlobStore(data_dir).list_blobs("default")
     assert sorted(b.hash for b in blobs) == sorted(hashlib.sha256(d).hexdigest() for d in
                                                     (PHOTO, media.PDF, media.OGG_VOICE))
