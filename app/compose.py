@@ -27,7 +27,7 @@ from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
 from gateway.commands import FORGET
 from gateway.coordination import Coordinator, lease_hook, supports_fencing
-from gateway.erasure import Eraser, ErasureStep, memory_step
+from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step
 from gateway.errors import ConfigError
 from gateway.forget import ForgetCommand
 from gateway.history import StoreHistory
@@ -200,7 +200,8 @@ def build_persona(settings: Settings) -> PersonaWorkspace:
 
 
 def build_eraser(persona_root: Path, store: SessionStore,
-                 workspace: PersonaWorkspace | None = None) -> Eraser:
+                 workspace: PersonaWorkspace | None = None,
+                 blobs: BlobStore | None = None) -> Eraser:
     """What ``gateway forget`` and ``/forget`` run: the memory scope (through the running
     gateway's workspace, so its cache forgets too; else straight from the disk), then the
     person's sessions and a tombstone. New kinds of personal data add their step here."""
@@ -211,7 +212,10 @@ def build_eraser(persona_root: Path, store: SessionStore,
             return await asyncio.to_thread(delete_scope, persona_root, scope)
 
         steps = [memory_step(forget)]
-    return Eraser(store, steps)
+    eraser = Eraser(store, steps)
+    if blobs is not None:  # the person's attachments (before their sessions go)
+        eraser.steps.append(blob_step(eraser, blobs))
+    return eraser
 
 
 def build_toolbox(settings: Settings) -> ToolSource | None:
@@ -395,7 +399,7 @@ def build_gateway(
     async def close(scope: Scope) -> int:
         return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
 
-    eraser = build_eraser(settings.persona_root, store, workspace)
+    eraser = build_eraser(settings.persona_root, store, workspace, blobs)
     handlers = {FORGET.name: ForgetCommand(eraser, close).run}
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),

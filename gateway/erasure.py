@@ -2,7 +2,7 @@
 
 :class:`Eraser` is what ``gateway forget`` and the ``/forget`` chat command call. It runs its
 **steps** in order (each removes one kind of data the person owns and says what it removed:
-the memory scope's files, later the person's media blobs, ...), then deletes their
+the memory scope's files, the attachments of their sessions, ...), then deletes their
 one-to-one sessions and records one tombstone in the session store, in one store call
 (:meth:`sessions.store.SessionStore.erase`). To erase a new kind of data, add a step where
 the composition root builds the eraser; nothing else changes.
@@ -26,6 +26,9 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.scopes import Scope
+from sessions.attachments import referenced
+from sessions.blobs import BlobStore
+from sessions.errors import SessionNotFoundError
 from sessions.scan import split_lines
 from sessions.store import SessionInfo, SessionStore
 from sessions.tombstones import tombstone
@@ -118,6 +121,28 @@ class Eraser:
             if isinstance(meta, dict) and "sender" in meta:
                 senders.add(meta["sender"])
         return senders == {person}
+
+
+def blob_step(eraser: Eraser, blobs: BlobStore) -> ErasureStep:
+    """The step that deletes the attachments of the person's one-to-one sessions (photos,
+    voice notes, files; and files the agent sent them), except those another session of the
+    tenant still refers to (the same photo shared in a group stays with the group's log)."""
+
+    async def step(scope: Scope) -> list[Removal]:
+        mine = set(await eraser.sessions_of(scope))
+        theirs: set[str] = set()
+        others: set[str] = set()
+        for info in await eraser.store.list_sessions(scope.tenant):
+            try:
+                found = referenced(await eraser.store.read_log(scope.tenant, info.session_id))
+            except SessionNotFoundError:
+                continue
+            (theirs if info.session_id in mine else others).update(found)
+        doomed = sorted(theirs - others)
+        await blobs.delete(scope.tenant, doomed)
+        return [Removal("blob", digest) for digest in doomed]
+
+    return step
 
 
 def memory_step(forget: Callable[[Scope], Awaitable[list[str]]]) -> ErasureStep:

@@ -23,7 +23,7 @@ from typing import TextIO
 import orjson
 
 from app.commands.common import EXIT_OK, CommandError
-from app.compose import build_eraser
+from app.compose import blob_store_for, build_eraser
 from app.config import Settings
 from gateway.scopes import ScopeError, parse_ref
 from sessions.errors import SessionLockedError
@@ -62,7 +62,8 @@ async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
         scope = parse_ref(args.user, "person", args.tenant or DEFAULT_TENANT)
     except ScopeError as exc:
         raise CommandError(str(exc)) from exc
-    eraser = build_eraser(settings.persona_root, store)
+    eraser = build_eraser(settings.persona_root, store,
+                          blobs=blob_store_for(store, settings.data_dir))
     who = f"{scope.channel}:{scope.id} (tenant {scope.tenant})"
     if args.dry_run:
         sessions = await eraser.sessions_of(scope)

@@ -4,6 +4,7 @@ person's memory scope and one-to-one sessions go, a tombstone stays, ``replay --
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import stat
 from collections.abc import AsyncIterator, Sequence
@@ -15,13 +16,15 @@ import orjson
 import pytest
 
 from app.cli import main as cli_main
-from app.compose import build_gateway
+from app.compose import blob_store_for, build_gateway
 from app.config import Settings
+from gateway.messages import Attachment
 from sessions import entries
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres.store import PostgresSessionStore
 from sessions.store import SessionStore
 from sessions.tombstones import subject_hash
+from tests.fakes import media
 from tests.fakes.memory_channel import MemoryChannel
 from tests.sessions.pg import PG_URL, fresh_schema
 
@@ -229,3 +232,36 @@ async def test_older_sessions_are_matched_by_name_or_by_who_spoke(backend: Backe
                               "--data-dir", str(backend.data), *backend.store_args)
     assert code == 0
     assert sorted(line.split()[1] for line in out.splitlines()[1:]) == ["old-dm", "old-named"]
+
+
+async def test_forget_removes_the_persons_attachments_not_the_groups(backend: Backend) -> None:
+    """The photo only their DM holds goes with it; the one they also shared in the group stays
+    (the group's log still refers to it); the tombstone counts the blob."""
+    private, shared = media.jpeg(30, 20, seed=1), media.png(12, 12)
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(backend.data),  # type: ignore[call-arg]
+                        GATEWAY_PORT=0)
+    channel = MemoryChannel()
+    store = backend.store()
+    gateway = build_gateway(settings, store=store, channels=[channel])
+    await gateway.start()
+    try:
+        await channel.say(PERSON, "my photos", sender=PERSON, attachments=(
+            Attachment("me.jpg", "image/jpeg", private), Attachment("s.png", "image/png", shared)))
+        await channel.say("team", "look", sender=PERSON, chat_type="group",
+                          attachments=(Attachment("s.png", "image/png", shared),))
+        await channel.wait_replies(2)
+    finally:
+        await gateway.aclose()
+    code, out, err = await acli("forget", "--user", f"memory:{PERSON}", "--data-dir",
+                                str(backend.data), *backend.store_args)
+    assert (code, err) == (0, "")
+    gone = hashlib.sha256(private).hexdigest()
+    assert f"  blob     {gone}" in out.splitlines()
+    assert out.splitlines()[-1] == "tombstone recorded (1 blob, 1 session)"
+    store = backend.store()
+    blobs = blob_store_for(store, backend.data)
+    try:
+        left = {b.hash for b in await blobs.list_blobs("default")}
+    finally:
+        await store.aclose()
+    assert left == {hashlib.sha256(shared).hexdigest()}
