@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from gateway.errors import ChannelError
@@ -53,8 +54,10 @@ class EditStreamer:
 
     def __init__(self, target: EditTarget, *, min_interval: float = 1.0,
                  typing_interval: float = 4.0, stream: bool = True,
-                 typing_delay: float = TYPING_DELAY, preview_after: float = 0.0) -> None:
+                 typing_delay: float = TYPING_DELAY, preview_after: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.target = target
+        self.clock = clock
         self.min_interval = min_interval
         self.typing_interval = typing_interval
         self.typing_delay = typing_delay
@@ -64,7 +67,7 @@ class EditStreamer:
         self._text = ""
         self._ref: str | None = None
         self._sent_text = ""
-        self._last_edit = 0.0
+        self._last_edit = float("-inf")  # the first preview is never held back
         self._typing_task: asyncio.Task[None] | None = None
         self._done = False
 
@@ -87,7 +90,7 @@ class EditStreamer:
         if not self.stream or self._done:
             return
         self._text += text
-        now = time.monotonic()
+        now = self.clock()
         if self._first_delta is None:
             self._first_delta = now
         if now - self._first_delta < self.preview_after:

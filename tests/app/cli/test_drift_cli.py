@@ -175,7 +175,7 @@ def test_v1_file_says_there_is_nothing_to_compare(cli: Callable[..., Result]) ->
         (("drift", "--metric", "nope"), "unknown metric 'nope'"),
         (("drift", "--section", "nope"), "has no section named nope (it has: kb, memory, mood"),
         (("missing",), "no session 'missing' for tenant 'default'"),
-        (("../x",), "no such file: ../x"),
+        (("./no-such-folder/x.jsonl",), "no such file: ./no-such-folder/x.jsonl"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(
