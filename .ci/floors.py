@@ -3,7 +3,7 @@ provider tests with them: a floor that cannot install or import fails here, not 
 machine (``pip install --dry-run`` proves only that the pins resolve).
 
 Run by ``make floors`` (and CI): a second virtualenv, ``.venv-floors``, whose dependencies are
-installed once per pyproject.toml (a stamp holds its hash); the project's own wheel is rebuilt
+installed once per list of pins (a stamp holds its hash); the project's own wheel is rebuilt
 and reinstalled every run.
 Every runtime dependency is pinned to its floor (``pkg>=X`` -> ``pkg==X``, extras kept); the
 test tools are installed at the versions of the dev extra's floors too.
@@ -55,10 +55,12 @@ def pins(requirements: list[str]) -> list[str]:
 def main() -> int:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime = pins(project["dependencies"])
+    # pytest and every pytest plugin (the ini options may need one), plus the named tools.
     tools = [r for r in pins(project["optional-dependencies"]["dev"])
-             if re.split(r"[\[=<>]", r)[0] in TEST_TOOLS]
+             if (name := re.split(r"[\[=<>]", r)[0]) in TEST_TOOLS or name.startswith("pytest")]
     python = VENV / "bin" / "python"
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # The stamp is the list installed, so a changed floor or test tool reinstalls.
+    digest = hashlib.sha256("\n".join([*runtime, *tools]).encode()).hexdigest()
     if not (STAMP.exists() and STAMP.read_text() == digest):
         print(f"floors: installing {len(runtime)} runtime floors into {VENV.name}", flush=True)
         venv.create(VENV, clear=True, with_pip=True)
