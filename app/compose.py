@@ -26,6 +26,7 @@ from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
 from gateway.commands import FORGET
+from gateway.compaction import CompactionSettings
 from gateway.coordination import Coordinator, lease_hook, supports_fencing
 from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step
 from gateway.errors import ConfigError
@@ -149,14 +150,19 @@ def build_coordinator(settings: Settings) -> Coordinator:
                             prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl)
 
 
-def build_provider(settings: Settings) -> Provider:
-    name = settings.resolved_provider()
-    model = settings.model or DEFAULT_MODELS[name]
+def build_provider(settings: Settings, name: str | None = None,
+                   model: str | None = None) -> Provider:
+    """The provider ``name`` (default: the configured one) with ``model`` (default: the
+    configured model, else the provider's default)."""
+    name = name or settings.resolved_provider()
+    model = model or (settings.model if name == settings.resolved_provider() else None) \
+        or DEFAULT_MODELS[name]
     if name == "anthropic":
         from gateway.providers.anthropic import AnthropicProvider
 
         if settings.anthropic_api_key is None:
-            raise ConfigError("GATEWAY_PROVIDER=anthropic needs ANTHROPIC_API_KEY")
+            raise ConfigError(f"the {name} provider (GATEWAY_PROVIDER or GATEWAY_FALLBACKS) "
+                              "needs ANTHROPIC_API_KEY")
         return AnthropicProvider(
             api_key=settings.anthropic_api_key.get_secret_value(), model=model,
             base_url=settings.anthropic_base_url, max_tokens=settings.max_tokens,
@@ -178,6 +184,11 @@ def build_provider(settings: Settings) -> Provider:
     from gateway.providers.offline import OfflineProvider
 
     return OfflineProvider(model=model)
+
+
+def build_fallbacks(settings: Settings) -> list[Provider]:
+    """The providers of ``GATEWAY_FALLBACKS``, in order."""
+    return [build_provider(settings, name, model) for name, model in settings.fallback_list]
 
 
 def build_observer(settings: Settings) -> TurnObserver:
@@ -298,6 +309,7 @@ def build_loop(
     observer: TurnObserver = NO_OBSERVER,
     blobs: BlobStore | None = None,
     workspace: PersonaWorkspace | None = None,
+    fallbacks: Sequence[Provider] = (),
 ) -> AgentLoop:
     if prompts is None or tools is None:
         workspace = workspace or build_persona(settings)
@@ -313,10 +325,12 @@ def build_loop(
         metrics=metrics,
         settings=LoopSettings(max_iterations=settings.max_iterations,
                               window_tokens=settings.window_tokens,
-                              prompt_cache=settings.prompt_cache),
+                              prompt_cache=settings.prompt_cache,
+                              compaction=CompactionSettings(enabled=settings.compaction)),
         observer=observer,
         accounting=Accounting(metrics, load_prices(settings.prices_file)),
         blobs=blobs,
+        fallbacks=fallbacks,
     )
 
 
@@ -376,6 +390,7 @@ def build_gateway(
     observer: TurnObserver | None = None,
     blobs: BlobStore | None = None,
     transcriber: Transcriber | None = None,
+    fallbacks: Sequence[Provider] | None = None,
 ) -> Gateway:
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
@@ -390,8 +405,9 @@ def build_gateway(
     transcriber = transcriber or build_transcriber(settings, provider)
     intake = build_intake(settings, provider, blobs, transcriber)
     workspace = build_persona(settings) if prompts is None or tools is None else None
+    fallbacks = list(fallbacks) if fallbacks is not None else build_fallbacks(settings)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
-                      observer=observer, blobs=blobs, workspace=workspace)
+                      observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
@@ -423,7 +439,8 @@ def build_gateway(
         observer=observer,
         services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
                   loop.tools],
-        closing=[blobs.aclose] + ([transcriber.aclose] if transcriber is not None else []),
+        closing=[blobs.aclose, *(f.aclose for f in fallbacks)]
+        + ([transcriber.aclose] if transcriber is not None else []),
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()
                        if settings.metrics_token is not None else None),

@@ -19,6 +19,7 @@ from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
+FALLBACK_PROVIDERS = ("anthropic", "openai", "offline")
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 MIN_TOKEN_CHARS = 16
 
@@ -164,6 +165,9 @@ class Settings(BaseSettings):
         None, validation_alias=_env("OPENAI_REASONING_EFFORT"))
     prompt_cache: bool = Field(True, validation_alias=_env("GATEWAY_PROMPT_CACHE"))
     prices_file: Path | None = Field(None, validation_alias=_env("GATEWAY_PRICES_FILE"))
+    # Tried in order when the provider is unavailable (5xx, overloaded) after its retries.
+    fallbacks: str = Field("", validation_alias=_env("GATEWAY_FALLBACKS"))
+    compaction: bool = Field(True, validation_alias=_env("GATEWAY_COMPACTION"))
 
     @field_validator("channels")
     @classmethod
@@ -199,6 +203,22 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least {MIN_TOKEN_CHARS} characters long (for "
                              "example: python3 -c 'import secrets; print(secrets.token_hex(16))')")
         return value
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _fallback_list(cls, value: str) -> str:
+        for item in (v.strip() for v in value.split(",") if v.strip()):
+            name, sep, model = item.partition(":")
+            if not sep or name.strip() not in FALLBACK_PROVIDERS or not model.strip():
+                raise ValueError(f"{item!r}: give provider:model, provider one of "
+                                 f"{', '.join(FALLBACK_PROVIDERS)}")
+        return value
+
+    @property
+    def fallback_list(self) -> list[tuple[str, str]]:
+        """``GATEWAY_FALLBACKS`` as (provider, model) pairs, in order."""
+        pairs = (v.strip().partition(":") for v in self.fallbacks.split(",") if v.strip())
+        return [(name.strip(), model.strip()) for name, _, model in pairs]
 
     @field_validator("store_url")
     @classmethod

@@ -16,6 +16,11 @@
     tokens read from the cache over calls 2..30 (target >= 80 %), from the outcomes the
     gateway recorded.
 
+(c) Compaction: a 500-message conversation (250 turns) through the whole gateway with a
+    2,000-token window and the Anthropic SDK against the fake. Reported: the compaction calls,
+    the largest call (estimated tokens sent, summary included) against the window, and how many
+    of the requests the fake received are byte-equal to their replay (target: all).
+
 Run: .venv/bin/python bench/bench_provider.py [--rounds 5] [--calls 200]
 """
 
@@ -53,6 +58,8 @@ asyncio.run(main())
 """
 CACHE_TURNS = 30
 CACHE_TARGET = 0.80
+LONG_TURNS = 250
+LONG_WINDOW = 2000
 
 
 def conversation(size: int) -> list[dict[str, Any]]:
@@ -224,6 +231,56 @@ async def caching() -> list[str]:
     ]
 
 
+async def compaction() -> list[str]:
+    import aiohttp
+
+    from app.compose import build_gateway
+    from app.config import Settings
+    from gateway.providers.anthropic import AnthropicProvider
+    from gateway.window import estimate_tokens
+    from sessions.replay import replay_bytes
+    from sessions.shapes import encode_body
+    from tests.fakes.providers import FakeProviderServer
+
+    with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp:
+        data = Path(tmp) / "data"
+        async with FakeProviderServer() as srv:
+            provider = AnthropicProvider("bench", "claude-sonnet-4-5",
+                                         base_url=srv.anthropic_base_url, max_retries=0)
+            settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data), GATEWAY_PORT=0,
+                                GATEWAY_WINDOW_TOKENS=LONG_WINDOW)
+            gateway = build_gateway(settings, provider=provider)
+            await gateway.start()
+            try:
+                url = f"http://127.0.0.1:{gateway.bound_port}/api/chat"
+                async with aiohttp.ClientSession() as http:
+                    for turn in range(LONG_TURNS):
+                        async with http.post(url, json={
+                                "conversation": "long", "text": f"turn {turn}: here is what "
+                                "happened next in my day, in some detail. " * 3}) as resp:
+                            assert resp.status == 200, await resp.text()
+            finally:
+                await gateway.aclose()
+            received = [r.raw for r in srv.requests]
+        [log] = list(data.rglob("*.jsonl"))
+        replay = replay_bytes(log.read_bytes())
+    equal = sum(encode_body(replay.request(t)) == raw
+                for t, raw in zip(replay.turns, received, strict=True))
+    summaries = [t for t in replay.turns if t.lineage and t.lineage.reason == "compaction"]
+    ordinary = [t for t in replay.turns if t not in summaries]
+    largest = max(sum(estimate_tokens(m) for m in replay.sent(t)) for t in ordinary)
+    verdict = "**pass**" if equal == len(received) and largest <= LONG_WINDOW else "**miss**"
+    return [
+        "| measure | value | target | result |", "|---|---|---|---|",
+        f"| messages in the conversation | {len(replay.messages)} | | |",
+        f"| provider calls (compaction calls) | {len(replay.turns)} ({len(summaries)}) | | |",
+        f"| largest call, estimated tokens sent (summary included) | {largest:,} | "
+        f"<= {LONG_WINDOW:,} (the window) | |",
+        f"| requests byte-equal to their replay | {equal} of {len(received)} | all | "
+        f"{verdict} |",
+    ]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,6 +290,7 @@ async def main() -> None:
     started = time.perf_counter()
     load_before = os.getloadavg()
     cache_lines = await caching()
+    long_lines = await compaction()
     call_lines = await per_call(args.rounds, args.calls)
     report = "\n".join([
         "## Provider calls and prompt caching", "",
@@ -244,6 +302,9 @@ async def main() -> None:
         f"### (b) Prompt caching: {CACHE_TURNS}-turn conversation, 8 KB stable persona, "
         "Anthropic SDK against the caching fake", "",
         *cache_lines, "",
+        f"### (c) Compaction: a {2 * LONG_TURNS}-message conversation, "
+        f"{LONG_WINDOW:,}-token window, Anthropic SDK against the fake", "",
+        *long_lines, "",
     ])
     print(report)
     write_report("provider.md", report)

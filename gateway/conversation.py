@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import NotRecordedError
@@ -23,7 +24,25 @@ from gateway.messages import ChannelContext, ConversationKey
 from gateway.recorder import SessionRecorder, Written
 from gateway.window import ConversationOrder, estimate_tokens, has_tool_use, is_plain_user
 from sessions import entries
-from sessions.records import MessageDict, Outcome
+from sessions.records import Injected, MessageDict, Outcome, Window
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A compaction summary: sent as injected message 0 of every call, in place of the oldest
+    messages (:mod:`gateway.compaction`)."""
+
+    call: int | None
+    """The compaction call that wrote it (None when that call's entry was not recorded)."""
+    message: MessageDict
+    replaces: Window
+    """Log-index ranges of the messages it stands for."""
+    floor: int
+    """How many leading positions of the conversation order it covers."""
+
+    @property
+    def injected(self) -> tuple[Injected, ...]:
+        return (Injected(0, self.message),)
 
 
 class Conversation:
@@ -44,6 +63,8 @@ class Conversation:
         self.order = ConversationOrder()
         for index in conversation_order(self.messages):
             self.order.append(index, self.costs[index])
+        self.summary: Summary | None = None
+        """The compaction summary calls send instead of the oldest messages, if any."""
         self.last_active = 0.0
         """Wall-clock time of the last inbound message (for idle rotation)."""
         self.clock: Callable[[], float] = time.time
@@ -51,6 +72,16 @@ class Conversation:
     @property
     def session_id(self) -> str:
         return self.recorder.session_id
+
+    def restore_summary(self, call: int | None, message: MessageDict, replaces: Window) -> None:
+        """Take up a summary found in the log (a resumed session): it covers the leading
+        positions of the conversation order whose messages are in ``replaces``."""
+        covered = {i for start, end in replaces for i in range(start, end)}
+        floor = 0
+        while floor < len(self.order.order) and self.order.order[floor] in covered:
+            floor += 1
+        if floor:
+            self.summary = Summary(call, message, replaces, floor)
 
     async def receive(self, message: MessageDict, meta: Mapping[str, Any] | None = None) -> int:
         """Record an inbound user message now; it joins the conversation at :meth:`begin`.

@@ -22,12 +22,14 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
+from gateway.compaction import summary_message
 from gateway.conversation import Conversation, conversation_order
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
 from gateway.scopes import scope_of
 from gateway.window import ConversationOrder
+from sessions.compaction import latest_summary
 from sessions.messages import read_messages
 from sessions.records import MessageDict
 from sessions.store import SessionStore, SessionWriter
@@ -146,13 +148,17 @@ class ConversationRegistry:
             # and a torn tail is already repaired when the messages are read.
             writer = (await self._fenced().open(key.tenant, existing, fence=fence)
                       if fence is not None else await self.store.open(key.tenant, existing))
-            logged = read_messages(await self.store.read_log(key.tenant, existing))
+            data = await self.store.read_log(key.tenant, existing)
+            logged = read_messages(data)
             if not self._stale(_epoch(logged.last_ts)):
                 if fence is not None:
                     self._fences[key] = fence
                 conv = self._wrap(key, writer, context, logged.messages)
                 if logged.unstarted:
                     set_aside(conv, logged.unstarted)
+                if (summary := latest_summary(data)) is not None:  # compaction goes on
+                    conv.restore_summary(summary.call, summary_message(summary.text),
+                                         summary.replaces)
                 conv.last_active = _epoch(logged.last_ts) or self.clock()
                 return conv
             await _close(writer)  # silent too long: the conversation starts a new session

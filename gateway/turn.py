@@ -25,25 +25,28 @@ from typing import Any
 
 from gateway import logctx
 from gateway.accounting import Accounting
+from gateway.calling import Caller, CallSpec
 from gateway.channel import ReplySink
+from gateway.compaction import DEFAULTS as DEFAULT_COMPACTION
+from gateway.compaction import PROMPT as COMPACTION_PROMPT
+from gateway.compaction import CompactionSettings, Compactor
 from gateway.conversation import Conversation
-from gateway.errors import FENCED, NotRecordedError, ProviderError
-from gateway.hooks import BeforeCallHook, CallContext, run_hooks
+from gateway.errors import ProviderError
+from gateway.hooks import BeforeCallHook
 from gateway.metrics import Metrics
 from gateway.observe import (
     NO_OBSERVER,
-    CallResult,
     TurnHandle,
     TurnInfo,
     TurnObserver,
 )
-from gateway.observe import CallInfo as ObservedCall
 from gateway.prompt import BuiltPrompt, PromptSource
-from gateway.providers.base import Provider, ProviderRequest, TextSink
+from gateway.providers.base import Provider, TextSink
 from gateway.tools import ToolRegistry, ToolSet, run_tool_uses
+from gateway.window import estimate_tokens
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
-from sessions.records import CachePlan, CallRequest, Outcome, window_messages
+from sessions.records import NO_LINEAGE, Injected, Lineage, window_messages
 from sessions.scan import message_text
 
 log = logging.getLogger("gateway.turn")
@@ -62,6 +65,8 @@ class LoopSettings:
     apology: str = APOLOGY
     prompt_cache: bool = True
     """Place prompt-cache breakpoints in Anthropic-shaped requests (:mod:`sessions.caching`)."""
+    compaction: CompactionSettings = DEFAULT_COMPACTION
+    """When the history no longer fits, summarise its oldest part (:mod:`gateway.compaction`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +94,21 @@ class AgentLoop:
         observer: TurnObserver = NO_OBSERVER,
         accounting: Accounting | None = None,
         blobs: BlobStore | None = None,
+        fallbacks: Sequence[Provider] = (),
     ) -> None:
         self.provider = provider
         self.prompts = prompts
         self.tools = tools
-        self.hooks = tuple(hooks)
         self.metrics = metrics
         self.settings = settings or LoopSettings()
         self.observer = observer
-        self.accounting = accounting or Accounting(metrics)
         self.blobs = blobs
         """Where attachment bytes are read from at send time (None: no attachments)."""
+        self.caller = Caller([provider, *fallbacks], hooks, metrics,
+                             accounting or Accounting(metrics),
+                             prompt_cache=self.settings.prompt_cache)
+        """Makes the recorded calls: ``provider`` first, then each of ``fallbacks``."""
+        self.compactor = Compactor(self.caller, self.settings.compaction)
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
@@ -138,78 +147,17 @@ class AgentLoop:
         for _ in range(self.settings.max_iterations):
             calls += 1
             built = await self.prompts.build(conv.context)
-            prompt = built.prompt
-            # The reason is written only with a prompt the log has not seen yet (persist_call
-            # compares with the log's last prompt, the one owner of "last prompt").
-            reason = "initial" if conv.recorder.last_prompt is None else f"rebuilt:{built.cause}"
-            window = conv.order.choose(conv.messages, self.settings.window_tokens)
-            messages = window_messages(conv.messages, window)
-            blobs = await self._blobs(conv, messages)
-            if blobs is None:  # never send (or record) a call whose attachments are gone
-                await sink.fail(self.settings.apology)
-                await conv.recorder.sync()
-                return TurnResult("apologised", self.settings.apology, calls)
-            params = dict(self.provider.params())
             tools = self.tools.for_tenant(conv.key.tenant)
-            cache = self._cache_plan(built, tools)
-            request = CallRequest(
-                prompt=prompt, reason=reason, tools=tools.schemas,
-                provider=self.provider.name, model=self.provider.model, params=params,
-                window=window, cache=cache,
-            )
-            number = conv.recorder.next_call + 1  # 1-based, as the log will number it
-            with logctx.bound(call=number):
-                persisted = await run_hooks(self.hooks, CallContext(conv.recorder, request))
-                if persisted.fenced:
-                    raise NotRecordedError(conv.session_id, persisted.failure or FENCED)
-                sent = ProviderRequest(
-                    system=prompt.text,
-                    messages=messages,
-                    tools=tools.schemas,
-                    model=self.provider.model,
-                    params=params,
-                    sections=prompt.texts,
-                    cache=cache,
-                    blobs=blobs,
-                )
-                observed = turn.call_started(ObservedCall(
-                    index=number, provider=self.provider.name, model=sent.model,
-                    params=params, system=sent.system, messages=sent.messages,
-                    tools=sent.tools))
-                started = time.perf_counter()
-                try:
-                    response = await self.provider.complete(
-                        sent, on_text=_separated(sink, first=not texts))
-                except ProviderError as exc:
-                    latency = time.perf_counter() - started
-                    self._count_call("error", latency)
-                    observed.finished(CallResult(latency=latency, error=exc.kind))
-                    log.warning("provider call failed (%s)", exc.kind)
-                    if persisted.call is not None:  # outcomes belong to recorded calls only
-                        await conv.add_outcome(Outcome(
-                            call=persisted.call, latency_ms=latency * 1000,
-                            error={"kind": exc.kind, "message": _safe(str(exc))},
-                        ))
-                    return await self._end(conv, sink, "apologised", "", calls)
-                except BaseException as exc:  # cancelled or a bug: the span still ends
-                    observed.finished(CallResult(latency=time.perf_counter() - started,
-                                                 error=type(exc).__name__))
-                    raise
-                latency = time.perf_counter() - started
-                self._count_call("ok", latency)
-                observed.finished(CallResult(
-                    latency=latency, message=response.message,
-                    stop_reason=response.stop_reason, usage=response.usage,
-                    response_id=response.response_id,
-                    response_model=response.response_model))
-            cost = self.accounting.charge(tenant=conv.key.tenant, provider=self.provider.name,
-                                          model=sent.model, usage=response.usage)
-            outcome = None
-            if persisted.call is not None:
-                outcome = Outcome(call=persisted.call, stop_reason=response.stop_reason,
-                                  usage=response.usage, latency_ms=latency * 1000,
-                                  response_id=response.response_id,
-                                  response_model=response.response_model, cost_usd=cost)
+            spec = await self._spec(conv, turn, built, tools)
+            if spec is None:  # never send (or record) a call whose attachments are gone
+                return await self._end(conv, sink, "apologised", "", calls)
+            try:
+                answered = await self.caller.call(conv, turn, spec,
+                                                  on_text=_separated(sink, first=not texts))
+            except ProviderError:
+                return await self._end(conv, sink, "apologised", "", calls)
+            response = answered.response
+            outcome = answered.outcome()
             kept = await conv.add_assistant(response.message, outcome)
             text = message_text(response.message["content"]) or ""
             if text:
@@ -244,13 +192,39 @@ class AgentLoop:
         await conv.recorder.sync()
         return TurnResult(status, text, calls)
 
-    def _cache_plan(self, built: BuiltPrompt, tools: ToolSet) -> CachePlan | None:
-        """Breakpoints after the tools, the prompt's stable prefix and the history; only the
-        Anthropic shape takes them (OpenAI caches prefixes by itself)."""
-        if not self.settings.prompt_cache or self.provider.shape != "anthropic":
+    async def _spec(self, conv: Conversation, turn: TurnHandle, built: BuiltPrompt,
+                    tools: ToolSet) -> CallSpec | None:
+        """The next call: compact first if the history no longer fits, then the window (after
+        the summary, which goes first); None when an attachment's bytes are gone."""
+        prompt = built.prompt
+        # The reason is written only with a prompt the log has not seen yet (persist_call
+        # compares with the log's last prompt, the one owner of "last prompt").
+        last = conv.recorder.last_prompt
+        if last is None:
+            reason = "initial"
+        elif last == COMPACTION_PROMPT.fingerprint:
+            reason = "after:compaction"
+        else:
+            reason = f"rebuilt:{built.cause}"
+        budget = self.settings.window_tokens
+        await self.compactor.fit(conv, turn, budget)
+        summary = conv.summary
+        lineage = NO_LINEAGE
+        if summary is None:
+            window = conv.order.choose(conv.messages, budget)
+            injected: tuple[Injected, ...] = ()
+        else:
+            window = conv.order.choose(conv.messages, budget - estimate_tokens(summary.message),
+                                       summary.floor)
+            injected = summary.injected
+            lineage = Lineage(summary=summary.call, replaces=summary.replaces)
+        messages = window_messages(conv.messages, window, injected)
+        blobs = await self._blobs(conv, messages)
+        if blobs is None:
             return None
-        return CachePlan(tools=bool(tools.schemas),
-                         system=min(built.stable, len(built.prompt.sections)))
+        return CallSpec(prompt=prompt, reason=reason, tools=tools.schemas, window=window,
+                        messages=messages, injected=injected, blobs=blobs, stable=built.stable,
+                        lineage=lineage)
 
     async def _blobs(self, conv: Conversation,
                      messages: list[dict[str, Any]]) -> dict[str, bytes] | None:
@@ -266,12 +240,6 @@ class AgentLoop:
                       conv.session_id, ", ".join(missing))
             return None
         return found
-
-    def _count_call(self, outcome: str, latency: float) -> None:
-        labels = {"provider": self.provider.name, "model": self.provider.model,
-                  "outcome": outcome}
-        self.metrics.provider_calls.labels(**labels).inc()
-        self.metrics.provider_latency.labels(**labels).observe(latency)
 
 
 def _separated(sink: ReplySink, *, first: bool) -> TextSink:
@@ -294,8 +262,3 @@ def _tool_uses(message: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return []
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
-
-
-def _safe(text: str, limit: int = 300) -> str:
-    """Error text for the log: bounded (provider messages never carry our keys)."""
-    return text[:limit]

@@ -107,21 +107,41 @@ class ConversationOrder:
         self.order.append(index)
         self._cum.append(self._cum[-1] + cost)
 
-    def choose(self, messages: Sequence[MessageDict], budget: int) -> Window:
-        """The window for the next call: see the module docstring for the rules."""
+    def tokens(self, start: int, end: int) -> int:
+        """Estimated tokens of the messages at order positions ``[start, end)``."""
+        return self._cum[end] - self._cum[start]
+
+    def tail_end(self, messages: Sequence[MessageDict]) -> int:
+        """Where the next window ends: past the last message, unless that is an unanswered
+        tool_use (only the tail of a crashed turn can be)."""
+        end = len(self.order)
+        while end > 1 and has_tool_use(messages[self.order[end - 1]]):
+            end -= 1
+        return end
+
+    def choose(self, messages: Sequence[MessageDict], budget: int, floor: int = 0) -> Window:
+        """The window for the next call: see the module docstring for the rules. Positions
+        before ``floor`` (messages a summary stands for) are never chosen."""
         order = self.order
-        if not order:
+        if not order or floor >= len(order):
             return ()
-        end = len(order)
-        while end > 1 and has_tool_use(messages[order[end - 1]]):
-            end -= 1  # an unanswered tool_use can only be the tail of a crashed turn
+        end = self.tail_end(messages)
+        floor = min(floor, end - 1)
         # Smallest start with cum[end] - cum[start] <= budget, keeping at least one message.
-        start = min(bisect_left(self._cum, self._cum[end] - budget, 0, end), end - 1)
+        start = min(bisect_left(self._cum, self._cum[end] - budget, floor, end), end - 1)
         first = start
         while first < end - 1 and not is_plain_user(messages[order[first]]):
             first += 1
         if not is_plain_user(messages[order[first]]):
             first = start
+        return self._ranges(first, end)
+
+    def plain_user_at(self, messages: Sequence[MessageDict], position: int) -> bool:
+        """Whether a window may start at order position ``position``."""
+        return is_plain_user(messages[self.order[position]])
+
+    def ranges(self, first: int, end: int) -> Window:
+        """Log-index ranges covering order positions ``[first, end)``."""
         return self._ranges(first, end)
 
     def _ranges(self, first: int, end: int) -> Window:

@@ -5,7 +5,8 @@ later request reads it only while it starts with the very same bytes. So when th
 tool set of a conversation changes, everything from the first changed part on is input again
 at full price (and written to the cache anew): the change *busted* the cache from there.
 
-For each call whose tools or prompt differ from the previous call's, :func:`cache_busts` names
+For each call whose tools or prompt differ from the previous call's (compaction calls, which
+summarise the history with a prompt of their own, are left out), :func:`cache_busts` names
 the first part that differs, in cache order: ``tools``, else the first section (by position)
 whose name or text changed. A change counts only when the previous call had something cached:
 it placed cache breakpoints (a recorded plan), or its outcome reports cache reads or writes
@@ -84,6 +85,8 @@ def cache_busts(replay: Replay) -> list[CacheBust]:
     for turn in replay.turns:
         if turn.prompt is None or turn.window is None:
             continue  # not a recorded request: nothing to compare
+        if turn.lineage is not None and turn.lineage.reason == "compaction":
+            continue  # a summary's own call: not part of the conversation's cached prefix
         if previous is not None and _had_cache(replay, previous):
             change = first_change(previous, turn)
             if change is not None:

@@ -83,6 +83,7 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
         ]
     if request.cache is not None:
         body["cache"] = request.cache.to_json()
+    body.update(request.lineage.to_json())
     return body
 
 
@@ -102,6 +103,8 @@ def outcome(result: Outcome) -> dict[str, Any]:
         body["response_model"] = result.response_model
     if result.cost_usd is not None:
         body["cost_usd"] = round(result.cost_usd, 9)
+    if result.answer is not None:
+        body["answer"] = {"role": result.answer["role"], "content": result.answer["content"]}
     return body
 
 

@@ -92,6 +92,59 @@ class CachePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Lineage:
+    """Why a call was made, when it is not a turn's ordinary call, and what stands for what.
+
+    ``reason`` is ``compaction`` for a call that summarises old messages, ``fallback`` for an
+    attempt made after another provider failed (``after``: that attempt's call index).
+    ``replaces`` names the messages a summary stands for: the ones a compaction call
+    summarises (earlier summaries' included), or, on a call that sends a summary as its
+    injected message 0, the ones that summary replaced; ``summary`` is then the index of the
+    compaction call that wrote it.
+    """
+
+    reason: str | None = None
+    after: int | None = None
+    replaces: Window = ()
+    summary: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.reason is not None:
+            body["reason"] = self.reason
+        if self.after is not None:
+            body["after"] = self.after
+        if self.replaces:
+            body["replaces"] = [[start, end] for start, end in self.replaces]
+        if self.summary is not None:
+            body["summary"] = self.summary
+        return body
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> Lineage | None:
+        """The lineage fields of a call entry; None when it has none (or they are malformed)."""
+        reason, after, summary = entry.get("reason"), entry.get("after"), entry.get("summary")
+        replaces = entry.get("replaces", [])
+        if reason is None and after is None and summary is None and not replaces:
+            return None
+        ranges: list[tuple[int, int]] = []
+        for pair in replaces if isinstance(replaces, list) else [None]:
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
+                return None
+            ranges.append((pair[0], pair[1]))
+        if not (reason is None or isinstance(reason, str)):
+            return None
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                   for v in (after, summary)):
+            return None
+        return cls(reason=reason, after=after, replaces=tuple(ranges), summary=summary)
+
+
+NO_LINEAGE = Lineage()
+
+
+@dataclass(frozen=True, slots=True)
 class CallRequest:
     """Everything a provider is about to receive for one call, in provider-neutral form."""
 
@@ -105,6 +158,7 @@ class CallRequest:
     injected: tuple[Injected, ...] = ()
     cache: CachePlan | None = None
     """Prompt-cache breakpoints placed in the body (Anthropic shape), if any."""
+    lineage: Lineage = NO_LINEAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +176,8 @@ class Outcome:
     """The model version that answered, as the provider named it."""
     cost_usd: float | None = None
     """What the call cost by the price table in force when it was made (unknown model: None)."""
+    answer: MessageDict | None = None
+    """The answer of a call whose answer is not a message entry (a compaction summary)."""
 
 
 def window_messages(

@@ -41,6 +41,7 @@ from sessions.records import (
     PROMPT_JOINER,
     CachePlan,
     Injected,
+    Lineage,
     MessageDict,
     Window,
     window_messages,
@@ -100,6 +101,8 @@ class Outcome:
     response_id: str | None = None
     response_model: str | None = None
     cost_usd: float | None = None
+    answer: MessageDict | None = None
+    """A compaction call's summary (its answer is not a message entry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ class Turn:
     """What else the log says about this call (an answer or outcome the writer refused)."""
     cache: CachePlan | None = None
     """The prompt-cache breakpoints the call placed (:mod:`sessions.caching`), if any."""
+    lineage: Lineage | None = None
+    """Why the call was made (compaction, fallback) and which summary it sent, if any."""
 
     @property
     def rebuildable(self) -> bool:
@@ -469,6 +474,7 @@ class _Builder:
             params=params if isinstance(params, dict) else None,
             tools=tools if isinstance(tools, str) else None,
             cache=CachePlan.from_json(entry.get("cache")),
+            lineage=Lineage.from_json(entry),
         )
         self.pending["prompt_fp"] = fp if isinstance(fp, str) else None
         if injected is None:
@@ -491,6 +497,7 @@ class _Builder:
             _str_or_none(entry.get("response_id")),
             _str_or_none(entry.get("response_model")),
             _cost_or_none(entry.get("cost_usd")),
+            answer if _is_message(answer := entry.get("answer")) else None,
         )
 
     def check_seq(self, entry: dict[str, Any], line: int) -> None:
@@ -521,7 +528,8 @@ class _Builder:
             turns.append(Turn(number, d["line"], d["ts"], version,
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
-                              d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"]))
+                              d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"],
+                              d["lineage"]))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -599,12 +607,14 @@ def _turn_draft(
     params: Mapping[str, Any] | None = None,
     tools: str | None = None,
     cache: CachePlan | None = None,
+    lineage: Lineage | None = None,
 ) -> dict[str, Any]:
     return {
         "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
         "injected": injected, "assistant": assistant, "call": call, "provider": provider,
         "model": model, "params": params, "tools_fingerprint": tools, "status": None,
         "notes": [], "prompt_fp": None, "cache": cache,
+        "lineage": lineage,
     }
 
 

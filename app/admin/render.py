@@ -197,6 +197,9 @@ def turn_summary(replay: Replay, turn: Turn, bust: CacheBust | None = None) -> M
             bits.append(tag("span", f"error {outcome.error.get('kind', '?')}", class_="badge bad"))
     elif turn.assistant is None:
         bits.append(tag("span", "no answer recorded", class_="badge warn"))
+    lineage = lineage_text(turn)
+    if lineage:
+        bits.append(tag("span", lineage, class_="badge lineage"))
     if bust is not None:
         bits.append(tag("span", bust.message, class_="badge warn cache-bust",
                         title="the cached prompt prefix was rebuilt from here on"
@@ -230,6 +233,30 @@ def _outcome_rows(outcome: Outcome | None) -> list[tuple[str, Markup | str | Non
     ]
 
 
+def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"#{a + 1} to #{b}" if b - a > 1 else f"#{b}"
+                     for a, b in ranges if b > a) or "none"
+
+
+def lineage_text(turn: Turn) -> str | None:
+    """Why a call was made and what stands for what: a compaction call, a fallback, a call
+    that sends a summary (the call numbers are the viewer's 1-based ones)."""
+    lineage = turn.lineage
+    if lineage is None:
+        return None
+    parts = []
+    if lineage.reason == "compaction":
+        parts.append(f"compaction: summary of log messages {_ranges_text(lineage.replaces)}")
+    elif lineage.reason is not None:
+        parts.append(lineage.reason)
+    if lineage.after is not None:
+        parts.append(f"after call {lineage.after + 1} failed")
+    if lineage.summary is not None:
+        parts.append(f"sends the summary of call {lineage.summary + 1} in place of log "
+                     f"messages {_ranges_text(lineage.replaces)}")
+    return "; ".join(parts) or None
+
+
 def _window_text(replay: Replay, turn: Turn) -> str:
     if turn.window is None:
         return "not recorded"
@@ -237,6 +264,14 @@ def _window_text(replay: Replay, turn: Turn) -> str:
                        for a, b in turn.window if b > a) or "none"
     extra = f" plus {len(turn.injected)} injected" if turn.injected else ""
     return f"log messages {ranges}{extra}"
+
+
+def _answer_view(outcome: Outcome | None) -> Markup | None:
+    """A compaction call's summary: its answer lives in its outcome, not in the messages."""
+    if outcome is None or outcome.answer is None:
+        return None
+    return join([tag("h4", "Summary written"),
+                 tag("pre", message_text(outcome.answer.get("content")) or "", class_="prompt")])
 
 
 def _sent_views(replay: Replay, turn: Turn, where: Where | None) -> Markup:
@@ -293,7 +328,9 @@ def turn_request(replay: Replay, turn: Turn, where: Where | None = None) -> Mark
             ("params", tag("code", compact(turn.params)) if turn.params is not None else None),
             ("prompt", prompt_fact), ("window", _window_text(replay, turn)),
             *_outcome_rows(replay.outcome_of(turn)),
+            ("lineage", lineage_text(turn)),
         ]),
+        _answer_view(replay.outcome_of(turn)),
         tag("h4", "System prompt"), system,
         tag("details", tag("summary", f"Messages sent ({sent_count})"),
             _sent_views(replay, turn, where), class_="sent", open=True),

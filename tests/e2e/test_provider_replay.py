@@ -148,3 +148,54 @@ async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> N
                                          "--turn", "1", "--json")
     assert orjson.loads(turn)["outcome"]["error"]["kind"] == "unavailable"
     assert orjson.loads(turn)["assistant"] is None
+
+
+async def test_fallback_after_529_every_attempt_replays(tmp_path: Path) -> None:
+    """Anthropic answers 529 (after the SDK's retry); GATEWAY_FALLBACKS tries OpenAI, which
+    answers. Both requests reached their fakes exactly as replay rebuilds them."""
+    async with FakeProviderServer() as srv:
+        srv.script("anthropic", Reply.error(529), Reply.error(529))
+        settings = Settings(
+            _env_file=None, GATEWAY_DATA_DIR=str(tmp_path / "data"), GATEWAY_PORT=0,
+            GATEWAY_PROVIDER="anthropic", ANTHROPIC_API_KEY="test-key-anthropic",
+            ANTHROPIC_BASE_URL=srv.anthropic_base_url, GATEWAY_MODEL="claude-test",
+            GATEWAY_PROVIDER_RETRIES=1, OPENAI_API_KEY="test-key-openai",
+            OPENAI_BASE_URL=srv.openai_base_url, GATEWAY_FALLBACKS="openai:gpt-test")
+        gateway = build_gateway(settings)
+        await gateway.start()
+        try:
+            reply = await chat(gateway, "f", "are you there?")
+        finally:
+            await gateway.aclose()
+        anthropic_requests = srv.requests_for("anthropic")
+        openai_requests = srv.requests_for("openai")
+    assert reply["reply"] == "echo: are you there?"
+    assert len(anthropic_requests) == 2  # the SDK's own retry first
+    assert anthropic_requests[0].raw == anthropic_requests[1].raw
+    data = tmp_path / "data"
+    for n, (received, shape) in enumerate([(anthropic_requests[0], "anthropic"),
+                                           (openai_requests[0], "openai")], start=1):
+        code, out = await asyncio.to_thread(replay_cli, data, reply["session"], "--request",
+                                            str(n), "--shape", shape, "--raw")
+        assert code == 0
+        assert out.encode() == received.raw
+    _code, summary = await asyncio.to_thread(replay_cli, data, reply["session"], "--json")
+    calls = orjson.loads(summary)["turns"]
+    assert [(c["provider"], c["model"]) for c in calls] == [
+        ("anthropic", "claude-test"), ("openai", "gpt-test")]
+
+
+@pytest.mark.parametrize("api", API)
+async def test_compaction_through_the_sdk_replays_exactly(tmp_path: Path, api: str) -> None:
+    """A small window: compaction calls through the real SDK; every request (compaction calls
+    included) is byte-equal to its replay."""
+    async with FakeProviderServer() as srv:
+        async with gateway_for(tmp_path, make_provider(api, srv),
+                               GATEWAY_WINDOW_TOKENS=300) as gateway:
+            for i in range(10):
+                reply = await chat(gateway, "long", f"message {i}: " + "lorem ipsum " * 20)
+        requests = srv.requests_for(api)
+    systems = [system_of(r.body, api) for r in requests]
+    assert any(s.startswith("You keep the memory of a long conversation") for s in systems)
+    await asyncio.to_thread(assert_every_call_replays, tmp_path / "data", reply["session"], api,
+                            requests)

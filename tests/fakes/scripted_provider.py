@@ -1,20 +1,23 @@
 """A scripted in-process provider: the test and benchmark fake at the provider seam.
 
 Replies come from a queue of assistant messages (or exceptions to raise); when the queue is
-empty it answers ``"ok"`` at once. Every request it receives is kept, as the body
-:func:`sessions.shapes.request_body` builds for its shape, so tests can compare it with replay.
+empty it answers with ``responder(request)`` if one is given, else ``"ok"``, at once. Every
+request it receives is kept, as the body :func:`sessions.shapes.request_body` builds for its
+shape, so tests can compare it with replay.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from sessions.records import MessageDict
 from sessions.shapes import Shape, request_body
+
+Reply: TypeAlias = str | MessageDict | BaseException
 
 
 class ScriptedProvider:
@@ -26,8 +29,11 @@ class ScriptedProvider:
     def __init__(self, *, name: str = "scripted", shape: Shape = "anthropic",
                  model: str = "scripted-1", params: Mapping[str, Any] | None = None,
                  delay: float = 0.0, keep_bodies: bool = True,
-                 stream_blocks: bool = False) -> None:
+                 stream_blocks: bool = False,
+                 responder: Callable[[ProviderRequest], Reply] | None = None) -> None:
         self.stream_blocks = stream_blocks
+        self.responder = responder
+        self.requests: list[ProviderRequest] = []
         self.name = name
         self.shape: Shape = shape
         self.model = model
@@ -35,9 +41,9 @@ class ScriptedProvider:
         self.delay = delay
         self.keep_bodies = keep_bodies
         self.bodies: list[dict[str, Any]] = []
-        self._queue: deque[str | MessageDict | BaseException] = deque()
+        self._queue: deque[Reply] = deque()
 
-    def script(self, *replies: str | MessageDict | BaseException) -> None:
+    def script(self, *replies: Reply) -> None:
         self._queue.extend(replies)
 
     def params(self) -> Mapping[str, Any]:
@@ -50,9 +56,14 @@ class ScriptedProvider:
                                             request.tools, request.model, request.params,
                                             cache=request.cache, sections=request.sections,
                                             blobs=request.blobs))
+        if self.keep_bodies:
+            self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
-        reply = self._queue.popleft() if self._queue else "ok"
+        if self._queue:
+            reply = self._queue.popleft()
+        else:
+            reply = self.responder(request) if self.responder is not None else "ok"
         if isinstance(reply, BaseException):
             raise reply
         if isinstance(reply, str):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordination.local import LocalConversations
+from gateway.compaction import CompactionSettings
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
@@ -64,6 +65,8 @@ async def running_core(
     transcriber: Transcriber | None = None,
     limits: MediaLimits | None = None,
     conversations: LocalConversations | None = None,
+    compaction: bool = True,
+    fallbacks: Sequence[Provider] = (),
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
     front of the router) and expanded at send time. ``conversations``: a queue over an owed
@@ -75,7 +78,9 @@ async def running_core(
         provider=provider, prompts=workspace, tools=ToolRegistry(persona_tools(workspace)),
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook], metrics=metrics,
         settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations,
-                              prompt_cache=prompt_cache),
+                              prompt_cache=prompt_cache,
+                              compaction=CompactionSettings(enabled=compaction)),
+        fallbacks=fallbacks,
         observer=observer,
         blobs=blobs,
     )
