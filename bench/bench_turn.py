@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordination.local import LocalConversations
-from coordination.memory_dedup import MemoryDeduplicator
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ChannelContext
 from gateway.metrics import Metrics
@@ -62,9 +61,10 @@ async def run_turns(hook: bool, turns: int, durability: Durability) -> float:
                                         metrics)
         channel = MemoryChannel()
         times: list[float] = []
+        queue = LocalConversations()
+        await queue.open()
         async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
-                          metrics=metrics, dedup=MemoryDeduplicator(),
-                          conversations=LocalConversations()) as router:
+                          metrics=metrics, conversations=queue) as router:
             await channel.start(router.deliver)
             for i in range(turns):
                 started = time.perf_counter()
@@ -73,6 +73,7 @@ async def run_turns(hook: bool, turns: int, durability: Durability) -> float:
                 times.append(time.perf_counter() - started)
             await router.drain(5)
         await registry.aclose()
+        await queue.aclose()
         return statistics.median(times[turns // 10:])  # skip warm-up
 
 
