@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 from gateway.compaction import summary_message
-from gateway.conversation import Conversation, conversation_order
+from gateway.conversation import Conversation
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
@@ -154,8 +154,9 @@ class ConversationRegistry:
                 if fence is not None:
                     self._fences[key] = fence
                 conv = self._wrap(key, writer, context, logged.messages)
-                if logged.unstarted:
-                    set_aside(conv, logged.unstarted)
+                conv.order = ConversationOrder()
+                for index in logged.order:  # messages whose turn never began join at begin()
+                    conv.order.append(index, conv.costs[index])
                 if (summary := latest_summary(data)) is not None:  # compaction goes on
                     conv.restore_summary(summary.call, summary_message(summary.text),
                                          summary.replaces)
@@ -234,13 +235,3 @@ def _epoch(ts: str | None) -> float | None:
         return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def set_aside(conv: Conversation, unstarted: frozenset[int]) -> None:
-    """Take messages whose turn never began out of the conversation order: they join it when
-    their turn starts (``Conversation.begin``), as they would have without the restart."""
-    order = ConversationOrder()
-    for index in conversation_order(conv.messages):
-        if index not in unstarted:
-            order.append(index, conv.costs[index])
-    conv.order = order

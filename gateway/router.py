@@ -354,7 +354,8 @@ class Router:
         if found is None:
             item.index = await conv.receive(user_message(item.inbound), meta_of(item))
         elif found.status == "interrupted":
-            log.info("%s: finishing a turn that was cut off", key.label())
+            if found.started:
+                log.info("%s: finishing a turn that was cut off", key.label())
             item.index = found.index
             await prepare_rerun(conv, found)
         else:  # answered before it was marked so: send the answer again, record nothing

@@ -35,6 +35,8 @@ class Found:
     """The answer sent when the turn ended (answered, capped); empty otherwise."""
     open_tool_uses: tuple[str, ...] = ()
     """Tool calls of the last answer that have no results (the worker died running them)."""
+    started: bool = True
+    """Whether its turn had begun (False: it was queued, recorded but never answered)."""
 
 
 def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
@@ -55,7 +57,7 @@ def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
     if after and after[-1].get("role") == "assistant":
         open_uses = tuple(str(b.get("id")) for b in after[-1]["content"]
                           if isinstance(b, dict) and b.get("type") == "tool_use")
-    return Found(trace.index, "interrupted", "", open_uses)
+    return Found(trace.index, "interrupted", "", open_uses, trace.started)
 
 
 async def prepare_rerun(conv: Conversation, found: Found) -> None:

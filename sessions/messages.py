@@ -9,7 +9,6 @@ that know how message entries look.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,14 +31,18 @@ def _entries(data: bytes) -> list[dict[str, Any]]:
 class Logged:
     """A session's conversation as its log holds it.
 
-    ``messages`` in log order; ``last_ts`` the timestamp of the last one; ``unstarted`` the
-    indices of people's messages no recorded call has seen yet: received (recorded on
-    receipt) but their turn never began, e.g. queued when the gateway stopped. They join the
-    conversation when their turn starts, not where the log has them.
+    ``messages`` in log order; ``last_ts`` the timestamp of the last one. ``order`` is the
+    conversation order the turns built (which windows index): a person's message joins the
+    conversation when its turn begins, i.e. right before the first call whose window ends at
+    it, and its turn's answers and tool results follow it; in one process a message is
+    recorded on receipt, so the log may hold it well before that (while another turn ran).
+    ``unstarted`` are people's messages whose turn never began (queued when the gateway
+    stopped): they are in no order yet and join it when their turn starts.
     """
 
     messages: list[MessageDict]
     last_ts: str | None
+    order: list[int]
     unstarted: frozenset[int]
 
 
@@ -47,46 +50,34 @@ def read_messages(data: bytes) -> Logged:
     """The conversation in the log ``data`` (see :class:`Logged`)."""
     out: list[MessageDict] = []
     last_ts: str | None = None
-    people: list[int] = []
-    seen: list[tuple[int, int]] = []  # window ranges of every call
+    order: list[int] = []
+    waiting: list[int] = []  # people's messages whose turn has not begun
+    in_turn = False
     for entry in _entries(data):
         kind = entry.get("type")
         msg = entry.get("message")
         if kind == "message" and isinstance(msg, dict):
-            if _plain_user(msg):
-                people.append(len(out))
+            index = len(out)
             out.append(msg)  # a message entry's body, as written
             ts = entry.get("ts")
             last_ts = ts if isinstance(ts, str) else last_ts
+            if _plain_user(msg):
+                waiting.append(index)
+                continue
+            if not in_turn and waiting and msg.get("role") == "assistant":
+                # An answer whose call was not recorded: its turn is the oldest waiting one.
+                order.append(waiting.pop(0))
+            order.append(index)
+            in_turn = msg.get("role") != "assistant" or _uses_tools(msg)
         elif kind == "call":
-            seen.extend(_ranges(entry))
-    covered = _merge(seen)
-    starts = [a for a, _ in covered]
-    unstarted = frozenset(i for i in people if not _covers(covered, starts, i))
-    return Logged(out, last_ts, unstarted)
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
-
-
-def _covers(merged: list[tuple[int, int]], starts: list[int], index: int) -> bool:
-    at = bisect_right(starts, index) - 1
-    return at >= 0 and merged[at][0] <= index < merged[at][1]
-
-
-def _ranges(entry: dict[str, Any]) -> list[tuple[int, int]]:
-    window = entry.get("window")
-    if not isinstance(window, list):
-        return []
-    return [(r[0], r[1]) for r in window if isinstance(r, list) and len(r) == 2
-            and isinstance(r[0], int) and isinstance(r[1], int)]
+            end = _window_end(entry)
+            if end is not None and end in waiting:
+                waiting.remove(end)  # its turn begins: it joins the conversation here
+                order.append(end)
+            in_turn = True
+        elif kind == "outcome" and entry.get("error"):
+            in_turn = False  # the call failed: the turn ended with an apology
+    return Logged(out, last_ts, order, frozenset(waiting))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +96,8 @@ class ItemTrace:
     index: int
     after: tuple[MessageDict, ...]
     failed: bool
+    started: bool = True
+    """Whether a call of its turn was recorded (False: queued, never begun)."""
 
 
 def find_item(data: bytes, item_id: str) -> ItemTrace | None:
@@ -146,7 +139,7 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
             break  # the turn ended with an apology
     if at is None:
         return None
-    return ItemTrace(at, tuple(after), failed)
+    return ItemTrace(at, tuple(after), failed, bool(calls))
 
 
 def _window_end(entry: dict[str, Any]) -> int | None:

@@ -14,6 +14,7 @@ from gateway.messages import ChannelContext, ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.recorder import SessionRecorder
 from gateway.takeover import INTERRUPTED_TOOL, Found, locate, prepare_rerun
+from sessions.messages import read_messages
 from sessions.store import SessionState
 
 USE = {"type": "tool_use", "id": "toolu_1", "name": "memory_write", "input": {"text": "x"}}
@@ -50,7 +51,7 @@ def test_locate_reads_how_far_the_turn_got() -> None:
     before = [user("hi", "i0"), call(0, (0, 1)), assistant(text("hello"))]
     assert locate(log(*before), "i1", max_iterations=8) is None
     assert locate(log(*before, user("q", "i1")), "i1",
-                  max_iterations=8) == Found(2, "interrupted", "")
+                  max_iterations=8) == Found(2, "interrupted", "", started=False)
     assert locate(log(*before, user("q", "i1"), call(1, (0, 3))), "i1",
                   max_iterations=8) == Found(2, "interrupted", "")
     assert locate(log(*before, user("q", "i1"), call(1, (0, 3)),
@@ -79,7 +80,23 @@ def test_locate_tells_turns_apart_when_messages_arrived_during_others() -> None:
                assistant(text("answer two"))]
     assert locate(log(*entries), "i0", max_iterations=8) == Found(0, "answered", "answer one")
     assert locate(log(*entries), "i1", max_iterations=8) == Found(1, "answered", "answer two")
-    assert locate(log(*entries), "i2", max_iterations=8) == Found(3, "interrupted", "")
+    assert locate(log(*entries), "i2", max_iterations=8) == Found(3, "interrupted", "",
+                                                                  started=False)
+
+
+def test_resumed_order_is_the_order_the_turns_built() -> None:
+    """Messages recorded on receipt during other turns join where their turn began (right
+    before the call whose window ends at them); one whose turn never began is in no order."""
+    entries = [user("first", "i0"), call(0, (0, 1)),
+               user("second", "i1"),  # arrived while the first turn's call ran
+               user("third", "i2"),
+               assistant(text("answer one")),
+               call(1, (0, 1), (3, 4), (1, 2)),  # the second's turn
+               assistant(text("answer two")),
+               user("fourth", "i3")]  # queued when the gateway stopped
+    logged = read_messages(log(*entries))
+    assert logged.order == [0, 3, 1, 4]
+    assert logged.unstarted == frozenset({2, 5})
 
 
 async def test_prepare_rerun_does_not_add_the_message_twice() -> None:

@@ -38,6 +38,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from tests.fakes.hold import Dropped, OutboundHold
+
 JSONDict = dict[str, Any]
 MethodHandler = Callable[[JSONDict], Awaitable[JSONDict]]
 
@@ -198,6 +200,9 @@ class FakeSlackServer:
         self._event_seq = itertools.count(1)
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, list[list[float]]] = {}
+        self.outbound = OutboundHold(frozenset({
+            "chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"}))
+        """Hold replies (see :mod:`tests.fakes.hold`)."""
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._calls_pulse = _Pulse()
@@ -441,6 +446,10 @@ class FakeSlackServer:
                 raise SlackError("unknown_method", req_method=method)
             self._check_token(method, token)
             await self._apply_delay(method)
+            try:
+                await self.outbound.passage(method)
+            except Dropped:
+                return web.Response(status=502, text="dropped")
             fault = self._take_fault(method)
             if fault is not None:
                 status = fault.status

@@ -31,6 +31,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from tests.fakes.hold import Dropped, OutboundHold
+
 JSONDict = dict[str, Any]
 MethodHandler = Callable[[JSONDict], Awaitable[Any]]
 
@@ -592,6 +594,10 @@ class FakeTelegramServer:
         self._poll_generation = 0
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, list[_Delay]] = {}
+        self.outbound = OutboundHold(frozenset({
+            "sendmessage", "editmessagetext", "senddocument", "sendphoto", "sendaudio",
+            "sendvoice", "sendvideo", "deletemessage"}))
+        """Hold replies (see :mod:`tests.fakes.hold`)."""
         self._extra_methods: dict[str, MethodHandler] = {}
         self._updates_pulse = _Pulse()
         self._sent_pulse = _Pulse()
@@ -953,6 +959,10 @@ class FakeTelegramServer:
         error = early_error
         if error is None and handler is not None:
             await self._apply_delay(key)
+            try:
+                await self.outbound.passage(key)
+            except Dropped:
+                return _json_response(TelegramApiError(502, "Bad Gateway").payload(), 502)
             error = self._take_fault(key)
             if error is None:
                 try:

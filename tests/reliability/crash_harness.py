@@ -214,6 +214,10 @@ class GatewayProcess:
                 await asyncio.sleep(0.05)
         raise TimeoutError(f"gateway not healthy within {READY_TIMEOUT} s")
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -344,3 +348,71 @@ def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
     texts += [m.get("text", "") for m in slack.messages.values()
               if m.get("bot_id") == slack.bot_id]
     return Counter(token for text in texts for token in set(TOKEN.findall(str(text))))
+
+
+# -- killing between replies -------------------------------------------------------------------
+
+QUIESCE_TIMEOUT = 10.0
+
+
+def paid_items(data_dir: Path) -> set[str]:
+    """Item ids the gateway's owed journal notes as answered (``paid``, or ``seen`` once
+    compacted)."""
+    path = data_dir / "state" / "delivery.jsonl"
+    ids: set[str] = set()
+    with contextlib.suppress(FileNotFoundError):
+        for raw in path.read_bytes().splitlines():
+            try:
+                line = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue  # a line being written right now
+            if isinstance(line, list) and line and line[0] == "paid":
+                ids.add(str(line[1]))
+            elif isinstance(line, list) and line and line[0] == "seen":
+                ids.add(str(line[2]))
+    return ids
+
+
+def items_of_tokens(data_dir: Path) -> dict[str, set[str]]:
+    """token -> ids of the items whose recorded user message carries it."""
+    found: dict[str, set[str]] = {}
+    for data in session_files(data_dir).values():
+        for raw in data.splitlines():
+            if b'"item"' not in raw:
+                continue
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            meta = entry.get("meta") if isinstance(entry, dict) else None
+            item = meta.get("item") if isinstance(meta, dict) else None
+            content = entry.get("message", {}).get("content")
+            if item is None or not isinstance(content, str):
+                continue
+            for token in TOKEN.findall(content):
+                found.setdefault(token, set()).add(str(item))
+    return found
+
+
+async def quiesce(data_dir: Path, tg: FakeTelegramServer, slack: FakeSlackServer) -> bool:
+    """Hold the platforms' reply methods, then wait until every reply they took is noted as
+    answered in the journal: a kill now cuts no reply between the platform taking it and the
+    gateway knowing (the one window no gateway can close, see docs/architecture.md). False
+    when that did not happen within :data:`QUIESCE_TIMEOUT` seconds."""
+    tg.outbound.close()
+    slack.outbound.close()
+    deadline = time.monotonic() + QUIESCE_TIMEOUT
+    while time.monotonic() < deadline:
+        tokens = set(answered(tg, slack))
+        paid = paid_items(data_dir)
+        items = items_of_tokens(data_dir)
+        if all(items.get(token, set()) & paid for token in tokens):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def release_held(tg: FakeTelegramServer, slack: FakeSlackServer) -> None:
+    """After the kill: the held replies were never taken (their sender is gone)."""
+    tg.outbound.drop()
+    slack.outbound.drop()

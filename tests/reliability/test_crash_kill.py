@@ -52,6 +52,8 @@ from tests.reliability.crash_harness import (
     free_port,
     gateway_env,
     missing,
+    quiesce,
+    release_held,
 )
 
 MODES = ("burst", "mid-call", "steady", "stop")
@@ -85,6 +87,10 @@ class Driver:
         self.rng = rng
         self.sent = 0
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.gateway.env["GATEWAY_DATA_DIR"])
 
     @property
     def url(self) -> str:
@@ -146,7 +152,13 @@ async def run_until_kill(driver: Driver, echo: SlowEcho, rng: random.Random,
                 findings.append(f"clean stop under traffic exited with {code}")
         else:
             await asyncio.sleep(rng.uniform(0.3, 1.5))
+        # The kill lands anywhere but between a platform taking a reply and the gateway
+        # noting it (no gateway can close that window; the docs say what happens there).
+        if driver.gateway.running and not await quiesce(
+                driver.data_dir, driver.traffic.tg, driver.traffic.slack):
+            findings.append("replies the platforms took were not noted as answered")
         await driver.gateway.kill()
+        release_held(driver.traffic.tg, driver.traffic.slack)
     finally:
         steady.cancel()
         await asyncio.wait([steady])  # waits for the cancel without swallowing our own

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import NotRecordedError
+from gateway.errors import UnavailableError
 from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
@@ -93,7 +93,7 @@ async def run(plan: list[str], schedule: Schedule, crashes: set[int], root: Path
                 script(provider, answer, n)
                 try:
                     await core.channel.say("c1", f"message {n}")
-                except NotRecordedError:  # refused on receipt: not acknowledged, no turn
+                except UnavailableError:  # refused on receipt: not acknowledged, no turn
                     continue
                 replies += 1
                 await core.channel.wait_replies(replies)
