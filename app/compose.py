@@ -18,14 +18,16 @@ from aiohttp import web
 
 from app.compose_channels import build_channels
 from app.config import Settings
+from app.ledger_seed import seed_from
 from app.prices import load_prices
 from app.server import Gateway
 from coordination.file_pairing import FilePairingState
 from coordination.local import InProcessCoordinator
+from coordination.memory_ledger import MemoryLedger
 from gateway.access import AccessGate, AccessPolicy, ChannelRules
 from gateway.accounting import Accounting
 from gateway.channel import Channel, ReplySink
-from gateway.commands import FORGET
+from gateway.commands import FORGET, USAGE
 from gateway.compaction import CompactionSettings
 from gateway.coordination import Coordinator, lease_hook, supports_fencing
 from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step
@@ -33,6 +35,8 @@ from gateway.errors import ConfigError
 from gateway.forget import ForgetCommand
 from gateway.history import StoreHistory
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.ledger import UsageLedger
+from gateway.limits import Limits, LimitSettings
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
 from gateway.media.policy import MediaLimits
@@ -53,6 +57,7 @@ from gateway.scopes import Scope, scope_of
 from gateway.send_file import SendFileTool
 from gateway.tools import ToolRegistry, ToolSet, ToolSource
 from gateway.turn import AgentLoop, LoopSettings
+from gateway.usage_command import UsageCommand
 from sessions.blob_files import FileBlobStore
 from sessions.blobs import BlobStore
 from sessions.jsonl import JsonlSessionStore
@@ -310,6 +315,7 @@ def build_loop(
     blobs: BlobStore | None = None,
     workspace: PersonaWorkspace | None = None,
     fallbacks: Sequence[Provider] = (),
+    ledger: UsageLedger | None = None,
 ) -> AgentLoop:
     if prompts is None or tools is None:
         workspace = workspace or build_persona(settings)
@@ -328,10 +334,30 @@ def build_loop(
                               prompt_cache=settings.prompt_cache,
                               compaction=CompactionSettings(enabled=settings.compaction)),
         observer=observer,
-        accounting=Accounting(metrics, load_prices(settings.prices_file)),
+        accounting=Accounting(metrics, load_prices(settings.prices_file), ledger),
         blobs=blobs,
         fallbacks=fallbacks,
+        limits=(Limits(limit_settings(settings), ledger)
+                if ledger is not None and limit_settings(settings).any else None),
     )
+
+
+def limit_settings(settings: Settings) -> LimitSettings:
+    """Budgets and the rate limit from ``GATEWAY_BUDGET_*`` and ``GATEWAY_RATE_LIMIT_*``."""
+    return LimitSettings(
+        user_tokens=settings.budget_user_tokens, user_usd=settings.budget_user_usd,
+        tenant_tokens=settings.budget_tenant_tokens, tenant_usd=settings.budget_tenant_usd,
+        user_messages=settings.rate_limit_messages, user_window=settings.rate_limit_seconds)
+
+
+def build_ledger(settings: Settings, store: SessionStore) -> UsageLedger:
+    """Usage totals in the workers' Redis when they share one, else in this process (seeded
+    from today's logs on first use, so a restart does not reset a budget)."""
+    if settings.redis_url is not None:
+        from coordination.redis_ledger import RedisLedger
+
+        return RedisLedger(settings.redis_url.get_secret_value(), settings.redis_prefix)
+    return MemoryLedger(seed_from(store, load_prices(settings.prices_file)))
 
 
 def pairing_state(data_dir: Path, redis_url: str | None,
@@ -406,8 +432,10 @@ def build_gateway(
     intake = build_intake(settings, provider, blobs, transcriber)
     workspace = build_persona(settings) if prompts is None or tools is None else None
     fallbacks = list(fallbacks) if fallbacks is not None else build_fallbacks(settings)
+    ledger = build_ledger(settings, store)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
-                      observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks)
+                      observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks,
+                      ledger=ledger)
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
@@ -416,7 +444,8 @@ def build_gateway(
         return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
 
     eraser = build_eraser(settings.persona_root, store, workspace, blobs)
-    handlers = {FORGET.name: ForgetCommand(eraser, close).run}
+    handlers = {FORGET.name: ForgetCommand(eraser, close).run,
+                USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
     gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
@@ -439,7 +468,7 @@ def build_gateway(
         observer=observer,
         services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
                   loop.tools],
-        closing=[blobs.aclose, *(f.aclose for f in fallbacks)]
+        closing=[blobs.aclose, ledger.aclose, *(f.aclose for f in fallbacks)]
         + ([transcriber.aclose] if transcriber is not None else []),
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()

@@ -168,6 +168,17 @@ class Settings(BaseSettings):
     # Tried in order when the provider is unavailable (5xx, overloaded) after its retries.
     fallbacks: str = Field("", validation_alias=_env("GATEWAY_FALLBACKS"))
     compaction: bool = Field(True, validation_alias=_env("GATEWAY_COMPACTION"))
+    # -- budgets and rate limits (0: off) ------------------------------------------------------
+    budget_user_tokens: int = Field(0, ge=0, validation_alias=_env("GATEWAY_BUDGET_USER_TOKENS"))
+    budget_user_usd: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_BUDGET_USER_USD"))
+    budget_tenant_tokens: int = Field(0, ge=0,
+                                      validation_alias=_env("GATEWAY_BUDGET_TENANT_TOKENS"))
+    budget_tenant_usd: float = Field(0.0, ge=0,
+                                     validation_alias=_env("GATEWAY_BUDGET_TENANT_USD"))
+    rate_limit_messages: int = Field(0, ge=0,
+                                     validation_alias=_env("GATEWAY_RATE_LIMIT_MESSAGES"))
+    rate_limit_seconds: float = Field(60.0, gt=0,
+                                      validation_alias=_env("GATEWAY_RATE_LIMIT_SECONDS"))
 
     @field_validator("channels")
     @classmethod

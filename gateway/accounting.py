@@ -1,18 +1,24 @@
-"""What each provider call used and cost: counted as it happens, for ``/metrics`` and outcomes.
+"""What each provider call used and cost: counted as it happens, for ``/metrics``, outcomes,
+budgets and ``/usage``.
 
 :class:`Accounting` prices a call's usage with the price table in force
-(:mod:`sessions.pricing`; an unknown model has no cost, never a guessed one) and counts tokens
-and dollars by provider, model and tenant. The loop records the cost in the call's ``outcome``
-entry, so ``gateway usage`` and the viewer report what each call cost when it was made.
+(:mod:`sessions.pricing`; an unknown model has no cost, never a guessed one), counts tokens and
+dollars by provider, model and tenant, and adds them to the usage ledger
+(:mod:`gateway.ledger`) for the tenant, the chat and the person. The loop records the cost in
+the call's ``outcome`` entry, so ``gateway usage`` and the viewer report what each call cost
+when it was made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.ledger import UsageLedger, day_of, scopes_of
+from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
-from sessions.pricing import PriceTable
+from sessions.pricing import PriceTable, total_tokens
 
 TOKEN_KINDS = (
     ("input_tokens", "input"),
@@ -26,19 +32,27 @@ TOKEN_KINDS = (
 class Accounting:
     """Prices calls and counts their tokens and cost. Shared by every conversation."""
 
-    def __init__(self, metrics: Metrics, prices: PriceTable | None = None) -> None:
+    def __init__(self, metrics: Metrics, prices: PriceTable | None = None,
+                 ledger: UsageLedger | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.metrics = metrics
         self.prices = prices or PriceTable()
+        self.ledger = ledger
+        self.clock = clock
 
-    def charge(self, *, tenant: str, provider: str, model: str,
-               usage: Mapping[str, Any]) -> float | None:
+    async def charge(self, *, key: ConversationKey, context: ChannelContext, provider: str,
+                     model: str, usage: Mapping[str, Any]) -> float | None:
         """Count one answered call's tokens and cost; return the cost (None: model unknown)."""
-        for key, kind in TOKEN_KINDS:
-            value = usage.get(key)
+        tenant = key.tenant
+        for field, kind in TOKEN_KINDS:
+            value = usage.get(field)
             if isinstance(value, int) and value > 0:
                 self.metrics.tokens.labels(provider=provider, model=model, tenant=tenant,
                                            kind=kind).inc(value)
         cost = self.prices.cost(model, usage)
         if cost:
             self.metrics.cost.labels(provider=provider, model=model, tenant=tenant).inc(cost)
+        if self.ledger is not None:
+            await self.ledger.add(scopes_of(key, context), day_of(self.clock()),
+                                  total_tokens(usage), cost or 0.0)
         return cost

@@ -169,8 +169,9 @@ class Caller:
                 latency=latency, message=response.message, stop_reason=response.stop_reason,
                 usage=response.usage, response_id=response.response_id,
                 response_model=response.response_model))
-        cost = self.accounting.charge(tenant=conv.key.tenant, provider=provider.name,
-                                      model=provider.model, usage=response.usage)
+        cost = await self.accounting.charge(key=conv.key, context=conv.context,
+                                            provider=provider.name, model=provider.model,
+                                            usage=response.usage)
         return Answered(response, provider, persisted.call, latency, cost)
 
     def _cache_plan(self, provider: Provider, spec: CallSpec) -> CachePlan | None:

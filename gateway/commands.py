@@ -41,8 +41,9 @@ NEW = ChatCommand("new", "start a new conversation (the agent forgets this chat'
 HELP = ChatCommand("help", "show the commands")
 START = ChatCommand("start", "say hello and show the commands", listed=False)
 FORGET = ChatCommand("forget", "erase what I remember about you and our direct chats (asks first)")
+USAGE = ChatCommand("usage", "what you and this chat used today (tokens, cost, allowance)")
 
-COMMANDS: tuple[ChatCommand, ...] = (NEW, HELP, FORGET, START)
+COMMANDS: tuple[ChatCommand, ...] = (NEW, HELP, FORGET, USAGE, START)
 """Every chat command, in menu order."""
 
 GREETING = "Hi! Write to me as you would to a person, and I will answer."

@@ -54,6 +54,9 @@ class Metrics:
             "gateway_tool_latency_seconds", "Latency of one tool call", ["server", "tool"],
             registry=r, buckets=LATENCY_BUCKETS,
         )
+        self.limited = Counter(
+            "gateway_limited_total", "Turns refused by a budget or rate limit, before any "
+            "provider call", ["tenant", "limit"], registry=r)
         self.persist_failures = Counter(
             "gateway_persist_failures_total", "Session writes that failed or timed out", ["kind"],
             registry=r,

@@ -33,6 +33,7 @@ from gateway.compaction import CompactionSettings, Compactor
 from gateway.conversation import Conversation
 from gateway.errors import ProviderError
 from gateway.hooks import BeforeCallHook
+from gateway.limits import Limits, Refusal, iso_time
 from gateway.metrics import Metrics
 from gateway.observe import (
     NO_OBSERVER,
@@ -44,6 +45,7 @@ from gateway.prompt import BuiltPrompt, PromptSource
 from gateway.providers.base import Provider, TextSink
 from gateway.tools import ToolRegistry, ToolSet, run_tool_uses
 from gateway.window import estimate_tokens
+from sessions import entries
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
 from sessions.records import NO_LINEAGE, Injected, Lineage, window_messages
@@ -71,7 +73,8 @@ class LoopSettings:
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    """How a turn ended: ``answered``, ``apologised``, ``iteration_cap`` or ``not_recorded``
+    """How a turn ended: ``answered``, ``apologised``, ``iteration_cap``, ``refused`` (a
+    budget or rate limit: :mod:`gateway.limits`) or ``not_recorded``
     (the log refused the answer or its tool results, so the turn stopped there)."""
 
     status: str
@@ -95,6 +98,7 @@ class AgentLoop:
         accounting: Accounting | None = None,
         blobs: BlobStore | None = None,
         fallbacks: Sequence[Provider] = (),
+        limits: Limits | None = None,
     ) -> None:
         self.provider = provider
         self.prompts = prompts
@@ -109,6 +113,8 @@ class AgentLoop:
                              prompt_cache=self.settings.prompt_cache)
         """Makes the recorded calls: ``provider`` first, then each of ``fallbacks``."""
         self.compactor = Compactor(self.caller, self.settings.compaction)
+        self.limits = limits
+        """Budgets and rate limits, checked before a turn's first call (None: no limits)."""
 
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
@@ -141,6 +147,10 @@ class AgentLoop:
     async def _run(self, conv: Conversation, inbound_index: int, sink: ReplySink,
                    turn: TurnHandle) -> TurnResult:
         conv.begin(inbound_index)
+        if self.limits is not None:
+            refusal = await self.limits.check(conv.key, conv.context, conv.clock())
+            if refusal is not None:
+                return await self._refuse(conv, sink, refusal)
         await sink.typing()
         texts: list[str] = []
         calls = 0
@@ -175,6 +185,15 @@ class AgentLoop:
                 return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
         return await self._end(conv, sink, "iteration_cap", SEPARATOR.join(texts) or CAPPED,
                                calls)
+
+    async def _refuse(self, conv: Conversation, sink: ReplySink,
+                      refusal: Refusal) -> TurnResult:
+        """Answer a turn over a budget or rate limit with its one sentence: nothing reaches
+        the provider; the refusal is recorded and counted."""
+        log.info("turn refused: %s until %s", refusal.limit, iso_time(refusal.until))
+        self.metrics.limited.labels(tenant=conv.key.tenant, limit=refusal.limit).inc()
+        await conv.recorder.append([entries.refusal(refusal.limit, iso_time(refusal.until))])
+        return await self._end(conv, sink, "refused", refusal.text, 0)
 
     async def _end(self, conv: Conversation, sink: ReplySink, status: str, text: str,
                    calls: int) -> TurnResult:

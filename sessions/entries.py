@@ -87,6 +87,12 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
     return body
 
 
+def refusal(limit: str, until: str) -> dict[str, Any]:
+    """A turn refused by a budget or rate limit (``limit``) before any provider call; the
+    person was told they can continue at ``until`` (UTC ISO time)."""
+    return {"type": "refusal", "limit": limit, "until": until}
+
+
 def outcome(result: Outcome) -> dict[str, Any]:
     body: dict[str, Any] = {"type": "outcome", "call": result.call}
     if result.stop_reason is not None:

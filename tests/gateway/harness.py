@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordination.local import LocalConversations
+from gateway.accounting import Accounting
+from gateway.commands import USAGE
 from gateway.compaction import CompactionSettings
 from gateway.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.ledger import UsageLedger
+from gateway.limits import Limits, LimitSettings
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
 from gateway.media.policy import MediaLimits
@@ -24,6 +28,7 @@ from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
+from gateway.usage_command import UsageCommand
 from sessions.blobs import BlobStore
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
@@ -67,6 +72,8 @@ async def running_core(
     conversations: LocalConversations | None = None,
     compaction: bool = True,
     fallbacks: Sequence[Provider] = (),
+    ledger: UsageLedger | None = None,
+    budgets: LimitSettings | None = None,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
     front of the router) and expanded at send time. ``conversations``: a queue over an owed
@@ -81,6 +88,8 @@ async def running_core(
                               prompt_cache=prompt_cache,
                               compaction=CompactionSettings(enabled=compaction)),
         fallbacks=fallbacks,
+        accounting=Accounting(metrics, ledger=ledger),
+        limits=Limits(budgets, ledger) if budgets is not None and ledger is not None else None,
         observer=observer,
         blobs=blobs,
     )
@@ -88,8 +97,10 @@ async def running_core(
     channel = MemoryChannel()
     queue = conversations if conversations is not None else LocalConversations()
     await queue.open()
+    handlers = ({USAGE.name: UsageCommand(ledger, budgets or LimitSettings()).run}
+                if ledger is not None else None)
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
-                    conversations=queue)
+                    conversations=queue, handlers=handlers)
     deliver = router.deliver
     if blobs is not None:
         intake = MediaIntake(blobs, limits=limits or MediaLimits(),

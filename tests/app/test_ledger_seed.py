@@ -1,0 +1,44 @@
+"""The in-process usage ledger is seeded from today's logs, so a restart does not reset a
+person's daily budget."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from app.ledger_seed import seed_from
+from coordination.memory_ledger import MemoryLedger
+from gateway.ledger import chat_scope_of, day_of, tenant_scope, user_scope
+from gateway.limits import LimitSettings
+from sessions.jsonl import JsonlSessionStore
+from sessions.pricing import Price, PriceTable
+from tests.fakes.scripted_provider import ScriptedProvider
+from tests.gateway.harness import running_core
+
+
+async def test_a_restart_keeps_todays_usage_and_its_budget(tmp_path: Path) -> None:
+    """Two answered turns before a restart; after it the seed counts them (scopes, tokens,
+    cost priced now) and the person's 4-token budget refuses the next message."""
+    store_dir = tmp_path / "d"
+    prices = PriceTable({"scripted": Price(1_000_000.0, 1_000_000.0, 0.0, 0.0)})
+    first = ScriptedProvider()
+    async with running_core(JsonlSessionStore(store_dir), first, tmp_path / "p",
+                            ledger=MemoryLedger()) as core:
+        for n in range(2):
+            await core.channel.say("c1", f"hello {n}", sender="ada")
+            await core.channel.wait_replies(n + 1)
+    store = JsonlSessionStore(store_dir)
+    seeded = MemoryLedger(seed_from(store, prices))
+    day = day_of(time.time())
+    ada = await seeded.spent(user_scope("default", "memory", "ada"), day)
+    assert (ada.calls, ada.tokens, ada.cost_usd) == (2, 4, 4.0)  # 1 + 1 tokens a call, $1 each
+    assert await seeded.spent(tenant_scope("default"), day) == ada
+    assert await seeded.spent(chat_scope_of("default", "memory:c1"), day) == ada
+    again = ScriptedProvider()
+    async with running_core(JsonlSessionStore(store_dir), again, tmp_path / "p",
+                            ledger=MemoryLedger(seed_from(store, prices)),
+                            budgets=LimitSettings(user_tokens=4)) as core:
+        await core.channel.say("c1", "one more", sender="ada")
+        [(_, _, text)] = await core.channel.wait_replies(1)
+    assert text.startswith("You've used up today's allowance")
+    assert again.bodies == []

@@ -1,0 +1,121 @@
+"""Budgets and rate limits: refused before any provider call with one sentence saying when to
+come back, the refusal recorded and counted; /usage shows a person their own usage."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+
+from coordination.memory_ledger import MemoryLedger
+from gateway.ledger import day_of, tenant_scope, user_scope
+from gateway.limits import Limits, LimitSettings
+from gateway.messages import ChannelContext, ConversationKey
+from sessions.jsonl import JsonlSessionStore
+from tests.fakes.scripted_provider import ScriptedProvider
+from tests.gateway.harness import running_core
+
+KEY = ConversationKey("telegram", "42", "acme")
+ADA = ChannelContext("telegram", "private", "Ada", tenant="acme", chat="42", person="7")
+NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
+
+
+async def spend(ledger: MemoryLedger, scopes: list[str], tokens: int, cost: float) -> None:
+    await ledger.add(scopes, day_of(NOON), tokens, cost)
+
+
+@pytest.mark.parametrize(
+    ("settings", "scopes", "tokens", "cost", "limit"),
+    [
+        (LimitSettings(user_tokens=1000), ["u"], 1000, 0.0, "user_budget"),
+        (LimitSettings(user_usd=0.5), ["u"], 10, 0.5, "user_budget"),
+        (LimitSettings(tenant_tokens=5000), ["t"], 5000, 0.0, "tenant_budget"),
+        (LimitSettings(tenant_usd=2.0), ["t"], 10, 2.5, "tenant_budget"),
+    ],
+)
+async def test_a_spent_budget_refuses_until_midnight_utc(
+    settings: LimitSettings, scopes: list[str], tokens: int, cost: float, limit: str,
+) -> None:
+    """At the budget, the turn is refused until midnight UTC, and the sentence says when."""
+    ledger = MemoryLedger()
+    real = {"u": user_scope("acme", "telegram", "7"), "t": tenant_scope("acme")}
+    await spend(ledger, [real[s] for s in scopes], tokens - 1, cost / 2)
+    limits = Limits(settings, ledger)
+    assert await limits.check(KEY, ADA, NOON) is None  # just under
+    await spend(ledger, [real[s] for s in scopes], 1, cost / 2)
+    refusal = await limits.check(KEY, ADA, NOON)
+    assert refusal is not None
+    assert refusal.limit == limit
+    assert refusal.until == datetime(2026, 12, 2, tzinfo=UTC).timestamp()
+    assert refusal.text.endswith(("(in 12 h 0 min). Sorry!",
+                                  "(in 12 h 0 min). Thanks for understanding!"))
+    # Someone else (or, for a user budget, another person) goes ahead.
+    bob = ChannelContext("telegram", "private", "Bob", tenant="acme", chat="43", person="8")
+    other = await limits.check(ConversationKey("telegram", "43", "acme"), bob, NOON)
+    assert (other is None) == (limit == "user_budget")
+
+
+async def test_rate_limit_says_how_long_to_wait() -> None:
+    """Three messages a minute: the fourth waits until the first leaves the minute."""
+    limits = Limits(LimitSettings(user_messages=3, user_window=60), MemoryLedger())
+    assert [await limits.check(KEY, ADA, NOON + t) for t in (0, 5, 10)] == [None] * 3
+    refusal = await limits.check(KEY, ADA, NOON + 20)
+    assert refusal is not None
+    assert (refusal.limit, refusal.until) == ("user_rate", NOON + 60)
+    assert refusal.text == ("You're sending messages faster than I can keep up with: please "
+                            "wait 40 seconds and try again.")
+    assert await limits.check(KEY, ADA, NOON + 61) is None
+
+
+async def test_nothing_set_checks_nothing() -> None:
+    """Off by default: no limit, no ledger read, no message counted."""
+    assert await Limits(LimitSettings(), MemoryLedger()).check(KEY, ADA, NOON) is None
+
+
+async def test_a_refused_turn_reaches_no_provider_and_is_recorded(tmp_path: Path) -> None:
+    """Over a 1-token daily budget, the second message is answered by the refusal alone: no
+    provider call, a refusal entry in the log, the counter; the message itself is kept."""
+    provider = ScriptedProvider()
+    ledger = MemoryLedger()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            ledger=ledger, budgets=LimitSettings(user_tokens=1)) as core:
+        accepted = await core.channel.say("c1", "hello")
+        await core.channel.wait_replies(1)
+        await core.channel.say("c1", "and again")
+        replies = await core.channel.wait_replies(2)
+        metrics = core.metrics.render().decode()
+        assert accepted is not None
+        data = await core.store.read_log("default", accepted.session_id or "")
+    assert replies[1][2].startswith("You've used up today's allowance")
+    assert len(provider.bodies) == 1
+    entries = [orjson.loads(line) for line in data.splitlines()]
+    [refusal] = [e for e in entries if e["type"] == "refusal"]
+    assert refusal["limit"] == "user_budget"
+    assert refusal["until"].endswith("T00:00:00.000Z")
+    texts = [e["message"]["content"] for e in entries if e["type"] == "message"]
+    assert texts[-1] == "and again"
+    assert 'gateway_limited_total{limit="user_budget",tenant="default"} 1.0' in metrics
+
+
+async def test_usage_command_shows_your_own_and_this_chat(tmp_path: Path) -> None:
+    """/usage answers with the person's and the chat's totals (and the allowance), records
+    nothing, and never shows another person's."""
+    provider = ScriptedProvider()
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            ledger=MemoryLedger(),
+                            budgets=LimitSettings(user_tokens=1000)) as core:
+        await core.channel.say("c1", "hello", sender="ada")
+        await core.channel.wait_replies(1)
+        await core.channel.say("c2", "hi", sender="bob")
+        await core.channel.wait_replies(2)
+        await core.channel.say("c1", "/usage", sender="ada")
+        replies = await core.channel.wait_replies(3)
+    answer = replies[2][2].splitlines()
+    assert answer[0].startswith("Usage today (")
+    assert answer[0].endswith(", UTC):")
+    assert answer[1:] == ["- you: 1 model call, 2 tokens, $0.0000",
+                          "- your daily allowance: 1,000 tokens (0% used)",
+                          "- this chat: 1 model call, 2 tokens, $0.0000"]
+    assert len(provider.bodies) == 2  # the command reached no provider
