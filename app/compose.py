@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -141,17 +141,25 @@ def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
     )
 
 
-def build_coordinator(settings: Settings) -> Coordinator:
-    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers), else this process alone,
-    with its owed journal under the data directory."""
+def build_coordinator(settings: Settings, store: SessionStore | None = None) -> Coordinator:
+    """Redis when ``GATEWAY_REDIS_URL`` is set (several workers, what they owe kept in the
+    PostgreSQL ``store``), else this process alone, with its owed journal under the data
+    directory."""
     if settings.redis_url is None:
         return InProcessCoordinator(settings.data_dir, fsync=settings.durability)
     if settings.store_url is None:
         raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
                           "sessions through PostgreSQL")
+    store = store if store is not None else build_store(settings)
+    if not supports_fencing(store):
+        raise ConfigError("several workers need a session store with fencing tokens "
+                          "(PostgreSQL: GATEWAY_STORE_URL)")
     from coordination.redis_coordinator import RedisCoordinator
+    from sessions.postgres.inbox import PostgresInbox
+    from sessions.postgres.store import PostgresSessionStore
 
     return RedisCoordinator(settings.redis_url.get_secret_value(),
+                            PostgresInbox(cast(PostgresSessionStore, store)),
                             prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl)
 
 
@@ -421,8 +429,8 @@ def build_gateway(
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
     observer = observer or build_observer(settings)
-    coordinator = coordinator or build_coordinator(settings)
     store = store or build_store(settings)
+    coordinator = coordinator or build_coordinator(settings, store)
     blobs = blobs or blob_store_for(store, settings.data_dir, settings.durability)
     if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
         raise ConfigError("several workers need a session store with fencing tokens "

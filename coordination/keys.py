@@ -4,18 +4,15 @@ Every key starts with the configured prefix (``GATEWAY_REDIS_PREFIX``, default `
 several deployments, or the test suite's throw-away prefixes, share one Redis::
 
     {p}conv:{<tenant>:<conversation>}:lease     owner id of the worker serving it (PX ttl)
-    {p}conv:{<tenant>:<conversation>}:fence     fencing-token counter (INCR per acquisition)
-    {p}conv:{<tenant>:<conversation>}:queue     list of items in arrival order; the head is
-                                                the one being served, removed once answered
-    {p}conv:{<tenant>:<conversation>}:inflight  id of the head item once a holder started it
-    {p}active                                   set of conversations with a queue (for adoption)
-    {p}dedup:<namespace>:<id>                   seen platform ids (SET NX EX)
-    {p}inbox:<worker>                           replies relayed to the worker holding the request
+    {p}inbox:<worker>                           replies relayed to the worker holding the
+                                                request (expires INBOX_TTL after the last)
     {p}leader:<job>                             owner id of the elected worker (PX ttl)
     {p}pairing                                  the pairing document (JSON)
 
-The braces are Redis Cluster hash tags (a conversation's keys share a slot); the scripts also
-touch ``{p}active``, so a deployment runs on one Redis primary, not a cluster.
+Every key but the pairing document expires by itself. What is owed (the queues, the dedup of
+platform ids) and the fencing tokens are in PostgreSQL, not here: Redis losing its state loses
+leases and relayed reply events, never a message (see :mod:`coordination.redis_queue`).
+The braces are Redis Cluster hash tags (a conversation's keys share a slot).
 """
 
 from __future__ import annotations
@@ -43,22 +40,6 @@ class Keys:
     def lease(self, key: ConversationKey) -> str:
         return self._conv(key, "lease")
 
-    def fence(self, key: ConversationKey) -> str:
-        return self._conv(key, "fence")
-
-    def queue(self, key: ConversationKey) -> str:
-        return self._conv(key, "queue")
-
-    def inflight(self, key: ConversationKey) -> str:
-        return self._conv(key, "inflight")
-
-    @property
-    def active(self) -> str:
-        return f"{self.prefix}active"
-
-    def dedup(self, namespace: str, item: str) -> str:
-        return f"{self.prefix}dedup:{namespace}:{item}"
-
     def inbox(self, worker: str) -> str:
         return f"{self.prefix}inbox:{worker}"
 
@@ -71,7 +52,8 @@ class Keys:
 
 
 def member(key: ConversationKey) -> str:
-    """A conversation as a member of the ``active`` set (the whole key, so it can be rebuilt)."""
+    """A conversation as one string (the whole key, so :func:`key_of` rebuilds it): how the
+    owed journal and the inbox name a conversation."""
     return orjson.dumps([key.channel, key.chat, key.tenant, key.thread]).decode()
 
 
@@ -83,7 +65,7 @@ def key_of(value: str) -> ConversationKey:
 
 @dataclass(frozen=True, slots=True)
 class WireItem:
-    """A queued item as read back from Redis: who received it and whether it waits for a relay."""
+    """A queued item as read back: who received it and whether it waits for a relay."""
 
     item: QueueItem
     origin: str
@@ -91,7 +73,7 @@ class WireItem:
 
 
 def encode_item(item: QueueItem, origin: str) -> str:
-    """``<id> <json>``: the id first, so the scripts can read it without decoding JSON."""
+    """``<id> <json>``: the id first, then the item (the form the journals store)."""
     inbound = item.inbound
     body = {
         "kind": item.kind,

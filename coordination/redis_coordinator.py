@@ -1,8 +1,8 @@
 """Several gateway workers sharing one Redis (``GATEWAY_REDIS_URL``) and one PostgreSQL store.
 
-Each worker is stateless apart from its in-flight turns: conversations are queued and leased
-in Redis (:mod:`.redis_queue`), replies to requests held by another worker are relayed
-(:mod:`.relay`), pairing lives in one
+Each worker is stateless apart from its in-flight turns: what is owed is queued in PostgreSQL
+and conversations are leased in Redis (:mod:`.redis_queue`), replies to requests held by
+another worker are relayed (:mod:`.relay`), pairing lives in one
 key (:mod:`.redis_pairing`) and singleton jobs elect a leader (:mod:`.leader`). Key names:
 :mod:`.keys`. The URL may hold a password: it is never logged or shown in a repr.
 """
@@ -24,6 +24,7 @@ from coordination.leader import RedisLeaderElector
 from coordination.redis_pairing import RedisPairingState
 from coordination.redis_queue import RedisConversations
 from coordination.relay import Relay
+from gateway.coordination import SharedInbox
 from gateway.errors import ConfigError
 from gateway.pairing import PairingState
 from gateway.tasks import bounded, stop
@@ -41,8 +42,9 @@ def new_worker_id() -> str:
 class RedisCoordinator:
     """See :class:`gateway.coordination.base.Coordinator` and the module docstring."""
 
-    def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX,
+    def __init__(self, url: str, inbox: SharedInbox, *, prefix: str = DEFAULT_PREFIX,
                  lease_ttl: float = DEFAULT_LEASE_TTL, worker: str | None = None) -> None:
+        """``inbox``: the owed messages, kept with the sessions (PostgreSQL)."""
         self._url = url
         self.keys = Keys(prefix)
         self.worker = worker or new_worker_id()
@@ -54,7 +56,7 @@ class RedisCoordinator:
         )
         self.relay = Relay(self.redis, self.keys, self.worker)
         self.conversations = RedisConversations(self.redis, self.keys, self.worker, self.relay,
-                                                lease_ttl=lease_ttl)
+                                                inbox, lease_ttl=lease_ttl)
         self._electors: dict[str, RedisLeaderElector] = {}
         self._pairing: RedisPairingState | None = None
         self._group: asyncio.TaskGroup | None = None
@@ -73,6 +75,7 @@ class RedisCoordinator:
             await self.redis.aclose()
             raise ConfigError(
                 f"cannot reach Redis at GATEWAY_REDIS_URL ({type(exc).__name__})") from None
+        await self._check_settings()
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         self._tasks = [self._group.create_task(self.relay.run(), name="relay"),
@@ -84,6 +87,35 @@ class RedisCoordinator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def _check_settings(self) -> None:
+        """One warning line when Redis may drop keys or lose them on a restart.
+
+        Nothing acknowledged is lost either way (the queue is in PostgreSQL), but an evicted
+        or forgotten lease lets a second worker start a conversation's turn while the first
+        still runs one (the session store's fencing stops the loser), and a restart without
+        persistence drops the relayed replies in flight and the pairing codes.
+        """
+        try:
+            async with bounded():
+                policy = (await self.redis.config_get("maxmemory-policy")).get(
+                    "maxmemory-policy", "")
+                aof = (await self.redis.config_get("appendonly")).get("appendonly", "")
+                save = (await self.redis.config_get("save")).get("save", "")
+        except (RedisError, TimeoutError) as exc:  # CONFIG may be disabled (managed Redis)
+            log.warning("coordination: could not read Redis settings (%s); it needs "
+                        "maxmemory-policy noeviction and AOF or RDB persistence",
+                        type(exc).__name__)
+            return
+        problems = []
+        if policy != "noeviction":
+            problems.append(f"maxmemory-policy is {policy or 'unset'} (keys can be evicted;"
+                            " set noeviction)")
+        if aof != "yes" and not (save or "").strip():
+            problems.append("no persistence (appendonly no, save \"\"): a restart loses "
+                            "leases, pairing and relayed replies")
+        if problems:
+            log.warning("coordination: Redis %s", "; ".join(problems))
 
     async def aclose(self) -> None:
         """Stop the background tasks and close the connections (idempotent)."""

@@ -1,79 +1,89 @@
-"""Conversations shared by workers through Redis: a queue and a fenced lease per conversation.
+"""Conversations shared by workers: the queue in PostgreSQL, the lease in Redis.
 
-A worker that receives a message pushes it onto its conversation's queue and, in the same
-script, tries to take the conversation's lease (``SET NX PX`` with its owner id); on success
-the fencing counter is incremented and its value is the claim's token, which the registry
-hands to the session store (a worker holding an older token cannot append any more). The
-holder serves the queue head, removes it only once the turn has finished, and releases the
-lease in the script that finds the queue empty (see :mod:`.scripts`). While it serves, one
-renewal task extends every held lease each ``ttl/3`` (compare-and-extend); a claim's serving
-block runs under a deadline ``LEASE_SAFETY * ttl`` after the last confirmed extension, so a
-worker cut off from Redis stops before anyone else can take over.
+What is owed lives with the sessions (:class:`gateway.coordination.SharedInbox`, the
+``inbox`` table): a receiver records a message there, and only then is it acknowledged (its
+platform id is refused there as a duplicate in the same statement). Redis only says who serves
+a conversation now: its lease (``SET NX PX`` with the owner id), renewed every ``ttl/3`` while
+held. A receiver that gets the lease serves the conversation; otherwise the holder reaches the
+message in order. Losing Redis (restart, FLUSHDB, failover) loses no message: the leases go,
+turns in flight are stopped by their guards, and the sweep hands every conversation with
+unanswered rows to a worker again.
 
-A worker that dies leaves its lease to lapse. Every worker sweeps the ``active`` set every
-``ttl/3`` or so and adopts conversations that have items and no holder; the head item comes
-back marked ``resumed`` (the ``inflight`` key names the item a holder had started), and the
-router finds out from the session log whether it was recorded or answered already.
+The holder takes the head row (:meth:`SharedInbox.head`), records it in the session as its
+turn starts, and marks it answered (:meth:`RedisConversations.done`) the moment its reply is
+out. When the queue is empty it gives the lease up and looks once more: a message entered
+meanwhile is either seen then or finds the lease free, so nothing is stranded. Its fencing
+token comes from PostgreSQL (:meth:`SharedInbox.next_fence`), never from Redis, so a token
+cannot repeat or go back and a worker whose lease passed on cannot write to the session any
+more (``StaleWriterError``). While it serves, :class:`~coordination.lease_guard.LeaseGuard`
+stops the turn as soon as the lease may have lapsed. The database being away makes the holder
+wait (with a backoff) while it keeps its lease; Redis being away makes new messages wait in
+the inbox (``503 coordination unavailable`` to the sender, who retries into a duplicate).
+
+Every worker sweeps every ``ttl/3`` or so: conversations with unanswered rows and no lease
+are adopted. A head row taken before (``attempts > 1``) comes back marked ``resumed``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from coordination import scripts
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
+from coordination.lease_guard import LeaseGuard, guarded
 from coordination.relay import Relay
-from gateway.coordination import Claim, Entered, LeaseLostError, QueueItem
+from gateway.coordination import Claim, Entered, QueueItem, SharedInbox
+from gateway.episodes import Episode
+from gateway.errors import UnavailableError
 from gateway.messages import ConversationKey
 from gateway.tasks import bounded
 
 log = logging.getLogger("gateway.coordination")
 
+T = TypeVar("T")
+
 LEASE_SAFETY = 0.8
 """A held lease is trusted for this fraction of its ttl after the last confirmed extension
 (the margin covers clock drift and the time a reply from Redis takes)."""
-ROUTER_DEDUP_TTL = 6 * 3600
-"""Seconds the router remembers a platform id (Slack resends after reconnects within hours)."""
-
-
-@dataclass(slots=True)
-class _Held:
-    claim: Claim
-    timeout: asyncio.Timeout
+KEEP_ANSWERED = 25 * 3600
+"""Seconds an answered row is kept, so its platform id still counts as seen (Telegram keeps an
+unconfirmed update a day)."""
+STORE_RETRY = 0.2
+MAX_STORE_RETRY = 5.0
+SETTLED_POLL = 0.2
 
 
 class RedisConversations:
-    """See the module docstring and :class:`gateway.coordination.base.ConversationQueue`."""
+    """See the module docstring and :class:`gateway.coordination.ConversationQueue`."""
 
     records_on_receipt = False
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, worker: str, relay: Relay, *,
-                 lease_ttl: float) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: Keys, worker: str, relay: Relay,
+                 inbox: SharedInbox, *, lease_ttl: float) -> None:
         self._redis = redis
         self.keys = keys
         self.worker = worker
         self.relay = relay
+        self.inbox = inbox
         self.lease_ttl = lease_ttl
         self._ttl_ms = max(1, int(lease_ttl * 1000))
-        self._enqueue = redis.register_script(scripts.ENQUEUE)
-        self._advance = redis.register_script(scripts.ADVANCE)
-        self._release = redis.register_script(scripts.RELEASE)
         self._extend = redis.register_script(scripts.EXTEND)
-        self._adopt = redis.register_script(scripts.ADOPT)
-        self._refence = redis.register_script(scripts.REFENCE)
-        self._held: dict[ConversationKey, _Held] = {}
+        self._release = redis.register_script(scripts.RELEASE_LEASE)
+        self._held: dict[ConversationKey, LeaseGuard] = {}
         self._granted: dict[ConversationKey, float] = {}  # loop time the lease was asked for
-        self._done: dict[ConversationKey, str] = {}  # finished head, popped by the next script
         self._origins: dict[str, tuple[str, bool]] = {}  # item id -> (receiver, relayed)
-        self._claims: dict[str, Claim] = {}  # item id -> the claim its enter() got
+        self._redis_down = Episode(log, "coordination: Redis")
+        self._store_down = Episode(log, "coordination: the session database")
+        self._pruned = 0.0
 
     @property
     def queued(self) -> int:
@@ -84,41 +94,45 @@ class RedisConversations:
     def held(self) -> int:
         return len(self._held)
 
-    def _conv_keys(self, key: ConversationKey) -> list[str]:
-        return [self.keys.lease(key), self.keys.queue(key), self.keys.inflight(key),
-                self.keys.active]
+    # -- receiving ---------------------------------------------------------------------------
 
     async def enter(self, item: QueueItem, dedup_key: str | None = None) -> Entered:
-        # The dedup check and the push are one script: an id counts as seen exactly when its
-        # message is queued, so a retry after a lost reply is never a duplicate of nothing.
         key = item.inbound.key
-        asked = asyncio.get_running_loop().time()
-        dedup = self.keys.dedup("router", dedup_key or "-")
         try:
-            async with bounded():
-                result = int(await self._enqueue(
-                    keys=[dedup, self.keys.queue(key), self.keys.lease(key),
-                          self.keys.fence(key), self.keys.active],
-                    args=[encode_item(item, self.worker), ROUTER_DEDUP_TTL, self.worker,
-                          self._ttl_ms, member(key), "1" if dedup_key else "0", item.id],
-                ))
-                original = str(await self._redis.get(dedup) or "") if result < 0 else ""
+            seen = await self.inbox.enter(key.tenant, member(key), item.id, dedup_key,
+                                          encode_item(item, self.worker))
+        except OSError as exc:
+            self.relay.forget(item.id)
+            self._store_down.failed(_kind(exc))
+            raise UnavailableError("store", _kind(exc)) from exc
         except BaseException:
             self.relay.forget(item.id)
             raise
-        if result < 0:
+        self._store_down.ok()
+        if seen is not None:
             self.relay.forget(item.id)
-            return Entered(duplicate=True, original=original)
-        if result > 0:
-            self._granted[key] = asked
-            self._claims[item.id] = Claim(key, result)
+            return Entered(duplicate=True, original=seen.item, session_id=seen.session_id)
         return Entered()
 
     async def keep(self, item: QueueItem) -> Claim | None:
-        return self._claims.pop(item.id, None)  # queued (and maybe claimed) by enter
+        key = item.inbound.key
+        try:
+            taken = await self._take(key)
+        except (RedisError, OSError, TimeoutError) as exc:
+            # Recorded already: the sweep serves it once Redis is back. The sender is told
+            # so (503), and its retry is a duplicate answered from the record.
+            self.relay.forget(item.id)
+            self._redis_down.failed(type(exc).__name__)
+            raise UnavailableError("coordination", type(exc).__name__) from exc
+        self._redis_down.ok()
+        return Claim(key) if taken else None
 
     async def withdraw(self, item: QueueItem) -> None:
         self.relay.forget(item.id)
+        try:
+            await self.inbox.withdraw(item.id)
+        except OSError as exc:
+            log.warning("coordination: withdrawing an item failed (%s)", _kind(exc))
 
     def on_recorded(self, item: QueueItem) -> asyncio.Future[str] | None:
         if item.sink is None:
@@ -128,146 +142,195 @@ class RedisConversations:
     def rotation_pending(self, key: ConversationKey) -> bool:
         return False  # every message is recorded as its turn starts
 
-    def check(self, claim: Claim) -> None:
-        held = self._held.get(claim.key)
-        if held is not None and held.claim is claim and (
-                asyncio.get_running_loop().time() >= (held.timeout.when() or float("inf"))):
-            raise LeaseLostError(f"lease on {claim.key.label()} may have lapsed")
-
-    async def settled(self, item_id: str, within: float) -> str | None:
-        return None
+    # -- serving -----------------------------------------------------------------------------
 
     @asynccontextmanager
     async def holding(self, claim: Claim) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
         granted = self._granted.pop(claim.key, loop.time())
-        timeout = asyncio.timeout_at(granted + self.lease_ttl * LEASE_SAFETY)
+        guard = LeaseGuard(task, granted + self.lease_ttl * LEASE_SAFETY, claim.key.label())
+        self._held[claim.key] = guard
         try:
-            async with timeout:
-                self._held[claim.key] = _Held(claim, timeout)
+            async with guarded(guard):
+                if claim.token is None:
+                    claim.token = await self._store(self.inbox.next_fence)
                 yield
-        except TimeoutError as exc:
-            if timeout.expired():
-                raise LeaseLostError(f"lease on {claim.key.label()} lapsed") from exc
-            raise
         finally:
-            held = self._held.get(claim.key)
-            if held is not None and held.claim is claim:
+            if self._held.get(claim.key) is guard:
                 del self._held[claim.key]
+
+    def check(self, claim: Claim) -> None:
+        guard = self._held.get(claim.key)
+        if guard is not None:
+            guard.check()
 
     async def next(self, claim: Claim) -> QueueItem | None:
         key = claim.key
-        async with bounded():
-            reply = await self._advance(
-                keys=self._conv_keys(key),
-                args=[self.worker, self._done.pop(key, ""), member(key)],
-            )
-        status = _text(reply[0])
-        if status == "lost":
-            raise LeaseLostError(f"lease on {key.label()} was taken over")
-        if status == "empty":
-            return None
-        wire = decode_item(_text(reply[1]), resumed=_text(reply[2]) == "1")
-        item = wire.item
-        if wire.relay:
-            item.sink = self.relay.sink(item.id, wire.origin)
-        self._origins[item.id] = (wire.origin, wire.relay)
-        return item
+        conversation = member(key)
+        while True:
+            head = await self._store(self.inbox.head, key.tenant, conversation)
+            if head is not None:
+                wire = decode_item(head.body, resumed=head.attempts > 1)
+                item = wire.item
+                if wire.relay:
+                    item.sink = self.relay.sink(item.id, wire.origin)
+                self._origins[item.id] = (wire.origin, wire.relay)
+                return item
+            # Empty: give the lease up, then look again. A message entered meanwhile is seen
+            # now, or its receiver found the lease free and serves it.
+            await self._give_up(key)
+            if not await self._store(self.inbox.has_owed, key.tenant, conversation):
+                return None
+            if not await self._take(key):
+                return None
+            guard = self._held.get(key)
+            if guard is not None:
+                guard.extend(self._granted.pop(key) + self.lease_ttl * LEASE_SAFETY)
+            # Someone may have held it in between: a new lease, a new token.
+            claim.token = await self._store(self.inbox.next_fence)
 
     async def done(self, claim: Claim, item: QueueItem) -> None:
-        # Popped by the next script this claim runs (next or release): one round trip a turn.
-        self._done[claim.key] = item.id
+        if item.id not in self._origins:
+            return  # marked already (at its reply; this is the end of its turn)
+        await self._store(self.inbox.answered, item.id, item.session)
         self._origins.pop(item.id, None)
+        await self._prune()
 
     async def release(self, claim: Claim) -> None:
-        key = claim.key
-        self._granted.pop(key, None)
-        try:
-            async with bounded():
-                await self._release(keys=self._conv_keys(key),
-                                    args=[self.worker, self._done.pop(key, ""), member(key)])
-        except (RedisError, TimeoutError) as exc:
-            # The lease lapses by itself; others adopt what is left.
-            log.warning("coordination: releasing %s failed (%s)", key.label(),
-                        type(exc).__name__)
+        self._granted.pop(claim.key, None)
+        await self._give_up(claim.key)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
-        async with bounded():
-            token = int(await self._refence(keys=[self.keys.lease(claim.key),
-                                                  self.keys.fence(claim.key)],
-                                            args=[self.worker, at_least]))
-        if token == 0:
-            raise LeaseLostError(f"lease on {claim.key.label()} was taken over")
-        claim.token = token
+        claim.token = await self._store(self.inbox.next_fence, at_least)
 
     async def recorded(self, item: QueueItem, session_id: str) -> None:
         origin, relayed = self._origins.get(item.id, ("", False))
         if relayed:
             await self.relay.recorded(item.id, origin, session_id)
 
+    async def settled(self, item_id: str, within: float) -> str | None:
+        """Polls the inbox: the answer may come from any worker."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            try:
+                status = await self.inbox.status(item_id)
+            except OSError:
+                status = None  # the database is away: keep waiting until the deadline
+            if status is not None and status[0]:
+                return status[1]
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(min(SETTLED_POLL, max(0.0, deadline - loop.time())))
+
     async def adoptions(self) -> AsyncIterator[Claim]:
         interval = max(0.1, self.lease_ttl / 3)
+        sweeping = Episode(log, "coordination: the sweep for owed conversations")
         while True:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))  # workers spread out
             try:
-                async with bounded():
-                    claims = await self.sweep()
+                claims = await self.sweep()
             except Exception as exc:  # the next sweep tries again; never end the adoptions
-                log.warning("coordination: sweep failed (%s)", type(exc).__name__)
+                sweeping.failed(type(exc).__name__)
                 continue
+            sweeping.ok()
             for claim in claims:
                 yield claim
 
     async def sweep(self) -> list[Claim]:
-        """Take the lease of every conversation that has items and no holder."""
-        found = await self._redis.smembers(self.keys.active)
-        candidates = [k for k in (key_of(_text(m)) for m in found) if k not in self._held]
-        if not candidates:
-            return []
-        asked = asyncio.get_running_loop().time()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key in candidates:
-                await self._adopt(keys=[self.keys.lease(key), self.keys.queue(key),
-                                        self.keys.fence(key), self.keys.active],
-                                  args=[self.worker, self._ttl_ms, member(key)], client=pipe)
-            tokens = await pipe.execute()
+        """Take the lease of every conversation that has unanswered items and no holder."""
+        owed = await self.inbox.owed_conversations()
         claims = []
-        for key, token in zip(candidates, tokens, strict=True):
-            if int(token) > 0:
-                self._granted[key] = asked
-                claims.append(Claim(key, int(token)))
-                log.info("coordination: took over %s (token %d)", key.label(), int(token))
+        for _, conversation in owed:
+            key = key_of(conversation)
+            if key in self._held:
+                continue
+            if await self._take(key):
+                claims.append(Claim(key))
+                log.info("coordination: took over %s", key.label())
         return claims
 
     async def renew_forever(self) -> None:
-        """Extend every held lease each ``ttl/3``; a lease found taken is given up at once."""
+        """Extend every held lease each ``ttl/3``; a lease found taken is given up at once.
+        Never raises (a failure ends no worker: the guards lapse on their own)."""
         loop = asyncio.get_running_loop()
+        renewing = Episode(log, "coordination: lease renewal")
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
-            held = list(self._held.values())
-            if not held:
-                continue
-            asked = loop.time()
             try:
+                held = list(self._held.items())
+                if not held:
+                    continue
+                asked = loop.time()
                 async with bounded(), self._redis.pipeline(transaction=False) as pipe:
-                    for entry in held:
-                        await self._extend(keys=[self.keys.lease(entry.claim.key)],
+                    for key, _ in held:
+                        await self._extend(keys=[self.keys.lease(key)],
                                            args=[self.worker, self._ttl_ms], client=pipe)
                     results = await pipe.execute()
-            except (RedisError, TimeoutError) as exc:
-                # The deadlines lapse by themselves if this goes on.
-                log.warning("coordination: lease renewal failed (%s)", type(exc).__name__)
+                renewing.ok()
+                for (key, guard), extended in zip(held, results, strict=True):
+                    if self._held.get(key) is not guard:
+                        continue  # finished while we asked
+                    if int(extended):
+                        guard.extend(asked + self.lease_ttl * LEASE_SAFETY)
+                    else:
+                        log.warning("coordination: lost the lease on %s", key.label())
+                        guard.lose("was taken over")
+            except Exception as exc:  # e.g. Redis unreachable; the deadlines lapse by themselves
+                renewing.failed(type(exc).__name__)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def _take(self, key: ConversationKey) -> bool:
+        asked = asyncio.get_running_loop().time()
+        async with bounded():
+            taken = await self._redis.set(self.keys.lease(key), self.worker, nx=True,
+                                          px=self._ttl_ms)
+        if taken:
+            self._granted[key] = asked
+        return bool(taken)
+
+    async def _give_up(self, key: ConversationKey) -> None:
+        try:
+            async with bounded():
+                await self._release(keys=[self.keys.lease(key)], args=[self.worker])
+        except (RedisError, OSError, TimeoutError) as exc:
+            # The lease lapses by itself; the sweep hands what is left to a worker.
+            self._redis_down.failed(type(exc).__name__)
+
+    async def _store(self, op: Callable[..., Awaitable[T]], *args: object) -> T:
+        """Run a database step, waiting out an outage with a backoff (the lease guard ends
+        the wait if the lease goes meanwhile)."""
+        delay = STORE_RETRY
+        while True:
+            try:
+                result = await op(*args)
+            except OSError as exc:
+                self._store_down.failed(_kind(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_STORE_RETRY)
                 continue
-            for entry, extended in zip(held, results, strict=True):
-                if self._held.get(entry.claim.key) is not entry or entry.timeout.expired():
-                    continue  # finished, or already cut off, while we asked
-                if int(extended):
-                    entry.timeout.reschedule(asked + self.lease_ttl * LEASE_SAFETY)
-                else:
-                    log.warning("coordination: lost the lease on %s",
-                                entry.claim.key.label())
-                    entry.timeout.reschedule(loop.time())
+            self._store_down.ok()
+            return result
+
+    async def _prune(self) -> None:
+        """Now and then, forget rows answered long enough ago (any worker may)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._pruned < 600:
+            return
+        self._pruned = now
+        try:
+            await self.inbox.prune(KEEP_ANSWERED)
+        except OSError as exc:
+            log.warning("coordination: pruning answered messages failed (%s)", _kind(exc))
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _kind(exc: BaseException) -> str:
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(exc, OSError) and exc.errno:
+        return errno.errorcode.get(exc.errno, type(exc).__name__)
+    return type(exc).__name__

@@ -182,6 +182,67 @@ async def lease_hook(context: object) -> None:
         check()
 
 
+class SeenDelivery(Protocol):
+    """An earlier delivery of a platform id (see :meth:`SharedInbox.enter`)."""
+
+    @property
+    def item(self) -> str: ...
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    @property
+    def answered(self) -> bool: ...
+
+
+class OwedHead(Protocol):
+    """The head of a conversation's queue as one holder takes it."""
+
+    @property
+    def item(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def attempts(self) -> int:
+        """How many holders have taken it (more than one: an earlier one may have started
+        it)."""
+        ...
+
+
+class SharedInbox(Protocol):
+    """The durable record of what workers owe (``sessions.postgres.inbox``): it lives with
+    the sessions, so a coordinator that loses its state (Redis) loses nothing acknowledged.
+
+    Contract: :meth:`enter` commits the item before it returns, or refuses it as a duplicate
+    of an earlier delivery with the same ``dedup`` key, atomically; :meth:`head` returns the
+    oldest unanswered item of a conversation (the same one until it is :meth:`answered`);
+    :meth:`owed_conversations` lists conversations with unanswered items, reading only those;
+    :meth:`next_fence` hands out fencing tokens that never repeat or go back. Every method
+    raises an ``OSError`` when the database cannot be reached.
+    """
+
+    async def enter(self, tenant: str, conversation: str, item: str, dedup: str | None,
+                    body: str) -> SeenDelivery | None: ...
+
+    async def head(self, tenant: str, conversation: str) -> OwedHead | None: ...
+
+    async def answered(self, item: str, session_id: str | None) -> None: ...
+
+    async def owed_conversations(self, limit: int = 10_000) -> list[tuple[str, str]]: ...
+
+    async def has_owed(self, tenant: str, conversation: str) -> bool: ...
+
+    async def status(self, item: str) -> tuple[bool, str | None] | None: ...
+
+    async def withdraw(self, item: str) -> None: ...
+
+    async def prune(self, older_than: float) -> int: ...
+
+    async def next_fence(self, at_least: int = 0) -> int: ...
+
+
 class LeaderElector(Protocol):
     """One leader among the workers for a singleton job (a bot's long poll, a socket).
 
@@ -210,6 +271,17 @@ class FencedStore(Protocol):
 
     async def open(self, tenant: str, session_id: str,
                    fence: int | None = None) -> SessionWriter: ...
+
+    async def refence(self, tenant: str, session_id: str, fence: int) -> int:
+        """Move the session on to the newer token ``fence`` without reading it; its
+        ``next_seq`` (``StaleWriterError`` when it holds a newer token)."""
+        ...
+
+
+class FencedWriter(Protocol):
+    """A writer whose session was moved on to a newer token for the same holder."""
+
+    def refenced(self, fence: int) -> None: ...
 
 
 def supports_fencing(store: object) -> bool:

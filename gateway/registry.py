@@ -8,8 +8,8 @@ when they speak again, so an idle conversation costs neither a task nor a descri
 Workers sharing a PostgreSQL store pass the conversation's lease token as ``fence``: the
 session is then (re)opened under that token, and read *after* the open, since from that moment
 no writer with an older token can append (see :mod:`sessions.postgres.store`). A conversation cached
-under an older token is read again, unless the new token is the very next one (then no other
-worker held the lease in between, and the cache is current).
+under an older token is moved on to the new one without reading it when the log has not grown
+since this worker last wrote it (nobody else held it in between); otherwise it is read again.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sessions.records import MessageDict
 from sessions.store import SessionStore, SessionWriter
 
 if TYPE_CHECKING:
-    from gateway.coordination import FencedStore
+    from gateway.coordination import FencedStore, FencedWriter
 
 log = logging.getLogger("gateway.registry")
 
@@ -77,14 +77,9 @@ class ConversationRegistry:
 
         ``fence``: the caller's lease token (shared store); see the module docstring.
         """
-        if fence is not None and key in self._open and self._fences.get(key) != fence:
-            if self._fences.get(key) == fence - 1:
-                # The very next token: nobody held the lease since this worker did, so the
-                # cached state is the log. The writer keeps its token, which is still the
-                # session's; any other holder gets a higher one and fences it off.
-                self._fences[key] = fence
-            else:
-                await self.forget(key)
+        if (fence is not None and key in self._open and self._fences.get(key) != fence
+                and not await self._refence(key, fence)):
+            await self.forget(key)
         conv = self._open.get(key)
         if conv is not None:
             if self._stale(conv.last_active) and (fence is not None or not self.is_busy(key)):
@@ -103,6 +98,21 @@ class ConversationRegistry:
                 self._open[key] = conv
         self._locks.pop(key, None)
         return conv
+
+    async def _refence(self, key: ConversationKey, fence: int) -> bool:
+        """Keep the cached conversation under a new token if it is still the log: the session
+        is moved on to ``fence`` and nobody appended since this worker did (same
+        ``next_seq``, nothing pending). False: read it again."""
+        conv = self._open[key]
+        writer = conv.recorder.writer
+        if writer.pending_bytes:
+            return False
+        next_seq = await self._fenced().refence(key.tenant, conv.session_id, fence)
+        if next_seq != writer.state.next_seq:
+            return False
+        cast("FencedWriter", writer).refenced(fence)
+        self._fences[key] = fence
+        return True
 
     async def rotate(self, key: ConversationKey, context: ChannelContext,
                      fence: int | None = None) -> Conversation:

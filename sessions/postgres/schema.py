@@ -10,10 +10,14 @@ the test suite's throw-away schemas, can share a database. Tables::
     entries(tenant, session_id, seq PK, type, line bytea)   one row per log line
     blobs(tenant, hash PK, size, data bytea, stored_at)     attachment bytes by sha256
     erasures(id PK, tenant, ts, line bytea)                 one tombstone per erasure (v3)
+    inbox(id PK, tenant, conversation, item, dedup, body, attempts, session_id,
+          received_at, answered_at)                         owed messages of workers (v4)
+    fences                                                  sequence of fencing tokens (v4)
 
 ``entries.line`` holds the exact bytes of one JSONL line (no newline); the log of a session is
 its lines in ``seq`` order, each followed by ``\\n``. ``sessions.fence`` is the writer's fencing
-token and ``next_seq`` the seq the next append must start at; both are checked by
+token (taken from the ``fences`` sequence) and ``next_seq`` the seq the next append must start
+at; both are checked by
 ``append_entries()``, the one function every append goes through (see
 :mod:`sessions.postgres.store`).
 
@@ -170,10 +174,40 @@ CREATE TABLE {schema}.erasures (
 CREATE INDEX erasures_by_tenant ON {schema}.erasures (tenant, id);
 """
 
+_V4 = """
+-- Fencing tokens (sessions.postgres.store): every writer's token comes from this sequence, so
+-- a token is never given twice and never goes back, whatever happens to Redis. It starts past
+-- every fence stored so far.
+CREATE SEQUENCE {schema}.fences AS bigint;
+SELECT setval('{schema}.fences',
+              (SELECT coalesce(max(fence), 0) + 1 FROM {schema}.sessions), false);
+
+-- The owed messages of workers sharing this store (sessions.postgres.inbox): a row from the
+-- moment a message is acknowledged until its answer went out. The queue order of a
+-- conversation is ``id``; ``dedup`` (the platform id, per tenant) refuses a redelivery.
+CREATE TABLE {schema}.inbox (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant       text        NOT NULL,
+    conversation text        NOT NULL,
+    item         text        NOT NULL UNIQUE,
+    dedup        text,
+    body         text        NOT NULL,
+    attempts     integer     NOT NULL DEFAULT 0,
+    session_id   text,
+    received_at  timestamptz NOT NULL DEFAULT now(),
+    answered_at  timestamptz
+);
+CREATE UNIQUE INDEX inbox_dedup ON {schema}.inbox (tenant, dedup) WHERE dedup IS NOT NULL;
+-- What is owed, per conversation, in order: the only rows a start or a sweep reads.
+CREATE INDEX inbox_owed ON {schema}.inbox (tenant, conversation, id) WHERE answered_at IS NULL;
+CREATE INDEX inbox_answered ON {schema}.inbox (answered_at) WHERE answered_at IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, entries, append_entries()", _V1),
     Migration(2, "blobs (attachment bytes by sha256)", _V2),
     Migration(3, "erasures (tombstones)", _V3),
+    Migration(4, "fencing-token sequence, inbox (owed messages of shared workers)", _V4),
 )
 LATEST = MIGRATIONS[-1].version
 

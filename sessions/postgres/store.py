@@ -11,12 +11,16 @@ statement it locks the session row and inserts the batch only if it starts right
 last stored ``seq``; the primary key ``(tenant, session_id, seq)`` refuses duplicates too. A gap
 or a duplicate is never accepted: the append raises ``SessionWriteError(kind="SEQ_CONFLICT")``.
 
-**One writer per session, by fencing.** Each session row carries a ``fence`` token. ``open()``
-advances it (``fence=None``) or raises it to a token the caller brings (``fence=N``: a lease's
-fencing token, e.g. from Redis; a token below the current one raises
-:class:`~sessions.errors.StaleWriterError`, an equal one is the same holder re-opening). The
-writer sends its token with every append; once another ``open()`` has superseded it, its
-appends raise :class:`~sessions.errors.StaleWriterError`. So, unlike the JSONL store's
+**One writer per session, by fencing.** Each session row carries a ``fence`` token, and every
+token comes from one PostgreSQL sequence (``fences``), so a token is never handed out twice
+and never goes back, even when whatever hands out leases (Redis) loses its state.
+``open()`` takes a fresh one (``fence=None``) or the one the caller brings (``fence=N``: a
+lease's token, from :meth:`PostgresSessionStore.next_fence`; a token below the current one
+raises :class:`~sessions.errors.StaleWriterError`, an equal one is the same holder
+re-opening). :meth:`PostgresSessionStore.refence` moves a session on to a newer token without
+reading it again, for a holder whose cached copy is still the log. The writer sends its token
+with every append; once another ``open()`` has superseded it, its appends raise
+:class:`~sessions.errors.StaleWriterError`. So, unlike the JSONL store's
 ``flock``, a second ``open()`` does not fail: it takes the session over, and the old writer
 finds out at its next append, with nothing of it written after the takeover.
 
@@ -38,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import errno
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -196,6 +200,11 @@ class PostgresSessionStore:
                 self._pool = pool
         return self._pool
 
+    def connection(self) -> AbstractAsyncContextManager[PoolConnectionProxy[asyncpg.Record]]:
+        """A pooled connection for the store's own tables (inbox, blobs); database failures
+        raise :class:`StoreUnavailableError`."""
+        return self._reading()
+
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         try:
@@ -234,7 +243,8 @@ class PostgresSessionStore:
         extra: Mapping[str, Any] | None = None,
         fence: int | None = None,
     ) -> PostgresSessionWriter:
-        """Start a session (header row written) whose writer holds ``fence`` (default 1)."""
+        """Start a session (header row written) whose writer holds ``fence`` (default: a
+        fresh token from the sequence)."""
         validate_tenant(tenant)
         if session_id is None:
             return await create_with_fresh_id(
@@ -246,12 +256,14 @@ class PostgresSessionStore:
     async def _create(self, sid: str, tenant: str, channel: str, conversation: str,
                       extra: Mapping[str, Any] | None,
                       fence: int | None) -> PostgresSessionWriter:
-        token = 1 if fence is None else _token(fence)
+        wanted = None if fence is None else _token(fence)
         now = utc_now_iso()
         head = entries.header(sid, now, tenant=tenant, channel=channel,
                               conversation=conversation, extra=extra)
         line = entries.encode_line(head, 0, now)
         async with self._writing(sid) as conn:
+            token = wanted if wanted is not None else int(await conn.fetchval(
+                f"SELECT nextval('{self._q}.fences')"))
             try:
                 await conn.execute(
                     f"WITH s AS (INSERT INTO {self._q}.sessions (tenant, id, started_at,"
@@ -271,8 +283,8 @@ class PostgresSessionStore:
     ) -> PostgresSessionWriter:
         """Take over a session for appending; every earlier writer becomes stale.
 
-        ``fence=None`` advances the session's token by one. ``fence=N`` (a lease's fencing
-        token) sets it to ``N``; ``N`` below the current token raises
+        ``fence=None`` gives the session a fresh token from the sequence. ``fence=N`` (a
+        lease's fencing token) sets it to ``N``; ``N`` below the current token raises
         :class:`~sessions.errors.StaleWriterError` and changes nothing.
         """
         validate_tenant(tenant)
@@ -294,7 +306,9 @@ class PostgresSessionStore:
             current = int(row["fence"])
             if wanted is not None and wanted < current:
                 raise StaleWriterError(session_id, wanted, current)
-            token = current + 1 if wanted is None else wanted
+            token = wanted if wanted is not None else int(await conn.fetchval(
+                f"SELECT setval('{self._q}.fences', greatest(nextval('{self._q}.fences'), $1))",
+                current + 1))
             await conn.execute(
                 f"UPDATE {self._q}.sessions SET fence = $3 WHERE tenant = $1 AND id = $2",
                 tenant, session_id, token,
@@ -309,6 +323,39 @@ class PostgresSessionStore:
         state.next_seq = int(row["next_seq"])
         state.message_count = int(row["message_count"])
         return self._writer(session_id, tenant, state, token)
+
+    async def next_fence(self, at_least: int = 0) -> int:
+        """A fresh fencing token: greater than every token handed out before (and than
+        ``at_least``). Raises :class:`StoreUnavailableError` when the database is away."""
+        async with self._reading() as conn:
+            token = await conn.fetchval(
+                f"SELECT setval('{self._q}.fences', greatest(nextval('{self._q}.fences'), $1))",
+                at_least)
+        return int(token)
+
+    async def refence(self, tenant: str, session_id: str, fence: int) -> int:
+        """Move a session on to the newer token ``fence`` without reading it; returns the
+        session's ``next_seq`` (so the caller can tell whether its copy is still the log).
+        Raises :class:`~sessions.errors.StaleWriterError` when the session holds a newer one.
+        """
+        token = _token(fence)
+        async with self._writing(session_id) as conn:
+            row = await conn.fetchrow(
+                f"WITH old AS (SELECT fence FROM {self._q}.sessions"
+                " WHERE tenant = $1 AND id = $2 FOR UPDATE)"
+                f" UPDATE {self._q}.sessions s SET fence = $3 FROM old"
+                " WHERE s.tenant = $1 AND s.id = $2 AND old.fence <= $3"
+                " RETURNING s.next_seq, old.fence",
+                tenant, session_id, token)
+            if row is None:
+                current = await conn.fetchval(
+                    f"SELECT fence FROM {self._q}.sessions WHERE tenant = $1 AND id = $2",
+                    tenant, session_id)
+                if current is None:
+                    raise SessionNotFoundError(
+                        f"no session {session_id!r} for tenant {tenant!r}")
+                raise StaleWriterError(session_id, token, int(current))
+        return int(row["next_seq"])
 
     async def import_log(
         self,

@@ -124,6 +124,12 @@ class PostgresSessionWriter:
         """The fencing token this writer sends with every append."""
         return self._fence
 
+    def refenced(self, fence: int) -> None:
+        """The session was moved on to ``fence`` for this same holder (see
+        :meth:`PostgresSessionStore.refence`): append under it from now on."""
+        self._fence = fence
+        self._stale = None
+
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted but not yet committed because an earlier append failed."""

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.coordination import QueueItem
+from gateway.coordination import QueueItem, SharedInbox, lease_hook
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
@@ -22,6 +23,8 @@ from gateway.registry import ConversationRegistry
 from gateway.router import Router
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop
+from sessions.postgres.inbox import PostgresInbox
+from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.coordination.services import REDIS_URL
@@ -39,9 +42,26 @@ def item(chat: str, text: str, *, channel: str = "memory") -> QueueItem:
     return QueueItem(Inbound(ConversationKey(channel, chat), Sender("u"), text))
 
 
+class NoInbox:
+    """The inbox of a coordinator used only for pairing or elections: never asked."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the inbox was not expected to be used ({name})")
+
+
+def inbox_of(store: SessionStore | None) -> SharedInbox:
+    if store is None:
+        return cast(SharedInbox, NoInbox())
+    assert isinstance(store, PostgresSessionStore), "workers share a PostgreSQL store"
+    return PostgresInbox(store)
+
+
 @asynccontextmanager
-async def coordinator(prefix: str, ttl: float = 1.0) -> AsyncIterator[RedisCoordinator]:
-    async with RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=ttl) as running:
+async def coordinator(prefix: str, store: SessionStore | None = None,
+                      ttl: float = 1.0) -> AsyncIterator[RedisCoordinator]:
+    """A coordinator; with a PostgreSQL ``store``, over its inbox (queues need one)."""
+    async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
+                                lease_ttl=ttl) as running:
         yield running
 
 
@@ -60,11 +80,12 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     metrics = Metrics()
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
-                     tools=ToolRegistry(persona_tools(workspace)), hooks=[prompt_persist_hook],
-                     metrics=metrics)
+                     tools=ToolRegistry(persona_tools(workspace)),
+                     hooks=[prompt_persist_hook, lease_hook], metrics=metrics)
     registry = ConversationRegistry(store, metrics)
     channel = MemoryChannel()
-    async with RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=ttl) as coord:
+    async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
+                                lease_ttl=ttl) as coord:
         router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
                         metrics=metrics, conversations=coord.conversations)
         async with router:

@@ -37,19 +37,20 @@ async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
     prefix: str, pg_store: PostgresSessionStore
 ) -> None:
     """A stale worker's append after a takeover raises StaleWriterError and lands nothing."""
-    async with coordinator(prefix) as a, coordinator(prefix) as b:
+    async with coordinator(prefix, pg_store) as a, coordinator(prefix, pg_store) as b:
         first = item("c", "from a")
         await a.conversations.enter(first)
         claim_a = await a.conversations.keep(first)
         assert claim_a is not None
+        claim_a.token = await a.conversations.inbox.next_fence()  # as holding() takes it
         registry_a = ConversationRegistry(pg_store, Metrics())
         conv_a = await registry_a.get(KEY, CONTEXT, fence=claim_a.token)
         await conv_a.receive({"role": "user", "content": "from a"}, {"sender": "u"})
         # A never renews (a long GC pause, a frozen VM): the lease lapses, B adopts.
         await asyncio.sleep(1.1)
         [claim_b] = await b.conversations.sweep()
-        assert claim_a.token is not None
-        assert claim_b.token is not None
+        claim_b.token = await b.conversations.inbox.next_fence()
+        assert claim_b.token > claim_a.token
         assert claim_b.token > claim_a.token
         registry_b = ConversationRegistry(pg_store, Metrics())
         conv_b = await registry_b.get(KEY, CONTEXT, fence=claim_b.token)

@@ -76,9 +76,11 @@ async def test_failover_after_the_leader_process_is_killed(
     script = textwrap.dedent(f"""
         import asyncio
         from coordination.redis_coordinator import RedisCoordinator
+        from tests.coordination.harness import NoInbox
 
         async def main():
-            async with RedisCoordinator({REDIS_URL!r}, prefix={prefix!r}, lease_ttl=1.5) as c:
+            async with RedisCoordinator({REDIS_URL!r}, NoInbox(), prefix={prefix!r},
+                                        lease_ttl=1.5) as c:
                 async def job():
                     print("leading", flush=True)
                     await asyncio.Event().wait()

@@ -1,4 +1,5 @@
-"""Conversation leases in Redis: acquire, renew, expire, take over, and the queue hand-off."""
+"""Conversation leases in Redis over the owed messages in PostgreSQL: acquire, renew, expire,
+take over, the queue hand-off, fencing tokens that never go back, and the lease guard."""
 
 from __future__ import annotations
 
@@ -8,48 +9,65 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordination.keys import Keys
+from coordination.lease_guard import LeaseGuard, guarded
 from coordination.redis_coordinator import RedisCoordinator
 from gateway.coordination import Claim, LeaseLostError, QueueItem
-from tests.coordination.harness import coordinator, item
+from sessions.postgres.store import PostgresSessionStore
+from tests.coordination.harness import coordinator, inbox_of, item
 from tests.coordination.services import REDIS_URL
 
 pytestmark = pytest.mark.services
 
 
 async def queue(coord: RedisCoordinator, it: QueueItem) -> Claim | None:
-    """Queue an item as the router does (enter, then keep)."""
-    await coord.conversations.enter(it)
+    """Receive an item as the router does (enter, then keep)."""
+    assert not (await coord.conversations.enter(it)).duplicate
     return await coord.conversations.keep(it)
 
 
+async def serve_all(coord: RedisCoordinator, claim: Claim, served: list[str],
+                    pause: float = 0.0) -> None:
+    async with coord.conversations.holding(claim):
+        while (next_item := await coord.conversations.next(claim)) is not None:
+            served.append(next_item.inbound.text)
+            await asyncio.sleep(pause)
+            await coord.conversations.done(claim, next_item)
+
+
 async def test_lease_is_renewed_while_held_and_released_with_the_queue(
-    redis: aioredis.Redis, prefix: str
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
-    """The lease outlives its ttl while renewed, serves the queue in order, ends with it."""
-    async with coordinator(prefix) as a, coordinator(prefix) as b:
+    """The lease outlives its ttl while renewed, serves the queue in order, ends with it; the
+    next claim gets a newer token."""
+    async with coordinator(prefix, pg_store) as a, coordinator(prefix, pg_store) as b:
         claim = await queue(a, item("c", "one"))
         assert await queue(b, item("c", "two")) is None
         assert claim is not None
-        assert claim.token == 1
         lease = Keys(prefix).lease(claim.key)
-        served = []
+        served: list[str] = []
+        renewed: list[str | None] = []
         async with a.conversations.holding(claim):
             while (next_item := await a.conversations.next(claim)) is not None:
                 served.append(next_item.inbound.text)
                 await asyncio.sleep(1.3)  # longer than the ttl: only renewal keeps the lease
-                assert await redis.get(lease) == a.worker
+                renewed.append(await redis.get(lease))
                 await a.conversations.done(claim, next_item)
         assert served == ["one", "two"]
+        assert renewed == [a.worker, a.worker]
         assert await redis.exists(lease) == 0
         again = await queue(b, item("c", "three"))
-        assert again == Claim(claim.key, 2)
+        assert again is not None
+        await serve_all(b, again, served)
+    assert claim.token is not None
+    assert again.token is not None
+    assert again.token > claim.token
 
 
 async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
-    redis: aioredis.Redis, prefix: str
+    prefix: str, pg_store: PostgresSessionStore
 ) -> None:
-    """A dead holder's lease lapses; a sweep adopts it with a higher token, head item resumed."""
-    dead = RedisCoordinator(REDIS_URL, prefix=prefix, lease_ttl=1.0)
+    """A dead holder's lease lapses; a sweep adopts it, the head item it took resumed."""
+    dead = RedisCoordinator(REDIS_URL, inbox_of(pg_store), prefix=prefix, lease_ttl=1.0)
     await dead.__aenter__()
     claim = await queue(dead, item("c", "one"))
     assert claim is not None
@@ -57,11 +75,11 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
     started = await dead.conversations.next(claim)
     assert started is not None
     await dead.aclose()  # no release: the process "died" mid-turn
-    async with coordinator(prefix) as heir:
+    async with coordinator(prefix, pg_store) as heir:
         assert await heir.conversations.sweep() == []  # the lease has not lapsed yet
         await asyncio.sleep(1.1)
         [adopted] = await heir.conversations.sweep()
-        assert adopted == Claim(claim.key, 2)
+        assert adopted == Claim(claim.key)
         got = []
         async with heir.conversations.holding(adopted):
             while (next_item := await heir.conversations.next(adopted)) is not None:
@@ -69,14 +87,14 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
                 await heir.conversations.done(adopted, next_item)
         assert got[0] == (started.id, "one", True)
         assert [(text, resumed) for _, text, resumed in got[1:]] == [("two", False)]
-        assert await redis.smembers(Keys(prefix).active) == set()
+        assert await heir.conversations.sweep() == []  # nothing owed any more
 
 
 async def test_holder_that_loses_its_lease_is_stopped(
-    redis: aioredis.Redis, prefix: str
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
     """A holder whose lease another worker owns is stopped at its next renewal."""
-    async with coordinator(prefix, ttl=3.0) as a:
+    async with coordinator(prefix, pg_store, ttl=3.0) as a:
         claim = await queue(a, item("c", "one"))
         assert claim is not None
         lease = Keys(prefix).lease(claim.key)
@@ -92,30 +110,112 @@ async def test_holder_that_loses_its_lease_is_stopped(
         with pytest.raises(LeaseLostError):
             await serve()
         assert loop.time() - started < 2.0  # renewal runs every ttl/3 = 1 s
+
+
+async def test_redis_losing_everything_loses_nothing_and_tokens_go_on(
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """Every Redis key gone mid-serve (FLUSHDB): the holder is stopped, the sweep hands the
+    owed items over again, and the new token is newer than the old one (it is PostgreSQL's)."""
+    async with coordinator(prefix, pg_store) as a, coordinator(prefix, pg_store) as b:
+        claim = await queue(a, item("c", "one"))
+        await queue(a, item("c", "two"))
+        assert claim is not None
+
+        async def serve() -> None:
+            async with a.conversations.holding(claim):
+                await a.conversations.next(claim)
+                keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]
+                await redis.delete(*keys)  # this test's FLUSHDB: only its own prefix
+                await asyncio.sleep(10)
+
         with pytest.raises(LeaseLostError):
-            await a.conversations.next(claim)
+            await serve()
+        [adopted] = await b.conversations.sweep()
+        served: list[str] = []
+        await serve_all(b, adopted, served)
+    assert served == ["one", "two"]
+    assert claim.token is not None
+    assert adopted.token is not None
+    assert adopted.token > claim.token
 
 
-async def test_queue_hand_off_strands_nothing_under_concurrency(prefix: str) -> None:
-    """Submits racing the holder's release strand nothing: all served once, in order."""
+async def test_queue_hand_off_strands_nothing_under_concurrency(
+    prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """Receives racing the holder's release strand nothing: all served once, in order."""
     served: list[str] = []
-
-    async def serve(coord: RedisCoordinator, claim: Claim) -> None:
-        async with coord.conversations.holding(claim):
-            while (next_item := await coord.conversations.next(claim)) is not None:
-                served.append(next_item.inbound.text)
-                await asyncio.sleep(0)
-                await coord.conversations.done(claim, next_item)
-
-    async with coordinator(prefix) as a, coordinator(prefix) as b, asyncio.TaskGroup() as tg:
+    async with coordinator(prefix, pg_store) as a, coordinator(prefix, pg_store) as b, \
+            asyncio.TaskGroup() as tg:
         sent = []
-        for n in range(300):
+        for n in range(120):
             coord = (a, b)[n % 2]
             text = f"m{n}"
             sent.append(text)
             claim = await queue(coord, item("c", text))
             if claim is not None:
-                tg.create_task(serve(coord, claim))
+                tg.create_task(serve_all(coord, claim, served))
             if n % 7 == 0:
                 await asyncio.sleep(0.001)
     assert served == sent
+
+
+async def test_the_guard_stops_a_task_that_swallows_a_cancellation() -> None:
+    """A cancellation lost inside a library call (Python 3.11's wait_for) does not save the
+    task: the guard cancels again until it stops, and says the lease was lost."""
+    swallowed = []
+
+    async def swallowing_call() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            swallowed.append(True)  # as wait_for does when its inner call just completed
+        await asyncio.sleep(10)
+
+    async def serve() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        guard = LeaseGuard(task, asyncio.get_running_loop().time() + 0.05, "c")
+        async with guarded(guard):
+            await swallowing_call()
+
+    outer = asyncio.current_task()
+    assert outer is not None
+    before = outer.cancelling()
+    with pytest.raises(LeaseLostError):
+        await asyncio.wait_for(serve(), 5)
+    assert swallowed == [True]
+    assert outer.cancelling() == before
+
+
+async def test_the_guard_leaves_an_outside_cancellation_alone() -> None:
+    """A shutdown's cancel of a guarded task stays a cancellation, lease or not."""
+    started = asyncio.Event()
+
+    async def serve() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        guard = LeaseGuard(task, asyncio.get_running_loop().time() + 60, "c")
+        async with guarded(guard):
+            started.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(serve())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_deadline_that_passed_is_caught_before_the_timer_runs() -> None:
+    """A worker resumed past its deadline (SIGSTOP/SIGCONT) fails the check at once, and
+    renewing a lapsed guard changes nothing (it never raises either)."""
+    task = asyncio.current_task()
+    assert task is not None
+    guard = LeaseGuard(task, asyncio.get_running_loop().time() - 1.0, "c")
+    with pytest.raises(LeaseLostError, match="lapsed"):
+        guard.check()
+    guard.extend(asyncio.get_running_loop().time() + 60)  # too late: stays lost
+    with pytest.raises(LeaseLostError):
+        guard.check()
+    assert guard.settle(None) is None

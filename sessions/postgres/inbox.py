@@ -1,0 +1,131 @@
+"""What workers sharing a PostgreSQL store owe: one ``inbox`` row per acknowledged message.
+
+A row is written when a message is received (before the platform is told it was), and marked
+``answered_at`` once its reply went out; answered rows stay as long as a platform may deliver
+the message again (:meth:`PostgresInbox.prune`), so their platform id still counts as seen.
+The queue of a conversation is its unanswered rows in ``id`` order; ``attempts`` counts the
+holders that took the head row (more than one: an earlier holder may have started it, so its
+turn is looked up in the log before anything is recorded again). The ``dedup`` column, unique
+per tenant, makes "is this a redelivery?" and "record it" one statement. A row lives in the
+same database as the sessions, so Redis losing everything loses nothing a platform was told
+was received. Migration 4 in :mod:`sessions.postgres.schema` creates the table and the
+fencing-token sequence (:meth:`PostgresInbox.next_fence`).
+
+Rows are opaque here: ``conversation`` and ``body`` are whatever the caller encodes (the
+coordination layer's wire form of a queued item). Database failures raise
+:class:`~sessions.postgres.store.StoreUnavailableError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sessions.postgres.store import PostgresSessionStore
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """The earlier delivery of a platform id: its item, and the session it was answered in
+    (``None`` while it is not answered yet)."""
+
+    item: str
+    session_id: str | None
+    answered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """The head of a conversation's queue, as one holder takes it."""
+
+    item: str
+    body: str
+    attempts: int
+
+
+class PostgresInbox:
+    """The ``inbox`` table on the session store's own pool (the store owns the pool)."""
+
+    def __init__(self, store: PostgresSessionStore) -> None:
+        self._store = store
+        q = store.quoted_schema
+        self._enter = (f"INSERT INTO {q}.inbox (tenant, conversation, item, dedup, body)"
+                       " VALUES ($1, $2, $3, $4, $5)"
+                       " ON CONFLICT (tenant, dedup) WHERE dedup IS NOT NULL DO NOTHING"
+                       " RETURNING id")
+        self._seen = (f"SELECT item, session_id, answered_at IS NOT NULL AS answered"
+                      f" FROM {q}.inbox WHERE tenant = $1 AND dedup = $2")
+        self._head = (f"UPDATE {q}.inbox SET attempts = attempts + 1 WHERE id = ("
+                      f" SELECT id FROM {q}.inbox WHERE tenant = $1 AND conversation = $2"
+                      "  AND answered_at IS NULL ORDER BY id LIMIT 1)"
+                      " RETURNING item, body, attempts")
+        self._answered = (f"UPDATE {q}.inbox SET answered_at = now(), session_id = $2"
+                          " WHERE item = $1 AND answered_at IS NULL")
+        self._owed = (f"SELECT DISTINCT tenant, conversation FROM {q}.inbox"
+                      " WHERE answered_at IS NULL LIMIT $1")
+        self._has_owed = (f"SELECT EXISTS (SELECT 1 FROM {q}.inbox WHERE tenant = $1"
+                          " AND conversation = $2 AND answered_at IS NULL)")
+        self._status = (f"SELECT session_id, answered_at IS NOT NULL AS answered"
+                        f" FROM {q}.inbox WHERE item = $1")
+        self._withdraw = (f"DELETE FROM {q}.inbox WHERE item = $1 AND attempts = 0"
+                          " AND answered_at IS NULL")
+        self._prune = (f"DELETE FROM {q}.inbox WHERE answered_at IS NOT NULL"
+                       " AND answered_at < now() - make_interval(secs => $1)")
+
+    async def enter(self, tenant: str, conversation: str, item: str, dedup: str | None,
+                    body: str) -> Seen | None:
+        """Record an owed item (committed when this returns); ``None`` when it is new, else
+        the earlier delivery of the same ``dedup`` key (nothing recorded)."""
+        async with self._store.connection() as conn:
+            for _ in range(3):  # the conflicting row may be pruned in between: try again
+                if await conn.fetchval(self._enter, tenant, conversation, item, dedup,
+                                       body) is not None:
+                    return None
+                row = await conn.fetchrow(self._seen, tenant, dedup)
+                if row is not None:
+                    return Seen(str(row["item"]), row["session_id"], bool(row["answered"]))
+        raise AssertionError("a conflicting inbox row neither stayed nor went")
+
+    async def head(self, tenant: str, conversation: str) -> Owed | None:
+        """The oldest unanswered item of a conversation, counted as taken once more."""
+        async with self._store.connection() as conn:
+            row = await conn.fetchrow(self._head, tenant, conversation)
+        if row is None:
+            return None
+        return Owed(str(row["item"]), str(row["body"]), int(row["attempts"]))
+
+    async def answered(self, item: str, session_id: str | None) -> None:
+        """The item's reply went out (idempotent)."""
+        async with self._store.connection() as conn:
+            await conn.execute(self._answered, item, session_id)
+
+    async def owed_conversations(self, limit: int = 10_000) -> list[tuple[str, str]]:
+        """``(tenant, conversation)`` of conversations with unanswered items (the partial
+        index: only owed rows are read)."""
+        async with self._store.connection() as conn:
+            rows = await conn.fetch(self._owed, limit)
+        return [(str(r["tenant"]), str(r["conversation"])) for r in rows]
+
+    async def has_owed(self, tenant: str, conversation: str) -> bool:
+        async with self._store.connection() as conn:
+            return bool(await conn.fetchval(self._has_owed, tenant, conversation))
+
+    async def status(self, item: str) -> tuple[bool, str | None] | None:
+        """``(answered, session)`` of an item, ``None`` if there is no such row."""
+        async with self._store.connection() as conn:
+            row = await conn.fetchrow(self._status, item)
+        return None if row is None else (bool(row["answered"]), row["session_id"])
+
+    async def withdraw(self, item: str) -> None:
+        """Forget an item no holder has taken yet (it was not acknowledged after all)."""
+        async with self._store.connection() as conn:
+            await conn.execute(self._withdraw, item)
+
+    async def prune(self, older_than: float) -> int:
+        """Delete rows answered more than ``older_than`` seconds ago; how many."""
+        async with self._store.connection() as conn:
+            done = await conn.execute(self._prune, float(older_than))
+        return int(done.split()[-1])
+
+    async def next_fence(self, at_least: int = 0) -> int:
+        """A fresh fencing token (see :meth:`PostgresSessionStore.next_fence`)."""
+        return await self._store.next_fence(at_least)
