@@ -43,6 +43,10 @@ MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 WRITE_DELAY = 0.001
 """Seconds an accepted append may wait in memory for more appends to share its write."""
 
+BATCH_BYTES = 64 * 1024
+"""Queued bytes that go to the lane at once, without waiting for WRITE_DELAY (a caller that
+appends in a loop without yielding to the event loop never lets the timer run)."""
+
 STALLED = "STALLED"
 """The failure kind of a write that has not returned within ``stall_after`` seconds."""
 
@@ -136,10 +140,14 @@ class JsonlSessionWriter:
                 self._queued.clear()
                 self._queued_bytes = 0
             error = self._error
-            wake = not self._scheduled and not self._broken and self._kick is None
+            idle = not self._scheduled and not self._broken
+            now = idle and self._queued_bytes >= BATCH_BYTES
+            self._scheduled = self._scheduled or now
         if self._broken:
             raise SessionWriteError(self._session_id, "BACKLOG_FULL", "unwritten entries dropped")
-        if wake:
+        if now:
+            self._lane.submit(self._write_queued)
+        elif idle and self._kick is None:
             self._kick = asyncio.get_running_loop().call_later(WRITE_DELAY, self._wake)
         if self._durability == "always":
             await self.sync()

@@ -97,3 +97,18 @@ async def test_close_waits_for_a_disk_that_comes_back(tmp_path: Path) -> None:
     assert list(replay_bytes(writer.path.read_bytes()).messages) == [user("late")]
     reopened = await store.open("default", "s1")  # the lock was released with the file
     await reopened.aclose()
+
+
+async def test_appends_that_never_yield_are_still_written(tmp_path: Path) -> None:
+    """A caller appending 20 MB in a loop that never yields to the event loop (so no timer
+    runs) still gets everything written: full batches go to the lane at once, and the
+    writer never reaches its backlog cap."""
+    store = JsonlSessionStore(tmp_path, durability="none")
+    writer = await store.create(channel="console", conversation="c", session_id="s1")
+    text = "x" * 50_000
+    for _ in range(400):
+        step = add(writer, user(text))
+        with pytest.raises(StopIteration):  # completed without suspending
+            step.send(None)
+    await writer.aclose()
+    assert len(replay_bytes(writer.path.read_bytes()).messages) == 400
