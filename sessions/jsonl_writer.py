@@ -173,17 +173,30 @@ class JsonlSessionWriter:
         await self._wait(self._flush_now)
 
     async def sync(self) -> None:
-        """:meth:`flush`, then make it durable per the durability setting."""
-        await self._wait(self._sync_now)
+        """:meth:`flush`, then make it durable per the durability setting.
+
+        The ``fsync`` runs in a worker thread of its own, not in the lane: with many sessions
+        syncing at once (durability ``always``), their fsyncs overlap (and the filesystem
+        commits them together) instead of queueing behind one another.
+        """
+        await self._wait(self._flush_now)
+        with self._guard:
+            dirty, self._dirty = self._dirty, False
+        fd = self._fd
+        if not dirty or fd is None or self._durability == "none":
+            return
+        try:
+            await asyncio.to_thread(self._ops.fsync, fd)
+        except OSError as exc:
+            raise SessionWriteError(self._session_id, errno_kind(exc), "fsync",
+                                    accepted=True) from exc
 
     async def _wait(self, job: Callable[[], str | None]) -> None:
         if self._kick is not None:  # the job below writes what the wake-up would have
             self._kick.cancel()
             self._kick = None
         with self._guard:
-            idle = (not self._queued and not self._inflight_bytes and self._error is None
-                    and (not self._dirty or job == self._flush_now
-                         or self._durability == "none"))
+            idle = not self._queued and not self._inflight_bytes and self._error is None
         if idle or self._fd is None:
             return
         if self._lane.stalled_for() > self._stall_after:  # do not queue behind a stuck write
