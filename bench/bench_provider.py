@@ -201,7 +201,7 @@ async def caching() -> list[str]:
                             assert resp.status == 200, await resp.text()
             finally:
                 await gateway.aclose()
-        [log] = list(data.rglob("*.jsonl"))
+        [log] = list((data / "sessions").glob("*.jsonl"))
         outcomes = [e for e in map(orjson.loads, log.read_bytes().splitlines())
                     if e["type"] == "outcome"]
     usage = [o["usage"] for o in outcomes]
@@ -262,7 +262,7 @@ async def compaction() -> list[str]:
             finally:
                 await gateway.aclose()
             received = [r.raw for r in srv.requests]
-        [log] = list(data.rglob("*.jsonl"))
+        [log] = list((data / "sessions").glob("*.jsonl"))
         replay = replay_bytes(log.read_bytes())
     equal = sum(encode_body(replay.request(t)) == raw
                 for t, raw in zip(replay.turns, received, strict=True))
