@@ -40,6 +40,7 @@ from gateway.limits import Limits, LimitSettings
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
 from gateway.media.policy import MediaLimits
+from gateway.media.tool_media import ToolMediaKeeper
 from gateway.media.transcribe import Transcriber
 from gateway.memory_scopes import delete_scope
 from gateway.messages import Inbound
@@ -131,14 +132,23 @@ def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | N
     return None
 
 
+def media_limits(settings: Settings) -> MediaLimits:
+    return MediaLimits(max_bytes=settings.max_attachment_bytes,
+                       max_count=settings.max_attachments)
+
+
 def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
                  transcriber: Transcriber | None) -> MediaIntake:
     """Attachments are fitted to the limits of the provider's request shape."""
-    return MediaIntake(
-        blobs, limits=MediaLimits(max_bytes=settings.max_attachment_bytes,
-                                  max_count=settings.max_attachments),
-        images=IMAGE_LIMITS[provider.shape], transcriber=transcriber,
-    )
+    return MediaIntake(blobs, limits=media_limits(settings), images=IMAGE_LIMITS[provider.shape],
+                       transcriber=transcriber)
+
+
+def build_keeper(settings: Settings, provider: Provider, blobs: BlobStore) -> ToolMediaKeeper:
+    """Files tools return (MCP images) are taken in like attachments: same limits, same
+    fitting to the provider's request shape, the same blob store."""
+    return ToolMediaKeeper(blobs, limits=media_limits(settings),
+                           images=IMAGE_LIMITS[provider.shape])
 
 
 def build_coordinator(settings: Settings, store: SessionStore | None = None) -> Coordinator:
@@ -289,20 +299,25 @@ async def tool_servers_report(settings: Settings) -> list[dict[str, Any]] | None
 
 
 @asynccontextmanager
-async def live_tool_set(settings: Settings, tenant: str, *,
-                        enabled: bool = True) -> AsyncIterator[ToolSet | None]:
+async def live_tool_set(settings: Settings, tenant: str, *, enabled: bool = True,
+                        provider: Provider | None = None, blobs: BlobStore | None = None,
+                        ) -> AsyncIterator[ToolSet | None]:
     """The MCP tools ``tenant`` sees, with their servers running (``gateway replay --rerun
-    --live-tools``); None when not enabled. Persona tools are never part of it."""
+    --live-tools``); None when not enabled. Persona tools are never part of it. Files the
+    tools return go to ``blobs`` (fitted for ``provider``), as in a live turn: the same
+    image is the same reference, so a live result compares equal to the recorded one."""
     toolbox = build_toolbox(settings) if enabled else None
     if not enabled:
         yield None
         return
+    keeper = (build_keeper(settings, provider, blobs)
+              if provider is not None and blobs is not None else None)
     if toolbox is None:
-        yield ToolSet([])
+        yield ToolSet([], keeper)
         return
     try:
         await toolbox.start()
-        yield ToolSet(toolbox.tools_for(tenant))
+        yield ToolSet(toolbox.tools_for(tenant), keeper)
     finally:
         await toolbox.aclose()
 
@@ -332,7 +347,9 @@ def build_loop(
         if tools is None:
             toolbox = build_toolbox(settings)
             tools = ToolRegistry([*persona_tools(workspace), *extra],
-                                 sources=[toolbox] if toolbox is not None else [])
+                                 sources=[toolbox] if toolbox is not None else [],
+                                 keeper=(build_keeper(settings, provider, blobs)
+                                         if blobs is not None else None))
     return AgentLoop(
         provider=provider, prompts=prompts, tools=tools,
         hooks=list(hooks) if hooks is not None else [prompt_persist_hook, lease_hook],

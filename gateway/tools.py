@@ -3,7 +3,9 @@
 A tool is a name, a JSON schema and an async function from the model's input to a result. Its
 schema goes to the provider verbatim (and into the log as a ``tools`` entry). A tool that
 delivers something to the person (``send_file``) is a :class:`ReplyTool`: it also gets the
-turn's reply sink. Built-in tools
+turn's reply sink. A tool may also answer with files the model should see (an MCP server's
+screenshot): they come back as :class:`ToolMedia` and the registry's :class:`MediaKeeper` stores
+them before the result is recorded, so the log holds references, never bytes. Built-in tools
 (the persona's) are fixed; a :class:`ToolSource` (the MCP servers of ``toolsets/``) adds tools
 that may come and go while the gateway runs and that some tenants may not see. The registry
 answers "which tools does a call of this tenant offer" cheaply and with a stable identity, so
@@ -12,6 +14,7 @@ an unchanged tool set is fingerprinted once (see :mod:`sessions.persist`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -38,26 +41,44 @@ tuning knob; a deployment with more tenants just rebuilds some sets."""
 
 
 @dataclass(frozen=True, slots=True)
+class ToolMedia:
+    """A file a tool returned for the model to see (an image, a PDF), not stored yet.
+
+    ``media_type`` is what the tool claimed (the keeper sniffs the bytes and trusts only
+    them); ``name`` labels it for people and the model (``picture-1``), and the tool's text
+    should say where it was (``[image: picture-1]``)."""
+
+    data: bytes
+    media_type: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool answered: the text given to the model, and how the call ended.
     ``attachments`` are content blocks recorded with the text in the tool result (references
-    to files the tool stored, e.g. one it sent)."""
+    to files the tool stored, e.g. one it sent). ``media`` are files not stored yet; the
+    registry's :class:`MediaKeeper` turns them into ``attachments`` (or notes) before the
+    result leaves :meth:`ToolSet.run`."""
 
     text: str
     is_error: bool = False
     attachments: tuple[Mapping[str, Any], ...] = ()
     outcome: str = ""
     """One of :data:`OUTCOMES`; empty means ``error`` when ``is_error``, else ``ok``."""
+    media: tuple[ToolMedia, ...] = ()
 
     @property
     def kind(self) -> str:
         return self.outcome or ("error" if self.is_error else "ok")
 
     def content(self) -> str | list[dict[str, Any]]:
-        """The ``tool_result`` content: the text, or the text and the attachment blocks."""
+        """The ``tool_result`` content: the text, or the text and the attachment blocks (an
+        empty text is left out there: providers refuse empty text blocks)."""
         if not self.attachments:
             return self.text
-        return [{"type": "text", "text": self.text}, *(dict(a) for a in self.attachments)]
+        text = [{"type": "text", "text": self.text}] if self.text else []
+        return [*text, *(dict(a) for a in self.attachments)]
 
 
 class Tool(Protocol):
@@ -89,6 +110,26 @@ class ReplyTool(Protocol):
                            sink: ReplySink) -> ToolResult: ...
 
 
+class MediaKeeper(Protocol):
+    """Stores the files of tool results (:attr:`ToolResult.media`).
+
+    Contract: :meth:`keep` returns ``result`` with ``media`` empty: each file checked (type
+    sniffed from its bytes, images fitted to the provider's limits), stored in ``tenant``'s
+    blob store and referenced from ``attachments`` in order, or, when it cannot be used
+    (unknown type, too large, a store fault), named in a note appended to the text. It never
+    raises for bad input or a storage fault."""
+
+    async def keep(self, result: ToolResult, tenant: str) -> ToolResult: ...
+
+
+def without_media(result: ToolResult) -> ToolResult:
+    """``result`` with its media left out, each named in a note (no keeper to store them)."""
+    notes = [f"[{m.name} was not passed on: files from tools are not kept here]"
+             for m in result.media]
+    text = "\n".join([result.text, *notes] if result.text else notes)
+    return dataclasses.replace(result, text=text, media=())
+
+
 class ToolSource(Protocol):
     """Tools from outside the core that change while the gateway runs (MCP servers).
 
@@ -116,9 +157,11 @@ def schema_of(tool: Tool) -> Mapping[str, Any]:
 
 
 class ToolSet:
-    """The tools one call offers; :attr:`schemas` is the exact list sent to the provider."""
+    """The tools one call offers; :attr:`schemas` is the exact list sent to the provider.
+    Files in a result are stored by ``keeper`` (without one they become notes)."""
 
-    def __init__(self, tools: Sequence[Tool]) -> None:
+    def __init__(self, tools: Sequence[Tool], keeper: MediaKeeper | None = None) -> None:
+        self.keeper = keeper
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:  # first wins: built-in tools before any source's
@@ -138,6 +181,15 @@ class ToolSet:
 
     async def run(self, name: str, args: Mapping[str, Any], context: ChannelContext, *,
                   sink: ReplySink | None = None) -> ToolResult:
+        result = await self._run(name, args, context, sink)
+        if not result.media:
+            return result
+        if self.keeper is None:
+            return without_media(result)
+        return await self.keeper.keep(result, context.tenant)
+
+    async def _run(self, name: str, args: Mapping[str, Any], context: ChannelContext,
+                   sink: ReplySink | None) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
             return ToolResult(f"unknown tool {name!r}", is_error=True, outcome="unknown")
@@ -158,13 +210,16 @@ class ToolRegistry:
 
     :attr:`schemas` and :meth:`run` serve the built-in tools alone (tests, callers without a
     tenant). A tenant's set is cached until a source's generation changes, so an unchanged set
-    is the same object call after call (persist fingerprints it once).
+    is the same object call after call (persist fingerprints it once). Every set stores the
+    files of results through ``keeper``.
     """
 
-    def __init__(self, tools: Sequence[Tool] = (), sources: Sequence[ToolSource] = ()) -> None:
+    def __init__(self, tools: Sequence[Tool] = (), sources: Sequence[ToolSource] = (),
+                 keeper: MediaKeeper | None = None) -> None:
         self._builtin = tuple(tools)
         self.sources = tuple(sources)
-        self._static = ToolSet(self._builtin)
+        self.keeper = keeper
+        self._static = ToolSet(self._builtin, keeper)
         self.schemas = self._static.schemas
         self._sets: dict[str, tuple[tuple[int, ...], ToolSet]] = {}
 
@@ -189,7 +244,7 @@ class ToolRegistry:
         if cached is not None and _same_tools(cached[1], tools):
             chosen = cached[1]  # a change elsewhere: keep this tenant's object (and fingerprint)
         else:
-            chosen = ToolSet(tools)
+            chosen = ToolSet(tools, self.keeper)
         if len(self._sets) >= _TOOL_SETS_PER_REGISTRY and tenant not in self._sets:
             self._sets.clear()
         self._sets[tenant] = (key, chosen)

@@ -10,6 +10,8 @@ sha256 of the bytes kept in the blob store (:mod:`sessions.blobs`)::
 the block becomes at send time. Optional fields: ``transcript`` (voice and audio: the text the
 transcription model heard, which is what the provider is sent) and ``sent`` (``true`` inside a
 ``tool_result``: a file the agent sent to the person, recorded but never sent to a provider).
+A reference inside a ``tool_result`` without ``sent`` is a file a tool returned for the model
+to see (an MCP server's image): it is expanded like a person's attachment.
 
 :func:`expand_anthropic` and :func:`expand_openai` turn references into provider blocks with the
 bytes given in a ``blobs`` mapping (hash -> bytes). Live calls and replay use these same

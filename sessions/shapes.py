@@ -9,7 +9,10 @@ step on the shaped body (:func:`sessions.caching.add_breakpoints`).
 
 Attachment references in messages are expanded here (:mod:`sessions.attachments`) from the
 ``blobs`` the caller loaded (hash -> bytes): images, PDFs and text files become the shape's own
-blocks. Messages without attachments are shaped exactly as before.
+blocks. A file inside a tool result (an image an MCP tool returned) stays inside the Anthropic
+``tool_result``; Chat Completions tool messages take only text, so for OpenAI it follows the
+tool messages in a user message that names its tool call. Messages without attachments are
+shaped exactly as before.
 """
 
 from __future__ import annotations
@@ -106,15 +109,18 @@ def openai_messages(message: MessageDict,
         if calls:
             out["tool_calls"] = calls
         return [out]
+    results = [b for b in content if b.get("type") == "tool_result"]
     result: list[dict[str, Any]] = [
         {
             "role": "tool",
             "tool_call_id": b["tool_use_id"],
             "content": _tool_result_text(b.get("content", "")),
         }
-        for b in content
-        if b.get("type") == "tool_result"
+        for b in results
     ]
+    files = _tool_result_files(results, blobs or {})
+    if files:
+        result.append({"role": "user", "content": files})
     if any(isinstance(b, dict) and b.get("type") == "attachment" for b in content):
         parts = expand_openai(content, blobs or {})
         if parts:
@@ -122,6 +128,33 @@ def openai_messages(message: MessageDict,
     elif texts:
         result.append({"role": role, "content": "\n".join(texts)})
     return result
+
+
+TOOL_FILES_INTRO = ("Files returned by tool call {id} (part of its result above, not a "
+                    "message from the person):")
+"""The text before a tool result's files in the OpenAI shape (see :func:`_tool_result_files`)."""
+
+
+def _tool_result_files(results: Sequence[Mapping[str, Any]],
+                       blobs: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """The files inside tool results (an MCP server's image) as user content parts.
+
+    Chat Completions ``tool`` messages take text only, so a tool result's images and PDFs
+    follow the tool messages in one user message: for each result that has some, a line
+    naming its call, then the files in order (files the agent sent are never sent back).
+    Empty when no result has one, so logs without such files shape exactly as before."""
+    parts: list[dict[str, Any]] = []
+    for block in results:
+        inner = block.get("content")
+        if not isinstance(inner, list):
+            continue
+        shown = [b for b in inner if isinstance(b, dict) and b.get("type") == "attachment"
+                 and b.get("sent") is not True]
+        if shown:
+            parts.append({"type": "text",
+                          "text": TOOL_FILES_INTRO.format(id=block["tool_use_id"])})
+            parts.extend(expand_openai(shown, blobs))
+    return parts
 
 
 def _tool_result_text(content: Any) -> str:

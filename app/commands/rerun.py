@@ -17,6 +17,7 @@ persisted, into its own v3 log ``<data_dir>/reruns/<tenant>/<rerun-id>.jsonl`` (
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -129,7 +130,9 @@ async def run(
         raise CommandError(str(exc), EXIT_USAGE) from exc
     if args.save and data_dir is None:
         raise CommandError("--save needs a data directory (--data-dir or GATEWAY_DATA_DIR)")
-    found = await _attachments(replay, parts, blobs, args.tenant, turn.index)
+    owner = args.tenant or replay.header.get("tenant")
+    owner = owner if isinstance(owner, str) else DEFAULT_TENANT
+    found = await _attachments(parts.messages, blobs, owner, turn.index, {})
     provider, notes = _choose_provider(args.provider, parts.provider)
     try:
         same = provider.name == parts.provider
@@ -145,7 +148,8 @@ async def run(
                 store, writer = await _open_log(data_dir, replay, parts, args, files)
                 saved = data_dir / RERUNS_DIR / writer.tenant / f"{writer.session_id}.jsonl"
             steps = await _converse(provider, replay, turn, parts, model, params, writer,
-                                    live_tools=args.live_tools, blobs=found)
+                                    live_tools=args.live_tools,
+                                    files=Files(blobs, owner, turn.index, found))
         except (SessionWriteError, OSError) as exc:
             raise CommandError(f"cannot save the rerun: {exc}", EXIT_UNREADABLE) from exc
         finally:
@@ -242,18 +246,32 @@ def _notes(replay: Replay, parts: RerunParts, provider: str, same: bool,
     return notes
 
 
-async def _attachments(replay: Replay, parts: RerunParts, blobs: BlobStore | None,
-                       tenant: str | None, number: int) -> dict[str, bytes]:
-    """The bytes of the attachments the rerun sends; a missing one stops it, named."""
-    refs = needed(parts.messages)
-    owner = tenant or replay.header.get("tenant")
-    found = {} if not refs or blobs is None else await load(
-        blobs, owner if isinstance(owner, str) else DEFAULT_TENANT, refs)
+async def _attachments(messages: Sequence[MessageDict], blobs: BlobStore | None, owner: str,
+                       number: int, have: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``have`` plus the bytes of the attachments ``messages`` refer to that it lacks; a
+    missing one stops the rerun, named."""
+    refs = [ref for ref in needed(messages) if ref.hash not in have]
+    found = {} if not refs or blobs is None else await load(blobs, owner, refs)
     for ref in refs:
         if ref.hash not in found:
             raise CommandError(str(BlobMissingError(ref.hash, ref.label(), turn=number)),
                                EXIT_UNREADABLE)
-    return found
+    return {**have, **found}
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """Where the rerun's attachment bytes come from: the session's tenant's blob store, and
+    those loaded so far (a tool round can add some: an image a tool returned)."""
+
+    store: BlobStore | None
+    owner: str
+    number: int
+    loaded: Mapping[str, bytes]
+
+    async def more(self, messages: Sequence[MessageDict]) -> Files:
+        found = await _attachments(messages, self.store, self.owner, self.number, self.loaded)
+        return dataclasses.replace(self, loaded=found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,10 +284,12 @@ class Step:
 
 async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: RerunParts,
                     model: str, params: Mapping[str, Any], writer: SessionWriter | None, *,
-                    live_tools: bool, blobs: Mapping[str, bytes]) -> list[Step]:
+                    live_tools: bool, files: Files) -> list[Step]:
     """Send the recorded request; while the answer asks for tools whose results can be had
     (recorded, or live with ``--live-tools``), give them and call again, as the agent loop
-    would, up to ``GATEWAY_MAX_ITERATIONS`` calls. Each call is saved when ``writer`` is set."""
+    would, up to ``GATEWAY_MAX_ITERATIONS`` calls. Each call is saved when ``writer`` is set.
+    Files in tool results (recorded references, or images a live tool returned, stored like
+    in a turn) are loaded before the call that sends them."""
     settings = load_settings()
     recorded = RecordedResults(replay)
     near = turn.assistant if turn.assistant is not None else len(replay.messages)
@@ -277,12 +297,13 @@ async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: Rerun
     context = ChannelContext(channel="rerun", chat_type="private", speaker=None, tenant=tenant)
     messages = list(parts.messages)
     steps: list[Step] = []
-    async with live_tool_set(settings, tenant, enabled=live_tools) as live:
+    async with live_tool_set(settings, tenant, enabled=live_tools, provider=provider,
+                             blobs=files.store) as live:
         for call in range(settings.max_iterations):
             if writer is not None:
                 await persist_call(writer, parts.call_request(provider.name, model, params,
                                                               messages=messages))
-            answer = await _send(provider, parts, messages, model, params, blobs)
+            answer = await _send(provider, parts, messages, model, params, files.loaded)
             if writer is not None:
                 await _record(writer, answer, call)
             uses = _tool_calls(answer.message)
@@ -294,6 +315,7 @@ async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: Rerun
             if any(r.source == MISSING for r in results):
                 break  # never make up a result the model would take for real
             messages += [answer.message, results_message(results)]
+            files = await files.more(messages[-1:])
     return steps
 
 

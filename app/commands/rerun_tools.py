@@ -102,8 +102,8 @@ async def resolve(uses: Sequence[Mapping[str, Any]], recorded: RecordedResults, 
         before = found[0] if found is not None else None
         if live is not None and name in live:
             result = await live.run(name, args, context)
-            steps.append(ToolStep(call_id, name, args, LIVE, result.text, result.is_error,
-                                  before))
+            steps.append(ToolStep(call_id, name, args, LIVE, result.content(),
+                                  result.is_error, before))
         elif found is not None:
             steps.append(ToolStep(call_id, name, args, RECORDED, found[0], found[1], before))
         else:

@@ -132,13 +132,7 @@ class MediaIntake:
             except TranscriptionError as exc:
                 log.warning("transcription failed (%s)", exc.kind)
                 return Refusal(name, "transcription-failed")
-        try:
-            digest = await self.blobs.put(tenant, examined.data)
-        except BlobWriteError as exc:
-            log.warning("storing an attachment failed (%s)", exc.kind)
-            return Refusal(name, "not-stored")
-        ref = BlobRef(digest, name, examined.media_type, len(examined.data))
-        return ref_block(ref, transcript=transcript)
+        return await store(self.blobs, tenant, name, examined, transcript=transcript)
 
     def _examine(self, name: str, attachment: Attachment) -> Examined | Refusal:
         """Sniff, then fit or check by category (CPU work: runs in a worker thread)."""
@@ -150,11 +144,7 @@ class MediaIntake:
             return Refusal(name, "video")
         kind = category(media_type)
         if media_type.startswith("image/"):
-            try:
-                fitted = fit(data, media_type, self.images)
-            except ImageError as exc:
-                return Refusal(name, "unreadable-image", str(exc))
-            return Examined(fitted.data, fitted.media_type)
+            return fit_image(name, data, media_type, self.images)
         if kind == "text":
             chars = len(data.decode("utf-8"))
             if chars > self.limits.max_text_chars:
@@ -166,3 +156,26 @@ class MediaIntake:
             return Examined(data, media_type)
         return unsupported(name, media_type)
 
+
+
+def fit_image(name: str, data: bytes, media_type: str, images: ImageLimits) -> Examined | Refusal:
+    """An image (sniffed as ``media_type``) fitted to ``images``, or why it cannot be used
+    (CPU work: call it in a worker thread)."""
+    try:
+        fitted = fit(data, media_type, images)
+    except ImageError as exc:
+        return Refusal(name, "unreadable-image", str(exc))
+    return Examined(fitted.data, fitted.media_type)
+
+
+async def store(blobs: BlobStore, tenant: str, name: str, examined: Examined, *,
+                transcript: str | None = None) -> dict[str, Any] | Refusal:
+    """Store ``examined`` in ``tenant``'s blobs: the reference block, or a refusal when the
+    store failed (logged once, by kind)."""
+    try:
+        digest = await blobs.put(tenant, examined.data)
+    except BlobWriteError as exc:
+        log.warning("storing an attachment failed (%s)", exc.kind)
+        return Refusal(name, "not-stored")
+    ref = BlobRef(digest, name, examined.media_type, len(examined.data))
+    return ref_block(ref, transcript=transcript)

@@ -19,7 +19,7 @@ from sessions.attachments import (
     referenced,
 )
 from sessions.errors import BlobMissingError, SessionReadError
-from sessions.shapes import anthropic_body, openai_body, request_body
+from sessions.shapes import TOOL_FILES_INTRO, anthropic_body, openai_body, request_body
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"pixels" * 10
 PDF = b"%PDF-1.4\n" + b"pages" * 10
@@ -89,6 +89,56 @@ def test_openai_expansion_gives_content_parts() -> None:
     ]}
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "t1",
                                    "content": "Sent out.csv."}
+
+
+TOOL_FILES = [
+    {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "cam__shot", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "notes__get", "input": {}},
+        {"type": "tool_use", "id": "t3", "name": "cam__scan", "input": {}}]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": "[image: shot-1]"}, ref_block(IMG)]},
+        {"type": "tool_result", "tool_use_id": "t2", "content": "no notes"},
+        {"type": "tool_result", "tool_use_id": "t3", "content": [
+            {"type": "text", "text": "[document: scan-1]"}, ref_block(DOC),
+            ref_block(SENT, sent=True)]}]},
+]
+
+
+def test_files_from_tools_stay_in_the_anthropic_tool_result() -> None:
+    """An image or PDF a tool returned becomes an image or document block inside its
+    tool_result, after the text; a sent file stays out."""
+    body = anthropic_body("S", TOOL_FILES, [], "m", {}, BLOBS)
+    image, _, document = body["messages"][1]["content"]
+    assert image["content"] == [
+        {"type": "text", "text": "[image: shot-1]"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": B64[IMG.hash]}}]
+    assert document["content"] == [
+        {"type": "text", "text": "[document: scan-1]"},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                        "data": B64[DOC.hash]}, "title": "report.pdf"}]
+
+
+def test_files_from_tools_follow_the_openai_tool_messages() -> None:
+    """OpenAI tool messages take text only: the files follow all of them in one user
+    message, each result's files after a line naming its call; a sent file stays out."""
+    body = openai_body("S", TOOL_FILES, [], "m", {}, BLOBS)
+    assert body["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "t1", "content": "[image: shot-1]"},
+        {"role": "tool", "tool_call_id": "t2", "content": "no notes"},
+        {"role": "tool", "tool_call_id": "t3", "content": "[document: scan-1]"},
+        {"role": "user", "content": [
+            {"type": "text", "text": TOOL_FILES_INTRO.format(id="t1")},
+            {"type": "image_url",
+             "image_url": {"url": f"data:image/png;base64,{B64[IMG.hash]}"}},
+            {"type": "text", "text": TOOL_FILES_INTRO.format(id="t3")},
+            {"type": "file", "file": {
+                "filename": "report.pdf",
+                "file_data": f"data:application/pdf;base64,{B64[DOC.hash]}"}}]},
+    ]
+    assert needed(TOOL_FILES) == [IMG, DOC]
 
 
 @pytest.mark.parametrize("shape", ["anthropic", "openai"])

@@ -176,7 +176,7 @@ class ServerConnection:
             self._lose(_describe(exc))
             return ToolResult(f"MCP server {name} could not be reached ({type(exc).__name__})",
                               is_error=True, outcome="unavailable")
-        return to_tool_result(result, self.settings.max_result_chars)
+        return to_tool_result(result, self.settings.max_result_chars, tool)
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:

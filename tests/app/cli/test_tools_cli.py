@@ -42,18 +42,19 @@ async def test_lists_servers_tools_and_tenants(configured: Path) -> None:
     assert code == 1
     lines = out.splitlines()
     assert lines[0].startswith("desk  connected  stdio: python")
-    assert lines[1:9] == [
+    assert lines[1:10] == [
         "  tenants: T1",
         "  lookup   -> desk__lookup",
         "  slow     -> desk__slow",
         "  fail     -> desk__fail",
         "  picture  -> desk__picture",
+        "  poster   -> desk__poster",
         "  pid      -> desk__pid",
         "  big      (not offered: allowTools/denyTools)",
         "  grow     (not offered: allowTools/denyTools)",
     ]
-    assert lines[9].startswith("broken  failed (FileNotFoundError: ")
-    assert lines[10:] == ["  tenants: all", "  (no tools listed)"]
+    assert lines[10].startswith("broken  failed (FileNotFoundError: ")
+    assert lines[11:] == ["  tenants: all", "  (no tools listed)"]
 
 
 async def test_tenant_filter_and_json(configured: Path) -> None:

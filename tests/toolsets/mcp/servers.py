@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.toolsets.mcp.servers stdio`` or ``... http`` (which prints its port on
 the first line of stdout). Tools: ``lookup`` (text), ``slow`` (sleeps), ``fail`` (a tool error),
-``picture`` (an image), ``grow`` (adds the tool ``extra`` and says its list changed), ``pid``,
+``picture`` (a small PNG), ``poster`` (a text and a PNG wider than any provider takes),
+``grow`` (adds the tool ``extra`` and says its list changed), ``pid``,
 ``big`` (a long text). With ``MCP_TEST_CALLS`` set, every call appends a line to that file,
 so a test can prove a server was, or was not, called.
 """
@@ -17,7 +18,12 @@ import sys
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+from tests.fakes.media import png
+
+PICTURE = png(4, 3)
+POSTER = png(2400, 60)
+"""Wider than either provider's long-edge limit (1568 and 2048 px): fitted before storing."""
+
 server = MCPServer("testsrv")
 
 
@@ -54,7 +60,14 @@ def fail() -> str:
 def picture() -> Image:
     """A tiny PNG image."""
     _count("picture")
-    return Image(data=PNG, format="png")
+    return Image(data=PICTURE, format="png")
+
+
+@server.tool()
+def poster() -> list[str | Image]:
+    """A caption and a large PNG image."""
+    _count("poster")
+    return ["Here is the poster:", Image(data=POSTER, format="png")]
 
 
 @server.tool()

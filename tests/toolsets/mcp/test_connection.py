@@ -11,11 +11,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gateway.tools import ToolMedia
 from toolsets.mcp import McpToolbox, ToolboxSettings
 from toolsets.mcp.config import parse_config
 from toolsets.mcp.connection import Backoff, ConnectionSettings
 
 from .harness import eventually, http_server, stdio_spec
+from .servers import PICTURE
 
 FAST = Backoff(initial=0.05, maximum=0.2, reset_after=60)
 
@@ -40,18 +42,19 @@ async def call(box: McpToolbox, name: str, args: dict[str, object] | None = None
 
 
 async def test_stdio_results_errors_timeout_and_oversize(tmp_path: Path) -> None:
-    """Text, a tool error, an image placeholder, an oversize result and a timeout, each as the
-    model will see it; the server still answers after the timeout."""
+    """Text, a tool error, an image (its bytes handed on for the blob store, a line where it
+    was), an oversize result and a timeout, each as the model will see it; the server still
+    answers after the timeout."""
     async with toolbox({"t": stdio_spec()}, call_timeout=3.0, max_result_chars=500) as box:
         assert list(tools(box)) == ["t__lookup", "t__slow", "t__fail", "t__picture",
-                                    "t__pid", "t__big", "t__grow"]
+                                    "t__poster", "t__pid", "t__big", "t__grow"]
         assert await call(box, "t__lookup", {"key": "abc"}) == ("ok",
                                                                 "abc is filed under shelf 0")
         kind, text = await call(box, "t__fail")
         assert (kind, text.endswith("the ticket system is down")) == ("error", True)
-        kind, text = await call(box, "t__picture")
-        assert kind == "ok"
-        assert text.startswith("[image, image/png, 16 bytes, sha256:")
+        picture = await tools(box)["t__picture"].run({}, None)  # type: ignore[attr-defined]
+        assert (picture.kind, picture.text) == ("ok", "[image: picture-1]")
+        assert picture.media == (ToolMedia(PICTURE, "image/png", "picture-1"),)
         assert await call(box, "t__big", {"size": 501}) == (
             "oversize", "the tool's result was too large (501 characters; the limit is 500)")
         assert await call(box, "t__slow", {"seconds": 30}) == (
@@ -130,10 +133,9 @@ async def test_http_server_tools_by_tenant() -> None:
     async with http_server() as url, toolbox({"web": {"url": url, "tenants": ["acme"],
                                                       "denyTools": ["big", "p?d"]}}) as box:
         assert list(tools(box, "acme")) == ["web__lookup", "web__slow", "web__fail",
-                                            "web__picture", "web__grow"]
+                                            "web__picture", "web__poster", "web__grow"]
         assert tools(box, "other") == {}
         assert await call(box, "web__lookup", {"key": "q"}, tenant="acme") == (
             "ok", "q is filed under shelf 1")
         kind, text = await call(box, "web__picture", tenant="acme")
-        assert kind == "ok"
-        assert text.startswith("[image, image/png")
+        assert (kind, text) == ("ok", "[image: picture-1]")
