@@ -495,6 +495,7 @@ def build_gateway(
                   loop.tools],
         closing=[blobs.aclose, ledger.aclose, *(f.aclose for f in fallbacks)]
         + ([transcriber.aclose] if transcriber is not None else []),
+        health_parts={"mcp": loop.tools.health} if loop.tools.sources else None,
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()
                        if settings.metrics_token is not None else None),

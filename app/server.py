@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -60,6 +60,7 @@ class Gateway:
         shutdown_grace: float,
         extra_routes: Iterable[web.AbstractRouteDef] = (),
         health_extra: dict[str, Any] | None = None,
+        health_parts: Mapping[str, Callable[[], object]] | None = None,
         deliver: Deliver | None = None,
         coordinator: Coordinator,
         observer: TurnObserver = NO_OBSERVER,
@@ -79,6 +80,8 @@ class Gateway:
         self.shutdown_grace = shutdown_grace
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
+        self.health_parts = dict(health_parts or {})
+        """More of the full ``/healthz``, asked at each request (``mcp``: the tool servers)."""
         self.http_timeout = http_timeout
         self.web_app = application(http_timeout, [json_api_errors])
         self._internal = InternalAccess(metrics_token)
@@ -156,6 +159,7 @@ class Gateway:
             "queued": self.router.queued,
             "coordination": dict(self.coordinator.health()),
             **self.health_extra,
+            **{name: part() for name, part in self.health_parts.items()},
         }
         return web.json_response(body, status=200 if ok else 503)
 

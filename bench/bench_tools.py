@@ -53,6 +53,9 @@ class Source:
     def tools_for(self, tenant: str) -> Sequence[Tool]:
         return self.tools if int(tenant[1:]) % 2 == 0 else []
 
+    def health(self) -> Mapping[str, Mapping[str, Any]]:
+        return {}
+
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...

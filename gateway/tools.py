@@ -135,15 +135,19 @@ class ToolSource(Protocol):
 
     Contract: :attr:`generation` changes whenever :meth:`tools_for` may answer differently (a
     server connected, died for good, or changed its tool list); :meth:`tools_for` is a cheap,
-    non-blocking snapshot in a stable order. :meth:`start` returns once each part has come up
-    or failed once (never raising for one part's failure); :meth:`aclose` is idempotent and
-    stops everything the source started.
+    non-blocking snapshot in a stable order. :meth:`health` says how each part is, by name
+    (for the full ``/healthz``): cheap, non-blocking, JSON-ready and secret-free (no URLs,
+    headers or error texts). :meth:`start` returns once each part has come up or failed once
+    (never raising for one part's failure); :meth:`aclose` is idempotent and stops everything
+    the source started.
     """
 
     @property
     def generation(self) -> int: ...
 
     def tools_for(self, tenant: str) -> Sequence[Tool]: ...
+
+    def health(self) -> Mapping[str, Mapping[str, Any]]: ...
 
     async def start(self) -> None: ...
 
@@ -249,6 +253,11 @@ class ToolRegistry:
             self._sets.clear()
         self._sets[tenant] = (key, chosen)
         return chosen
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Every source's parts (MCP servers) by name, as :meth:`ToolSource.health` says."""
+        return {name: dict(state) for source in self.sources
+                for name, state in source.health().items()}
 
     async def start(self) -> None:
         for source in self.sources:

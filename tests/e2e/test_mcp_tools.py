@@ -5,7 +5,7 @@ equals ``gateway replay --request N`` byte for byte; images reach the model as i
 Anthropic tool_result, in a user message after the OpenAI tool message), stored once in the blob
 store and fitted to the provider's limits, the log holding only references; a slow tool times
 out into a tool error and the turn still answers; a tenant without the HTTP server never sees
-its tools."""
+its tools; the full /healthz reports each server."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from PIL import Image
@@ -202,3 +203,22 @@ async def test_tools_of_every_kind_replay_exactly(tmp_path: Path, api: str) -> N
                                                 "--request", str(n), "--shape", api, "--raw")
             assert code == 0
             assert out.encode() == raw, f"{tenant} call {n} differs from its replay"
+
+
+async def test_healthz_reports_each_server_to_this_machine_only(tmp_path: Path) -> None:
+    """The full /healthz (asked from this machine) has each MCP server's status and tool
+    count, and a failed server does not make the gateway unhealthy; a caller elsewhere gets
+    only ``{"ok": true}``."""
+    servers = {"desk": stdio_spec(), "broken": {"command": str(tmp_path / "no-such-server")}}
+    async with FakeProviderServer() as srv, mcp_gateway(
+        tmp_path, make_provider("anthropic", srv), servers, [MemoryChannel("mem")],
+    ) as gateway, aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{gateway.bound_port}/healthz"
+        async with http.get(url) as response:
+            status, full = response.status, await response.json()
+        async with http.get(url, headers={"Host": "gateway.example.com"}) as response:
+            elsewhere = response.status, await response.json()
+    assert (status, full["ok"]) == (200, True)
+    assert full["mcp"] == {"desk": {"status": "up", "tools": 8, "restarts": 0},
+                           "broken": {"status": "failed", "tools": 0, "restarts": 0}}
+    assert elsewhere == (200, {"ok": True})

@@ -39,6 +39,9 @@ class Source:
     def tools_for(self, tenant: str) -> Sequence[EchoTool]:
         return self.tools if self.tenants is None or tenant in self.tenants else []
 
+    def health(self) -> Mapping[str, Mapping[str, Any]]:
+        return {name: {"tools": len(self.tools)} for name in sorted({t.server for t in self.tools})}
+
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -93,3 +96,13 @@ async def test_tool_round_records_server_duration_and_outcome() -> None:
     assert 'gateway_tool_calls_total{outcome="ok",server="s",tool="add"} 1.0' in text
     assert 'gateway_tool_calls_total{outcome="unknown",server="-",tool="-"} 1.0' in text
     assert 'gateway_tool_latency_seconds_count{server="s",tool="boom"} 1.0' in text
+
+
+def test_health_gathers_every_sources_parts() -> None:
+    """The registry's health (the full /healthz's ``mcp``) has each source's parts by name;
+    built-in tools are no part of it."""
+    registry = ToolRegistry([EchoTool("memory_write", server="persona")], sources=[
+        Source([EchoTool("a__x", server="a"), EchoTool("a__y", server="a")]),
+        Source([EchoTool("b__x", server="b")], tenants={"T1"})])
+    assert registry.health() == {"a": {"tools": 2}, "b": {"tools": 1}}
+    assert ToolRegistry([EchoTool("memory_write")]).health() == {}

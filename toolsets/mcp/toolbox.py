@@ -21,6 +21,9 @@ from toolsets.mcp.names import tool_name
 
 log = logging.getLogger("gateway.mcp")
 
+_HEALTH = {"connected": "up"}
+"""A connection's status as ``/healthz`` words it (the others read the same)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolboxSettings:
@@ -61,6 +64,16 @@ class McpToolbox:
                            for tool in server.tools)
             self._cache[tenant] = cached
         return cached
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Each server for the full ``/healthz``: ``status`` (``up``, ``starting``,
+        ``restarting``, ``failed`` or ``stopped``), ``tools`` (how many it offers now) and
+        ``restarts`` (times it came back after being up). No reasons: they can name URLs."""
+        return {server.config.name: {
+            "status": _HEALTH.get(server.status, server.status),
+            "tools": len(server.tools),
+            "restarts": max(0, server.connects - 1),
+        } for server in self.servers}
 
     def report(self) -> list[dict[str, Any]]:
         """Each server's state, for operators (``gateway tools list``): JSON-ready, in the

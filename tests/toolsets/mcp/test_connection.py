@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import psutil
@@ -96,6 +97,7 @@ async def test_killed_server_is_restarted(protocol: str) -> None:
         assert list(tools(box)) == offered
         _, second = await call(box, "t__pid")
         assert second != first
+        assert box.health() == {"t": {"status": "up", "tools": 8, "restarts": 1}}
 
 
 async def test_server_that_cannot_start_is_one_log_line(
@@ -112,10 +114,29 @@ async def test_server_that_cannot_start_is_one_log_line(
         assert broken.status == "failed"
         assert all(not name.startswith("broken__") for name in tools(box))
         assert "t__lookup" in tools(box)
+        assert box.health() == {"broken": {"status": "failed", "tools": 0, "restarts": 0},
+                                "t": {"status": "up", "tools": 8, "restarts": 0}}
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelno == logging.WARNING and "broken" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("MCP server broken failed to start (")
+
+
+async def test_health_says_restarting_while_a_lost_server_stays_down() -> None:
+    """An HTTP server that was up and is gone: /healthz's part says ``restarting`` (not
+    failed: it was up) and still counts its tools, which stay offered while it is away."""
+    async with AsyncExitStack() as stack:
+        web = AsyncExitStack()
+        stack.push_async_callback(web.aclose)
+        url = await web.enter_async_context(http_server())
+        box = await stack.enter_async_context(toolbox({"web": {"url": url}}))
+        server = box.server("web")
+        assert server is not None
+        assert box.health() == {"web": {"status": "up", "tools": 8, "restarts": 0}}
+        await web.aclose()  # the server process ends
+        assert (await call(box, "web__lookup", {"key": "x"}))[0] == "unavailable"
+        await eventually(lambda: server.attempts >= 3)
+        assert box.health() == {"web": {"status": "restarting", "tools": 8, "restarts": 0}}
 
 
 async def test_closing_stops_the_stdio_process() -> None:
