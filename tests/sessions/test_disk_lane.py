@@ -11,7 +11,7 @@ import pytest
 
 from sessions.errors import SessionWriteError
 from sessions.jsonl import JsonlSessionStore, JsonlSessionWriter
-from sessions.jsonl_writer import STALLED
+from sessions.jsonl_writer import BATCH_BYTES, STALLED
 from sessions.replay import replay_bytes
 from tests.fakes.disk import FaultyDisk
 from tests.sessions.helpers import add, log_entries, user
@@ -102,7 +102,11 @@ async def test_close_waits_for_a_disk_that_comes_back(tmp_path: Path) -> None:
 async def test_appends_that_never_yield_are_still_written(tmp_path: Path) -> None:
     """A caller appending 20 MB in a loop that never yields to the event loop (so no timer
     runs) still gets everything written: full batches go to the lane at once, and the
-    writer never reaches its backlog cap."""
+    writer never reaches its backlog cap.
+
+    Between appends the test blocks the loop's thread (never the loop) until the lane has
+    caught up, so how fast the lane's thread is scheduled on a busy machine does not matter:
+    what is proven is that a full batch reaches the lane with no timer having run."""
     store = JsonlSessionStore(tmp_path, durability="none")
     writer = await store.create(channel="console", conversation="c", session_id="s1")
     text = "x" * 50_000
@@ -110,5 +114,9 @@ async def test_appends_that_never_yield_are_still_written(tmp_path: Path) -> Non
         step = add(writer, user(text))
         with pytest.raises(StopIteration):  # completed without suspending
             step.send(None)
+        deadline = time.monotonic() + 30
+        while writer.pending_bytes >= BATCH_BYTES and time.monotonic() < deadline:
+            time.sleep(0.001)  # noqa: ASYNC251 (on purpose: the lane runs, the loop must not)
+        assert writer.pending_bytes < BATCH_BYTES, "a full batch never reached the lane"
     await writer.aclose()
     assert len(replay_bytes(writer.path.read_bytes()).messages) == 400
