@@ -30,7 +30,7 @@ from gateway.channel import Channel, ReplySink
 from gateway.commands import FORGET, USAGE
 from gateway.compaction import CompactionSettings
 from gateway.coordination import Coordinator, lease_hook, supports_fencing
-from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step
+from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step, rerun_step
 from gateway.errors import ConfigError
 from gateway.forget import ForgetCommand
 from gateway.history import StoreHistory
@@ -235,7 +235,8 @@ def build_persona(settings: Settings) -> PersonaWorkspace:
 
 def build_eraser(persona_root: Path, store: SessionStore,
                  workspace: PersonaWorkspace | None = None,
-                 blobs: BlobStore | None = None) -> Eraser:
+                 blobs: BlobStore | None = None,
+                 reruns: SessionStore | None = None) -> Eraser:
     """What ``gateway forget`` and ``/forget`` run: the memory scope (through the running
     gateway's workspace, so its cache forgets too; else straight from the disk), then the
     person's sessions and a tombstone. New kinds of personal data add their step here."""
@@ -249,6 +250,8 @@ def build_eraser(persona_root: Path, store: SessionStore,
     eraser = Eraser(store, steps)
     if blobs is not None:  # the person's attachments (before their sessions go)
         eraser.steps.append(blob_step(eraser, blobs))
+    if reruns is not None:  # rerun logs copy the messages of the sessions they rerun
+        eraser.steps.append(rerun_step(eraser, reruns))
     return eraser
 
 
@@ -468,7 +471,8 @@ def build_gateway(
     async def close(scope: Scope) -> int:
         return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
 
-    eraser = build_eraser(settings.persona_root, store, workspace, blobs)
+    eraser = build_eraser(settings.persona_root, store, workspace, blobs,
+                          rerun_store(settings.data_dir))
     handlers = {FORGET.name: ForgetCommand(eraser, close).run,
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
     gateway: Gateway

@@ -44,8 +44,9 @@ class Removal:
     name: str
 
 
-ErasureStep = Callable[[Scope], Awaitable[Sequence[Removal]]]
-"""Removes one kind of a person's data; returns what it removed (nothing: an empty list).
+ErasureStep = Callable[[Scope, str], Awaitable[Sequence[Removal]]]
+"""Removes one kind of a person's data (the scope, and who asked: ``operator`` or ``self``);
+returns what it removed (nothing: an empty list).
 Contract: idempotent (erasing twice removes nothing the second time), and raises only when
 it could not finish (the erasure then stops before its tombstone, and can be run again)."""
 
@@ -89,7 +90,7 @@ class Eraser:
         """Run every step, then delete the sessions and record the tombstone."""
         removed: list[Removal] = []
         for step in self.steps:
-            removed.extend(await step(scope))
+            removed.extend(await step(scope, requested_by))
         sessions = await self.sessions_of(scope)
         counts = Counter(r.kind for r in removed)
         counts["session"] += len(sessions)
@@ -128,7 +129,7 @@ def blob_step(eraser: Eraser, blobs: BlobStore) -> ErasureStep:
     voice notes, files; and files the agent sent them), except those another session of the
     tenant still refers to (the same photo shared in a group stays with the group's log)."""
 
-    async def step(scope: Scope) -> list[Removal]:
+    async def step(scope: Scope, requested_by: str) -> list[Removal]:
         mine = set(await eraser.sessions_of(scope))
         theirs: set[str] = set()
         others: set[str] = set()
@@ -145,10 +146,32 @@ def blob_step(eraser: Eraser, blobs: BlobStore) -> ErasureStep:
     return step
 
 
+def rerun_step(eraser: Eraser, reruns: SessionStore) -> ErasureStep:
+    """The step that deletes the rerun logs made from the person's one-to-one sessions
+    (``gateway replay --rerun`` writes them beside the sessions, in a store of their own, and
+    each holds a copy of the messages of the call it reran)."""
+
+    async def step(scope: Scope, requested_by: str) -> list[Removal]:
+        mine = set(await eraser.sessions_of(scope))
+        if not mine:
+            return []
+        doomed = [info.session_id for info in await reruns.list_sessions(scope.tenant)
+                  if info.conversation in mine]  # a rerun log's conversation: its session
+        if not doomed:
+            return []
+        deleted = await reruns.erase(scope.tenant, doomed, tombstone(
+            tenant=scope.tenant, kind=scope.kind, channel=scope.channel, ident=scope.id,
+            requested_by=requested_by, sessions=doomed, removed={"rerun": len(doomed)},
+        ))
+        return [Removal("rerun", sid) for sid in deleted]
+
+    return step
+
+
 def memory_step(forget: Callable[[Scope], Awaitable[list[str]]]) -> ErasureStep:
     """The step that deletes the person's memory scope (``PersonaWorkspace.forget``)."""
 
-    async def step(scope: Scope) -> list[Removal]:
+    async def step(scope: Scope, requested_by: str) -> list[Removal]:
         return [Removal("memory", path) for path in await forget(scope)]
 
     return step

@@ -23,7 +23,7 @@ from typing import TextIO
 import orjson
 
 from app.commands.common import EXIT_OK, CommandError
-from app.compose import blob_store_for, build_eraser
+from app.compose import blob_store_for, build_eraser, rerun_store
 from app.config import Settings
 from gateway.scopes import ScopeError, parse_ref
 from sessions.errors import SessionLockedError
@@ -63,7 +63,8 @@ async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
     except ScopeError as exc:
         raise CommandError(str(exc)) from exc
     eraser = build_eraser(settings.persona_root, store,
-                          blobs=blob_store_for(store, settings.data_dir))
+                          blobs=blob_store_for(store, settings.data_dir),
+                          reruns=rerun_store(settings.data_dir))
     who = f"{scope.channel}:{scope.id} (tenant {scope.tenant})"
     if args.dry_run:
         sessions = await eraser.sessions_of(scope)

@@ -265,3 +265,32 @@ async def test_forget_removes_the_persons_attachments_not_the_groups(backend: Ba
     finally:
         await store.aclose()
     assert left == {hashlib.sha256(shared).hexdigest()}
+
+
+async def test_forget_removes_the_rerun_logs_of_the_persons_sessions(backend: Backend) -> None:
+    """``replay --rerun --save`` copies a session's messages into a rerun log of its own:
+    erasing the person removes the rerun logs of their sessions and keeps everyone else's."""
+    await say_all(backend, SCRIPT[:1] + SCRIPT[3:4])
+    code, out, _ = await acli("replay", "--list", "--json", "--data-dir", str(backend.data),
+                              *backend.store_args)
+    assert code == 0
+    ids = {s["conversation"]: s["id"] for s in orjson.loads(out)}
+    for conversation in (f"memory:{PERSON}", "memory:babbage"):
+        code, _, err = await acli("replay", ids[conversation], "--rerun", "1", "--save",
+                                  "--data-dir", str(backend.data), *backend.store_args)
+        assert (code, err) == (0, "")
+    reruns = backend.data / "reruns" / "default"
+
+    def rerun_origins() -> list[str]:
+        return sorted(orjson.loads(p.read_bytes().split(b"\n", 1)[0])["rerunOf"]["session"]
+                      for p in reruns.glob("*.jsonl"))
+
+    assert rerun_origins() == sorted(ids.values())
+    assert any(b"green tea" in p.read_bytes() for p in reruns.glob("*.jsonl"))
+
+    code, out, err = await acli("forget", "--user", f"memory:{PERSON}", "--data-dir",
+                                str(backend.data), *backend.store_args)
+    assert (code, err) == (0, "")
+    assert [line.split()[0] for line in out.splitlines()[1:-1]].count("rerun") == 1
+    assert rerun_origins() == [ids["memory:babbage"]]
+    assert not any(b"green tea" in p.read_bytes() for p in reruns.glob("*.jsonl"))
