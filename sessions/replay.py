@@ -157,6 +157,19 @@ class Gap:
     refused: tuple[Mapping[str, Any], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A ``refusal`` entry: a turn a budget or rate limit stopped before any provider call
+    (so it has no call of its own). ``after`` is how many messages the log held then: the
+    message it refused is the last of them, the polite answer the next."""
+
+    line: int
+    ts: str | None
+    limit: str
+    until: str | None
+    after: int
+
+
 class NotRebuildableError(SessionReadError):
     """A request body was asked of a call replay cannot rebuild; the message says why."""
 
@@ -215,6 +228,7 @@ class Replay:
     torn_tail: bool
     notice: str | None
     gaps: tuple[Gap, ...] = ()
+    refusals: tuple[Refused, ...] = ()
 
     @property
     def session_id(self) -> str:
@@ -319,6 +333,7 @@ class _Builder:
         self.outcomes: dict[int, Outcome] = {}
         self.last_seq: int | None = None
         self.gaps: list[Gap] = []
+        self.refusals: list[Refused] = []
         self.damaged: int | None = None
         """Line of the first damage that can shift message indices (a lost or corrupt line)."""
 
@@ -364,6 +379,14 @@ class _Builder:
         if prompt is None:
             notice = NOTICE_V1 if self.version < 2 else NOTICE_BEFORE_FIRST
         self.turns.append(_turn_draft(line, ts, prompt, notice, ((0, index),), assistant=index))
+
+    def on_refusal(self, entry: dict[str, Any], line: int) -> None:
+        limit = entry.get("limit")
+        if not isinstance(limit, str):
+            self.problem(line, "refusal entry without a limit")
+            return
+        self.refusals.append(Refused(line, _str_or_none(entry.get("ts")), limit,
+                                     _str_or_none(entry.get("until")), len(self.starts)))
 
     def on_gap(self, entry: dict[str, Any], line: int) -> None:
         kind, at, refused = entry.get("kind"), entry.get("at"), entry.get("refused")
@@ -539,6 +562,7 @@ class _Builder:
             turns = [_with_notice(t, NOTICE_NO_PROMPTS) for t in turns]
         return Replay(
             gaps=tuple(self.gaps),
+            refusals=tuple(self.refusals),
             header=header,
             version=self.version,
             messages=MessageLog(self.data, self.starts, self.ends),
@@ -757,6 +781,8 @@ def _replay(data: bytes) -> Replay:
             builder.on_tools(entry, line)
         elif kind == "gap":
             builder.on_gap(entry, line)
+        elif kind == "refusal":
+            builder.on_refusal(entry, line)
         elif kind == "session":
             builder.problem(line, "a second session header")
         # any other type (reflection, model_change, future types) is skipped on purpose

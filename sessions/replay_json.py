@@ -86,6 +86,8 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         "problems": [{"line": p.line, "message": p.message} for p in replay.problems],
         "gaps": [{"line": g.line, "kind": g.kind, "at": g.at, "refused": list(g.refused)}
                  for g in replay.gaps],
+        "refusals": [{"line": r.line, "ts": r.ts, "limit": r.limit, "until": r.until,
+                      "afterMessages": r.after} for r in replay.refusals],
         "messages": messages,
         "sections": sections,
         "prompts": [_prompt_json(v) for v in replay.prompts],

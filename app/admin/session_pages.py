@@ -123,6 +123,15 @@ def _notices(replay: Replay) -> Markup:
                              "its text could not be rebuilt to match its fingerprint."))
     for problem in replay.problems:
         items.append(tag("li", tag("strong", f"Line {problem.line}: "), problem.message))
+    for gap in replay.gaps:
+        items.append(tag("li", tag("strong", f"Line {gap.line}: "),
+                         f"the log refused {len(gap.refused)} entr"
+                         f"{'y' if len(gap.refused) == 1 else 'ies'} ({gap.kind} at "
+                         f"{gap.at or '?'}); calls it held are marked not recorded."))
+    for r in replay.refusals:
+        items.append(tag("li", tag("strong", f"Refused at {r.ts or '?'}: "),
+                         f"message {r.after} got the {r.limit} limit's notice (until "
+                         f"{r.until or '?'}); no provider call was made."))
     if not items:
         return Markup("")
     return tag("section", tag("h2", "Replay notices and problems"), tag("ul", items),

@@ -267,6 +267,9 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
     for gap in replay.gaps:
         what = ", ".join(_refused(item) for item in gap.refused)
         w(f"gap: line {gap.line}: the log refused {what} ({gap.kind} at {gap.at or '?'})\n")
+    for r in replay.refusals:
+        w(f"refused: line {r.line}  {r.ts or '-'}  message {r.after} got the {r.limit} "
+          f"limit's notice (until {r.until or '?'}), no provider call\n")
     w("prompt timeline:\n")
     if not replay.prompts:
         w("  (none)\n")

@@ -3,17 +3,21 @@ come back, the refusal recorded and counted; /usage shows a person their own usa
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 
+from app.admin.session_pages import _notices as notices
+from app.commands.replay import _print_summary as print_summary
 from coordination.memory_ledger import MemoryLedger
 from gateway.ledger import day_of, tenant_scope, user_scope
 from gateway.limits import Limits, LimitSettings
 from gateway.messages import ChannelContext, ConversationKey
 from sessions.jsonl import JsonlSessionStore
+from sessions.replay import replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 
@@ -97,6 +101,16 @@ async def test_a_refused_turn_reaches_no_provider_and_is_recorded(tmp_path: Path
     texts = [e["message"]["content"] for e in entries if e["type"] == "message"]
     assert texts[-1] == "and again"
     assert 'gateway_limited_total{limit="user_budget",tenant="default"} 1.0' in metrics
+    # Replay, its summary and the viewer say which message was refused, and that no call was.
+    replay = replay_bytes(data)
+    [refused] = replay.refusals
+    assert (refused.limit, refused.until, refused.after) == ("user_budget", refusal["until"], 3)
+    assert len(replay.turns) == 1
+    out = io.StringIO()
+    print_summary(replay, out)
+    assert (f"message 3 got the user_budget limit's notice (until {refusal['until']}), no "
+            "provider call") in out.getvalue()
+    assert "message 3 got the user_budget limit" in str(notices(replay))
 
 
 async def test_usage_command_shows_your_own_and_this_chat(tmp_path: Path) -> None:

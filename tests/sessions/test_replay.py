@@ -432,7 +432,8 @@ async def test_replay_json_is_linear_and_complete(store: JsonlSessionStore) -> N
     replay = replay_file(await basic_session(store))
     doc = replay_json(replay)
     assert list(doc) == [
-        "session", "version", "notice", "tornTail", "problems", "gaps", "messages", "sections",
+        "session", "version", "notice", "tornTail", "problems", "gaps", "refusals", "messages",
+        "sections",
         "prompts", "toolSets", "turns",
     ]
     assert [m["message"] for m in doc["messages"]] == [U1, A1, U2, A2]
