@@ -1,0 +1,291 @@
+"""What replay rebuilds from one log: the calls (:class:`Turn`), prompt versions, outcomes,
+gaps and refusals, the messages as byte offsets (:class:`MessageLog`), and :class:`Replay`,
+which holds them and builds a call's request body. :mod:`sessions.replay` fills them in."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, overload
+
+import orjson
+
+from sessions.attachments import BlobRef, needed
+from sessions.encoding import ESCAPED, unescape
+from sessions.errors import (
+    BlobMissingError,
+    SessionReadError,
+)
+from sessions.records import (
+    CachePlan,
+    Injected,
+    Lineage,
+    MessageDict,
+    Window,
+    window_messages,
+)
+from sessions.shapes import Shape, request_body
+
+NOTICE_V1 = "system prompt not recorded (predates prompt recording)"
+NOTICE_NO_PROMPTS = "no prompt entry in this session: prompt persistence likely failed"
+NOTICE_BEFORE_FIRST = "no prompt recorded before this turn (not back-filled)"
+NOTICE_CALL_UNRECORDED = "this call was not recorded (prompt persistence failed for it)"
+NOTICE_PROMPT_MISSING = "the call names a prompt that is not in the log"
+
+Status = Literal["rebuilt", "not_recorded", "not_rebuildable"]
+REBUILT: Final = "rebuilt"
+NOT_RECORDED: Final = "not_recorded"
+NOT_REBUILDABLE: Final = "not_rebuildable"
+"""Per call: rebuilt exactly from the log; not recorded at all; or recorded but missing a piece
+the request needs. Replay never offers a body for the last two."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong in the log that replay survived. ``line`` is 1-based."""
+
+    line: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SectionRef:
+    name: str
+    hash: str
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptVersion:
+    """One prompt entry: a version of the system prompt and when and why it appeared."""
+
+    number: int
+    line: int
+    ts: str | None
+    fingerprint: str
+    reason: str | None
+    sections: tuple[SectionRef, ...]
+    text: str | None
+    verified: bool
+    first_turn: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    stop_reason: str | None
+    usage: Mapping[str, Any] | None
+    latency_ms: float | None
+    error: Mapping[str, Any] | None
+    response_id: str | None = None
+    response_model: str | None = None
+    cost_usd: float | None = None
+    answer: MessageDict | None = None
+    """A compaction call's summary (its answer is not a message entry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One provider call. Indices point into :attr:`Replay.messages`; ``index`` is 1-based."""
+
+    index: int
+    line: int
+    ts: str | None
+    prompt: PromptVersion | None
+    prompt_notice: str | None
+    window: Window | None
+    injected: tuple[Injected, ...]
+    assistant: int | None
+    call: int | None
+    provider: str | None
+    model: str | None
+    params: Mapping[str, Any] | None
+    tools_fingerprint: str | None
+    status: Status = REBUILT
+    why: str | None = None
+    """Why the call cannot be rebuilt (``None`` when it can)."""
+    notes: tuple[str, ...] = ()
+    """What else the log says about this call (an answer or outcome the writer refused)."""
+    cache: CachePlan | None = None
+    """The prompt-cache breakpoints the call placed (:mod:`sessions.caching`), if any."""
+    lineage: Lineage | None = None
+    """Why the call was made (compaction, fallback) and which summary it sent, if any."""
+
+    @property
+    def rebuildable(self) -> bool:
+        return self.status == REBUILT
+
+    @property
+    def status_text(self) -> str:
+        """``rebuilt``, ``not recorded (WHY)`` or ``recorded but not rebuildable (WHY)``."""
+        if self.status == NOT_RECORDED:
+            return f"not recorded ({self.why})"
+        if self.status == NOT_REBUILDABLE:
+            return f"recorded but not rebuildable ({self.why})"
+        return "rebuilt"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A ``gap`` entry: entries the writer refused, why and when (``refused`` summarises them:
+    type, a message's role, an outcome's call; never contents)."""
+
+    line: int
+    kind: str
+    at: str | None
+    refused: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A ``refusal`` entry: a turn a budget or rate limit stopped before any provider call
+    (so it has no call of its own). ``after`` is how many messages the log held then: the
+    message it refused is the last of them, the polite answer the next."""
+
+    line: int
+    ts: str | None
+    limit: str
+    until: str | None
+    after: int
+
+
+class NotRebuildableError(SessionReadError):
+    """A request body was asked of a call replay cannot rebuild; the message says why."""
+
+
+class MessageLog(Sequence[MessageDict]):
+    """The session's messages, parsed on access from the log bytes (no transcript copies)."""
+
+    __slots__ = ("_data", "_ends", "_starts")
+
+    def __init__(self, data: bytes, starts: array[int], ends: array[int]) -> None:
+        self._data = memoryview(data)
+        self._starts = starts
+        self._ends = ends
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def entry(self, index: int) -> dict[str, Any]:
+        """The whole message entry (``seq``, ``ts``, ``message``, ``meta``)."""
+        value: dict[str, Any] = orjson.loads(self._data[self._starts[index] : self._ends[index]])
+        return unescape(value) if ESCAPED in value else value
+
+    @overload
+    def __getitem__(self, index: int) -> MessageDict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[MessageDict]: ...
+
+    def __getitem__(self, index: int | slice) -> MessageDict | list[MessageDict]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        message: MessageDict = self.entry(index)["message"]
+        return message
+
+    def __iter__(self) -> Iterator[MessageDict]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Everything replay rebuilt from one log."""
+
+    header: Mapping[str, Any]
+    version: int
+    messages: MessageLog
+    prompts: tuple[PromptVersion, ...]
+    turns: tuple[Turn, ...]
+    tool_sets: Mapping[str, tuple[Mapping[str, Any], ...]]
+    outcomes: Mapping[int, Outcome]
+    problems: tuple[Problem, ...]
+    torn_tail: bool
+    notice: str | None
+    gaps: tuple[Gap, ...] = ()
+    refusals: tuple[Refused, ...] = ()
+
+    @property
+    def session_id(self) -> str:
+        return str(self.header.get("id", ""))
+
+    @property
+    def prompts_recorded(self) -> bool:
+        return bool(self.prompts)
+
+    def turn(self, number: int) -> Turn:
+        """Turn ``number`` (1-based); IndexError when there is no such turn."""
+        if not 1 <= number <= len(self.turns):
+            raise IndexError(f"turn {number} out of range 1..{len(self.turns)}")
+        return self.turns[number - 1]
+
+    def sent(self, turn: Turn) -> list[MessageDict]:
+        """The messages the provider received for ``turn`` (empty when not recorded)."""
+        if turn.window is None:
+            return []
+        return window_messages(self.messages, turn.window, turn.injected)
+
+    def tools_of(self, turn: Turn) -> tuple[Mapping[str, Any], ...] | None:
+        if turn.tools_fingerprint is None:
+            return None
+        return self.tool_sets.get(turn.tools_fingerprint)
+
+    def outcome_of(self, turn: Turn) -> Outcome | None:
+        return None if turn.call is None else self.outcomes.get(turn.call)
+
+    def attachments(self, turn: Turn) -> list[BlobRef]:
+        """The blobs ``turn``'s request needs (each once), to load before :meth:`request`."""
+        return needed(self.sent(turn))
+
+    def request(self, turn: Turn, shape: Shape | None = None,
+                blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
+        """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one).
+
+        ``blobs`` holds the bytes of :meth:`attachments` (hash -> bytes), from the blob store.
+        Raises :class:`NotRebuildableError` for a call that was not recorded or misses a piece
+        (:attr:`Turn.status_text` says which; a blob missing from ``blobs`` is named by hash),
+        and
+        :class:`~sessions.errors.SessionReadError` when the recorded content blocks or tool
+        schemas are too malformed to take that shape (a hand-edited or corrupted log).
+        """
+        if not turn.rebuildable:
+            raise NotRebuildableError(f"turn {turn.index} cannot be rebuilt: "
+                                      f"{turn.status_text}", line=turn.line)
+        chosen: Shape
+        if shape is not None:
+            chosen = shape
+        else:
+            chosen = "openai" if turn.provider == "openai" else "anthropic"
+        system = turn.prompt.text if turn.prompt else None
+        sections = (
+            tuple(ref.text or "" for ref in turn.prompt.sections) if turn.prompt else ()
+        )
+        try:
+            return request_body(
+                chosen,
+                system,
+                self.sent(turn),
+                self.tools_of(turn) or (),
+                turn.model or str(self.header.get("model") or ""),
+                turn.params or {},
+                cache=turn.cache,
+                sections=sections,
+                blobs=blobs,
+            )
+        except BlobMissingError as exc:  # the log is whole; the blob store lacks a piece
+            raise NotRebuildableError(
+                f"turn {turn.index} cannot be rebuilt: recorded but not rebuildable (blob "
+                f"sha256 {exc.digest} is not in the blob store: {exc.label})", line=turn.line
+            ) from exc
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # The shapes index blocks and schemas as the providers define them; a log may hold
+            # anything. Say which turn cannot be rebuilt instead of crashing the caller.
+            raise SessionReadError(
+                f"turn {turn.index} cannot be rebuilt as a {chosen} request: a recorded content "
+                f"block, tool schema or prompt section is malformed or missing "
+                f"({type(exc).__name__})", line=turn.line
+            ) from exc
