@@ -51,6 +51,7 @@ import asyncio
 import hmac
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -191,7 +192,12 @@ class WebChannel:
         self._token = token.encode() if token else None
         self._assets = _load_assets()  # three small files, read once at composition time
         self._deliver: Deliver | None = None
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[str, _Pending] = {}
+        # A request's id travels with its message (the owed journal keeps it; another worker
+        # may serve it), so it must be unique beyond this process: a plain counter restarts
+        # at 1, and a message owed from the last run would be answered into the request that
+        # happens to hold its old number (found by the crash-kill trials).
+        self._run = secrets.token_hex(8)
         self._ids = itertools.count(1)
         self._requests = 0
         self._close_at: float | None = None
@@ -209,7 +215,7 @@ class WebChannel:
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
         """The sink registered for the request that produced ``inbound``."""
-        pending = self._pending.get(inbound.meta.get("web_request", -1))
+        pending = self._pending.get(str(inbound.meta.get("web_request")))
         if pending is not None:
             return pending.sink
         # Not from a live request (it timed out or came from elsewhere): nobody listens.
@@ -292,7 +298,7 @@ class WebChannel:
             return _error(503, "the gateway is not taking messages")
         chat = await self._read_chat(request)
         stream = chat.stream or "text/event-stream" in request.headers.get("Accept", "")
-        rid = next(self._ids)
+        rid = f"{self._run}-{next(self._ids)}"
         inbound = Inbound(
             key=ConversationKey(CHANNEL, chat.conversation, tenant=self.tenant),
             # The web chat has no accounts: a conversation id is the only identity it has, so

@@ -15,12 +15,14 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from app.compose import build_gateway
 from app.compose_channels import web_channel
 from app.config import Settings
 from app.server import Gateway
 from channels.web.channel import WebChannel
+from gateway.channel import Accepted, ReplySink
 from gateway.errors import ConfigError, ProviderUnavailable
 from gateway.history import StoreHistory
 from gateway.messages import Inbound
@@ -352,6 +354,55 @@ async def test_shutdown_ends_waiting_requests_with_503(start: Start, tmp_path: P
     status, body = await asyncio.wait_for(waiting, 10)
     assert status == 503
     assert "shut down" in body["error"]
+
+
+async def test_a_message_from_an_earlier_run_never_answers_into_a_live_request(
+        tmp_path: Path) -> None:
+    """A message owed from the last run carries that run's request id: in this run it gets a
+    sink nobody listens to, never the live request that happens to hold the same number."""
+    held: list[Inbound] = []
+    release = asyncio.Event()
+
+    async def deliver(inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
+        held.append(inbound)
+        await release.wait()
+        return Accepted(session_id="s1")
+
+    runs = [WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=1)
+            for _ in range(2)]
+    runners: list[web.AppRunner] = []
+    posts: list[asyncio.Task[int]] = []
+    try:
+        async with aiohttp.ClientSession() as client:
+            for run in runs:
+                app = web.Application()
+                app.add_routes(run.routes())
+                runner = web.AppRunner(app)
+                runners.append(runner)
+                await runner.setup()
+                site = web.TCPSite(runner, "127.0.0.1", 0)
+                await site.start()
+                await run.start(deliver)
+                url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
+                posts.append(asyncio.create_task(_status(client, url, len(posts))))
+                async with asyncio.timeout(10):
+                    while len(held) < len(posts):  # noqa: ASYNC110 - deliver has no event
+                        await asyncio.sleep(0.01)
+            earlier, live = held
+            sink = runs[1].reply_sink(live)
+            assert runs[1].reply_sink(earlier) is not sink
+            await sink.finish("the live one")
+            release.set()
+            assert await asyncio.wait_for(asyncio.gather(*posts), 10) == [504, 200]
+    finally:
+        release.set()
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def _status(client: aiohttp.ClientSession, url: str, n: int) -> int:
+    async with client.post(url, json={"conversation": f"c{n}", "text": "hi"}) as response:
+        return response.status
 
 
 async def test_closed_channel_refuses_with_503(server: Server) -> None:

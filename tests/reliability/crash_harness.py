@@ -1,9 +1,11 @@
 """Helpers for the crash-kill trials: `gateway run` as a subprocess, traffic, and the checks.
 
-The gateway runs as ``python -m gateway run`` with Telegram (long polling), Slack (Events API
-over HTTP) and web, against the fakes in this process, and is killed with SIGKILL. What counts
-as *acknowledged* is what the platform saw: a Slack delivery answered 200, a Telegram update
-below the fake's ``confirmed_offset``. The checks read the data directory only.
+The gateway runs as ``python -m gateway run`` with Telegram (long polling or a webhook), Slack
+(Events API over HTTP) and web, against the fakes in this process, and is killed with SIGKILL.
+What counts as *acknowledged* is what the platform saw: a Slack delivery answered 200, a
+Telegram update below the fake's ``confirmed_offset`` or one its webhook POST got a 2xx for, a
+web message answered 200 (:mod:`tests.reliability.web_client`). The checks read the data
+directory (and the replies the fakes and the web client received).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sessions.replay import replay_bytes
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.reliability.web_client import WEB_CONVERSATIONS, WebMessage
 
 TOKEN = re.compile(r"tok\d{5}")
 TG_USERS = (1001, 1002, 1003)
@@ -37,6 +40,7 @@ SLACK_DM_USERS = ("U1", "U2")
 SLACK_THREAD_USER = "U3"
 GENERAL = "C0FAKEGEN"
 READY_TIMEOUT = 30.0
+WEBHOOK_SECRET = "crash-trial-secret"
 _PASSED_ENV = re.compile(r"GATEWAY_|TELEGRAM_|SLACK_|ANTHROPIC_|OPENAI_")
 
 
@@ -101,12 +105,18 @@ class Traffic:
     rng: random.Random
     telegram: dict[int, str] = field(default_factory=dict)  # update id -> token
     slack_messages: list[SlackMessage] = field(default_factory=list)
+    web_messages: list[WebMessage] = field(default_factory=list)
     threads: list[str] = field(default_factory=list)  # thread ts of the channel threads
+    phase: str = "start"
+    """The trial kind running now; each message remembers the one it was first sent in."""
+    origin: dict[str, str] = field(default_factory=dict)  # token -> phase
     _count: int = 0
 
     def _token(self) -> str:
         self._count += 1
-        return f"tok{self._count:05d}"
+        token = f"tok{self._count:05d}"
+        self.origin[token] = self.phase
+        return token
 
     def telegram_message(self, user: int | None = None) -> str:
         token = self._token()
@@ -134,6 +144,13 @@ class Traffic:
         if thread is None:
             self.threads.append(envelopes[0]["event"]["ts"])
         return self._slack(token, envelopes)
+
+    def web_message(self, conversation: str | None = None) -> WebMessage:
+        token = self._token()
+        message = WebMessage(token, conversation or self.rng.choice(WEB_CONVERSATIONS),
+                             client_id=f"m-{token}")
+        self.web_messages.append(message)
+        return message
 
     def _slack(self, token: str, envelopes: list[dict[str, Any]]) -> SlackMessage:
         event = envelopes[0]["event"]
@@ -165,12 +182,26 @@ class Traffic:
         """Messages with an envelope Slack would still retry."""
         return [m for m in self.slack_messages if m.unanswered()]
 
+    @property
+    def unacked_telegram(self) -> list[int]:
+        """Updates Telegram still holds (neither confirmed by an offset nor answered 2xx by
+        the webhook)."""
+        pushed = self.webhook_acked()
+        return [uid for uid in self.telegram
+                if uid >= self.tg.confirmed_offset and uid not in pushed]
+
+    def webhook_acked(self) -> set[int]:
+        return {d.update_id for d in self.tg.webhook_deliveries
+                if d.error is None and d.status is not None and 200 <= d.status < 300}
+
     def acknowledged(self) -> dict[tuple[str, str], str]:
         """(channel, platform id) -> token, for every message the platform saw acknowledged."""
+        pushed = self.webhook_acked()
         found = {("telegram", str(uid)): token for uid, token in self.telegram.items()
-                 if uid < self.tg.confirmed_offset}
+                 if uid < self.tg.confirmed_offset or uid in pushed}
         found.update({("slack", m.platform_id): m.token
                       for m in self.slack_messages if m.acked})
+        found.update({("web", m.client_id): m.token for m in self.web_messages if m.acked})
         return found
 
 
@@ -236,6 +267,22 @@ class GatewayProcess:
             return None
 
 
+async def telegram_input(gateway: GatewayProcess, tg: FakeTelegramServer, mode: str) -> None:
+    """Set the next run's Telegram input: ``webhook`` (the gateway registers it at start) or
+    ``polling`` (the webhook deleted first, as an operator would: the gateway never deletes
+    one itself). Updates Telegram still holds carry over either way."""
+    if mode == "webhook":
+        gateway.env.update({
+            "TELEGRAM_MODE": "webhook", "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "TELEGRAM_WEBHOOK_URL": gateway.base + "/telegram/webhook"})
+        return
+    gateway.env["TELEGRAM_MODE"] = "polling"
+    gateway.env.pop("TELEGRAM_WEBHOOK_URL", None)
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{tg.base_url}{tg.token}/deleteWebhook") as response:
+        response.raise_for_status()
+
+
 def gateway_env(data_dir: Path, port: int, tg: FakeTelegramServer, slack: FakeSlackServer,
                 llm: FakeProviderServer) -> dict[str, str]:
     """The subprocess environment: ours minus any gateway/platform settings, plus the fakes."""
@@ -280,6 +327,7 @@ class LogCheck:
     problems: list[str]
     torn: list[Path]
     recorded: dict[tuple[str, str], str]  # (channel, platform id) -> user text
+    replies: Counter[str]  # token -> assistant messages answering it
 
 
 def check_logs(data_dir: Path) -> LogCheck:
@@ -288,6 +336,7 @@ def check_logs(data_dir: Path) -> LogCheck:
     problems: list[str] = []
     torn: list[Path] = []
     recorded: dict[tuple[str, str], str] = {}
+    replies: Counter[str] = Counter()
     for path, data in files.items():
         try:
             replay = replay_bytes(data)
@@ -305,7 +354,18 @@ def check_logs(data_dir: Path) -> LogCheck:
             if message.get("role") == "user" and "platform_id" in meta:
                 text = message["content"] if isinstance(message["content"], str) else ""
                 recorded[(channel, str(meta["platform_id"]))] = text
-    return LogCheck(files, problems, torn, recorded)
+            elif message.get("role") == "assistant":
+                replies.update(set(TOKEN.findall(_text_of(message["content"]))))
+    return LogCheck(files, problems, torn, recorded, replies)
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", "")) for b in content
+                        if isinstance(b, dict) and b.get("type") == "text")
+    return ""
 
 
 def check_prefixes(before: Mapping[Path, bytes], after: Mapping[Path, bytes]) -> list[str]:

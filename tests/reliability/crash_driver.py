@@ -1,0 +1,178 @@
+"""Mixed traffic for the delivery trials (crash-kill and disk faults), the last clean run, and
+the tally of what became of every acknowledged message.
+
+Telegram (polling or webhook), Slack Events over HTTP and web (``/api/chat``) at once. The
+deliveries are tasks, so a kill never waits on them; what the platforms would send again
+(Slack's retries, a browser's retry with the same message id; Telegram keeps what it was not
+confirmed) is sent again at the start of the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.fakes.slack_api import FakeSlackServer
+from tests.fakes.telegram_api import FakeTelegramServer
+from tests.reliability.crash_harness import (
+    SLACK_DM_USERS,
+    TG_USERS,
+    GatewayProcess,
+    LogCheck,
+    Traffic,
+    answered,
+)
+from tests.reliability.web_client import WEB_CONVERSATIONS
+
+SETTLE_TIMEOUT = 30.0
+
+
+class Driver:
+    """Sends traffic while the gateway runs."""
+
+    def __init__(self, traffic: Traffic, gateway: GatewayProcess, rng: random.Random,
+                 http: aiohttp.ClientSession) -> None:
+        self.traffic = traffic
+        self.gateway = gateway
+        self.rng = rng
+        self.http = http
+        self.sent = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.gateway.env["GATEWAY_DATA_DIR"])
+
+    @property
+    def url(self) -> str:
+        return self.gateway.base + "/slack/events"
+
+    def one(self) -> None:
+        """One new message: Telegram, Slack or web, about a third each."""
+        self.sent += 1
+        draw = self.rng.random()
+        if draw < 0.35:
+            self.traffic.telegram_message()
+        elif draw < 0.7:
+            self._spawn(self.traffic.deliver(self.url, self.traffic.slack_message()))
+        else:
+            self._spawn(self.traffic.web_message().send(self.http, self.gateway.base))
+
+    def retry_unacked(self) -> None:
+        """What Slack does for events it got no 200 for, and a browser for a message it got
+        no answer for: deliver them again."""
+        for message in self.traffic.unacked_slack:
+            self._spawn(self.traffic.deliver(self.url, message, retry=True))
+        for web in self.traffic.web_messages:
+            if web.wants_retry:
+                self._spawn(web.send(self.http, self.gateway.base))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def steady(self) -> None:
+        while True:
+            self.one()
+            await asyncio.sleep(self.rng.uniform(0.02, 0.12))
+
+    async def settled(self) -> None:
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+
+async def final_run(driver: Driver, tg: FakeTelegramServer, slack: FakeSlackServer) -> list[str]:
+    """A last run with no fault: the platforms' redeliveries, then one message in every
+    conversation (so every session is reopened and a torn tail repaired), all answered; then a
+    clean stop. Returns what went wrong."""
+    traffic = driver.traffic
+    for _ in range(5):
+        driver.retry_unacked()
+        await driver.settled()
+        if not traffic.unacked_slack and not any(m.wants_retry for m in traffic.web_messages):
+            break
+    tokens = [traffic.telegram_message(user) for user in TG_USERS]
+    last = [traffic.slack_dm(user) for user in SLACK_DM_USERS]
+    last += [traffic.slack_mention(thread) for thread in list(traffic.threads)]
+    tokens += [message.token for message in last]
+    web = [traffic.web_message(conversation) for conversation in WEB_CONVERSATIONS]
+    await asyncio.gather(*(traffic.deliver(driver.url, m) for m in last),
+                         *(m.send(driver.http, driver.gateway.base) for m in web))
+    findings: list[str] = []
+    try:
+        async with asyncio.timeout(SETTLE_TIMEOUT):
+            # Queues are served in order, so once the last messages are answered, whatever was
+            # redelivered before them has been handled too.
+            while (traffic.unacked_telegram or traffic.unacked_slack  # noqa: ASYNC110
+                   or not set(tokens) <= set(answered(tg, slack))):
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        findings.append(f"final run did not settle within {SETTLE_TIMEOUT:.0f} s")
+    findings += [f"final web message {m.client_id} got {m.statuses}"
+                 for m in web if not m.acked]
+    await asyncio.sleep(0.5)  # anything answered twice would show by now
+    code = await driver.gateway.stop()
+    if code != 0:
+        findings.append(f"clean stop exited with {code}")
+    return findings
+
+
+def repeated(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer,
+             logs: LogCheck) -> list[str]:
+    """Messages answered more than once so far: on the platform, or in the session log."""
+    found = [f"{t} answered {n} times" for t, n in answered(tg, slack).items() if n > 1]
+    found += [f"{t} answered {n} times in the session log"
+              for t, n in logs.replies.items() if n > 1]
+    found += [f for m in traffic.web_messages for f in m.findings()]
+    return found
+
+
+@dataclass(frozen=True)
+class Row:
+    """What became of the acknowledged messages first sent during one kind of trial."""
+
+    kind: str
+    trials: int
+    acknowledged: int
+    once: int
+    twice: int
+    never: int
+    recorded: int
+    lost: int
+
+    def cells(self) -> str:
+        return (f"| {self.kind} | {self.trials} | {self.acknowledged} | {self.once} | "
+                f"{self.twice} | {self.never} | {self.recorded} | {self.lost} |")
+
+
+TABLE_HEAD = ("| trial kind | trials | acknowledged | answered once | answered twice | "
+              "never answered | recorded | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def tally(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer, logs: LogCheck,
+          trials: Counter[str]) -> list[Row]:
+    """One row per trial kind (plus the final run): each acknowledged message is answered once
+    when the platform got exactly one answer for it (the web client: its 200 carried the
+    reply) and the session log holds exactly one; recorded when its message is in the log."""
+    platform = answered(tg, slack)
+    for web in traffic.web_messages:
+        if web.acked and web.reply is not None and web.token in web.reply:
+            platform[web.token] += 1
+    rows: dict[str, Counter[str]] = {}
+    for (channel, pid), token in traffic.acknowledged().items():
+        row = rows.setdefault(traffic.origin[token], Counter())
+        row["acknowledged"] += 1
+        counts = (platform[token], logs.replies[token])
+        row["once" if counts == (1, 1) else "never" if 0 in counts else "twice"] += 1
+        row["recorded" if token in logs.recorded.get((channel, pid), "") else "lost"] += 1
+    kinds = [*trials, *(k for k in rows if k not in trials)]
+    return [Row(kind, trials.get(kind, 0), *(rows.get(kind, Counter())[f] for f in (
+        "acknowledged", "once", "twice", "never", "recorded", "lost"))) for kind in kinds]
