@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,10 @@ class Attachment:
     ``video_note``, ``sticker``, ``video``, ``file``). ``problem`` says why the channel did not
     download it (``too-large``, ``download-failed``, ``unsupported``); ``data`` is then empty
     and ``size`` what the platform declared. The core refuses those with a clear notice.
+
+    ``fetch``, when set, downloads the file (returning the attachment with its bytes, or with
+    a ``problem``). Channels hand files in this way so that nothing is downloaded before the
+    access gate has let the sender through: the intake, behind the gate, calls it.
     """
 
     name: str
@@ -47,6 +51,8 @@ class Attachment:
     kind: str = "file"
     size: int | None = None
     problem: str | None = None
+    fetch: Callable[[], Awaitable[Attachment]] | None = field(default=None, repr=False,
+                                                              compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -306,7 +306,8 @@ class SlackChannel:
 
     async def _with_files(self, inbound: Inbound,
                           files: list[SlackFile | Attachment]) -> Inbound:
-        """Download the event's files (a redelivery downloads them again; stored once)."""
+        """The event's files, fetched behind the access gate (a redelivery fetches them again;
+        stored once)."""
         session = self.client.session
         if not files or session is None:
             return inbound

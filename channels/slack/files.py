@@ -12,6 +12,7 @@ person), never dropped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Final
@@ -29,11 +30,16 @@ _CHUNK: Final = 256 * 1024
 
 async def with_files(session: aiohttp.ClientSession, token: str, inbound: Inbound,
                      wanted: Sequence[SlackFile | Attachment], max_bytes: int) -> Inbound:
-    """``inbound`` with ``wanted`` downloaded as attachments (in the event's order)."""
+    """``inbound`` with ``wanted`` as attachments (in the event's order), each fetched only
+    when the core takes it in (after the access gate: a stranger's files are never
+    downloaded)."""
     if not wanted:
         return inbound
-    attachments = [item if isinstance(item, Attachment)
-                   else await download(session, token, item, max_bytes) for item in wanted]
+    attachments = [
+        item if isinstance(item, Attachment)
+        else Attachment(item.name, item.media_type, kind=item.kind, size=item.size,
+                        fetch=functools.partial(download, session, token, item, max_bytes))
+        for item in wanted]
     return dataclasses.replace(inbound, attachments=tuple(attachments))
 
 

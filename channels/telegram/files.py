@@ -10,6 +10,7 @@ dropped; the failure is logged without the token (the download URL contains it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -38,13 +39,21 @@ def file_base_url(api_base_url: str | None, file_base_url: str | None) -> str:
 
 async def with_files(api: BotApi, message: Message, inbound: Inbound,
                      max_bytes: int) -> Inbound:
-    """``inbound`` with the message's files downloaded as attachments (in message order)."""
+    """``inbound`` with the message's files as attachments (in message order), each fetched
+    only when the core takes it in (after the access gate: a stranger's files are never
+    downloaded)."""
     wanted = files_of(message, max_bytes)
     if not wanted:
         return inbound
-    attachments = [item if isinstance(item, Attachment) else await download(api, item)
+    attachments = [item if isinstance(item, Attachment) else pending(api, item)
                    for item in wanted]
     return dataclasses.replace(inbound, attachments=tuple(attachments))
+
+
+def pending(api: BotApi, wanted: TelegramFile) -> Attachment:
+    """The attachment as Telegram describes it, downloaded by its ``fetch``."""
+    return Attachment(wanted.name, wanted.media_type, kind=wanted.kind, size=wanted.size,
+                      fetch=functools.partial(download, api, wanted))
 
 
 async def download(api: BotApi, wanted: TelegramFile) -> Attachment:

@@ -95,6 +95,8 @@ class MediaIntake:
             if position >= self.limits.max_count:
                 refusals.append(Refusal(name, "too-many", str(self.limits.max_count)))
                 continue
+            if attachment.fetch is not None:  # downloaded only now, behind the access gate
+                attachment = await attachment.fetch()
             taken = await self._take(inbound.key.tenant, name, attachment)
             if isinstance(taken, Refusal):
                 refusals.append(taken)

@@ -170,6 +170,22 @@ async def test_download_redirect_is_not_followed(tmp_path: Path) -> None:
         "I couldn't use cat.jpg: it could not be downloaded."]
 
 
+async def test_a_strangers_file_is_never_downloaded(tmp_path: Path) -> None:
+    """A file from someone not allowed to talk to the agent gets them the pairing code; the
+    gateway never downloads it (the bot token never fetches a stranger's upload)."""
+    async with FakeSlackServer() as slack, running(
+            slack_settings(slack, tmp_path / "data", SLACK_ALLOWED_USERS="")) as gateway:
+        hosted = slack.add_file(PHOTO, "cat.jpg", "image/jpeg")
+        envelope = slack.file_event(slack.im_channel_for("U9"), "U9", [hosted], text="hi")
+        assert (await slack.deliver_event(events_url(gateway), envelope))[0] == 200
+        event = envelope["event"]
+        await wait_until(lambda: len(thread_texts(slack, event["channel"], event["ts"])) == 1)
+        assert turns(gateway) == 0
+    [reply] = thread_texts(slack, event["channel"], event["ts"])
+    assert "gateway pairing approve" in reply
+    assert slack.file_downloads == []
+
+
 async def test_send_file_is_uploaded_into_the_thread(tmp_path: Path) -> None:
     """send_file on Slack: files upload v2 (upload URL, bytes, completion) into the thread."""
     from tests.fakes.scripted_provider import ScriptedProvider

@@ -124,6 +124,24 @@ async def test_photo_pdf_voice_oversize_and_lying_type(tmp_path: Path, api: str)
         "I couldn't use backup.zip: it is 25.0 MB, over the 20.0 MB limit."]
 
 
+async def test_a_strangers_files_are_never_fetched(tmp_path: Path) -> None:
+    """A person the gateway does not know sends a photo and a document: they get the pairing
+    code, and the bot never asks Telegram for the files (no getFile, no download); once
+    approved, the same kind of message is fetched and answered."""
+    stranger = 4242
+    async with FakeTelegramServer() as tg:
+        async with running(telegram_settings(tg, tmp_path / "data")) as gateway:
+            tg.user_media(stranger, "photo", PHOTO, caption="look at this")
+            tg.user_media(stranger, "document", media.PDF, file_name="cv.pdf",
+                          mime_type="application/pdf")
+            await tg.wait_for_sent(lambda c: c.method == "sendMessage"
+                                   and c.chat_id == stranger and "pairing" in (c.text or ""))
+            tg.user_media(ALICE, "photo", PHOTO, caption="and mine?")
+            await settled(gateway, 1)  # updates are handled in order: the stranger's are done
+        lookups, downloads = list(tg.file_lookups), list(tg.downloads)
+    assert len(lookups) == len(downloads) == 1  # Alice's photo only
+
+
 SEND_CSV = {"role": "assistant", "content": [
     {"type": "text", "text": "Here is the table."},
     {"type": "tool_use", "id": "toolu_9", "name": "send_file",

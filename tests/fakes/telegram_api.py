@@ -587,6 +587,7 @@ class FakeTelegramServer:
         self.files: dict[str, bytes] = {}  # served at base_file_url + token + "/" + path
         self.file_ids: dict[str, tuple[str, int]] = {}  # file_id -> (path, size)
         self.downloads: list[str] = []  # paths downloaded, in order
+        self.file_lookups: list[str] = []  # file ids asked of getFile, in order
         self.documents: list[tuple[int, UploadedFile]] = []  # (chat, file) sent with sendDocument
         self._next_file = 0
         self._next_update_id = first_update_id
@@ -1201,6 +1202,7 @@ class FakeTelegramServer:
         return dict(self.bot_user)
 
     async def _get_file(self, params: JSONDict) -> JSONDict:
+        self.file_lookups.append(str(params.get("file_id")))
         found = self.file_ids.get(str(params.get("file_id")))
         if found is None:
             raise TelegramApiError(400, "Bad Request: invalid file_id")
