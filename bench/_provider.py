@@ -9,7 +9,10 @@ Diagnostic variants of the gateway swap the provider:
 ``gateway/anthropic``
     the real ``anthropic`` SDK against the same fake (prompt-cache breakpoints on);
 ``gateway/scripted``
-    the in-process ``ScriptedProvider``: no SDK, no HTTP (the old benchmark's subject).
+    the in-process ``ScriptedProvider``: no SDK, no HTTP (the old benchmark's subject);
+``gateway/fsync-off``
+    the shipped provider, with ``GATEWAY_DURABILITY=none``: what the two fsyncs at the end of
+    every turn (the owed journal's and the session log's) and their thread hops cost.
 
 Only the standard library is imported at module level: the subjects' children import this
 module, and it must not add to their RSS.
@@ -24,6 +27,7 @@ from typing import Any
 PROVIDER_VARIANTS = (
     ("gateway/anthropic", "gateway with the Anthropic SDK (cache breakpoints) instead of OpenAI's"),
     ("gateway/scripted", "gateway with the in-process ScriptedProvider (no SDK, no HTTP)"),
+    ("gateway/fsync-off", "gateway with GATEWAY_DURABILITY=none (no fsync at a turn's end)"),
 )
 """Diagnostic rows (``--diagnose``), paired with the gateway as shipped to the benchmark."""
 MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
@@ -46,6 +50,8 @@ def provider_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     kind = provider_of(cfg.get("variant", ""))
     if kind == "scripted":
         return {}
+    if cfg.get("variant") == "fsync-off":
+        return {**provider_settings({**cfg, "variant": ""}), "GATEWAY_DURABILITY": "none"}
     base = cfg["provider_base_url"]
     if kind == "anthropic":
         return {"GATEWAY_PROVIDER": "anthropic", "ANTHROPIC_API_KEY": "bench-key",

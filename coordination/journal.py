@@ -16,7 +16,11 @@ session logs (they are opened per owed conversation).
 
 Writes are single ``os.write`` appends of whole lines, made inline (the page cache survives a
 killed process); with durability ``always`` each is fsynced, otherwise the file is fsynced
-when an answer is noted (end of a turn). An ``owe`` that cannot be written raises (the message
+when an answer is noted (end of a turn). Those fsyncs are shared (group commit): answers noted
+while an fsync is running wait for it and then share the next one, so twenty conversations
+ending their turns at once cost two fsyncs and two thread hops, not twenty, and each still
+returns only once an fsync that began after its line was written has finished. An ``owe``
+that cannot be written raises (the message
 is then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept and written
 ahead of the next line, retried by :meth:`FileJournal.flush`. A torn last line (killed
 mid-write) is ignored. Keys past their ttl are expired in memory, and the file is rewritten
@@ -76,11 +80,14 @@ class FileJournal:
     """See the module docstring. ``path=None`` keeps everything in memory (tests)."""
 
     def __init__(self, path: Path | None, *, ttl: float = DEDUP_TTL, fsync: str = "turn",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 sync_file: Callable[[int], None] = os.fsync) -> None:
+        """``sync_file`` is the disk's fsync (the seam tests use to count or hold fsyncs)."""
         self.path = path
         self.ttl = ttl
         self.fsync = fsync
         self.clock = clock
+        self._sync_file = sync_file
         self._owed: dict[str, OwedItem] = {}
         self._owed_keys: dict[str, str] = {}  # key -> id of an owed item
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # answered keys, oldest first
@@ -89,6 +96,11 @@ class FileJournal:
         self._lines = 0
         self._backlog = b""
         self._opened = False
+        # Group commit: appends written so far, how many an fsync has covered, and the
+        # fsync in flight (done when it ends, whatever it covered).
+        self._writes = 0
+        self._synced = 0
+        self._syncing: asyncio.Future[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -256,12 +268,33 @@ class FileJournal:
             raise
         self._backlog = b""
         self._lines += data.count(b"\n")
+        if data:
+            self._writes += 1
 
     async def _sync(self) -> None:
-        fd = self._fd
-        if fd is not None:
+        """Return once an fsync that began after everything written so far has ended.
+
+        An fsync already running may have begun before our last write: wait for it, then
+        look again; whoever finds none running starts the next one for everybody waiting.
+        """
+        target = self._writes
+        while self._synced < target and self._fd is not None:
+            if self._syncing is not None:
+                await asyncio.shield(self._syncing)  # our cancellation must not end theirs
+            else:
+                await self._sync_once(self._fd)
+
+    async def _sync_once(self, fd: int) -> None:
+        upto = self._writes
+        ended = asyncio.get_running_loop().create_future()
+        self._syncing = ended
+        try:
             with contextlib.suppress(OSError):  # in the page cache; a later sync tries again
-                await asyncio.to_thread(os.fsync, fd)
+                await asyncio.to_thread(self._sync_file, fd)
+            self._synced = max(self._synced, upto)
+        finally:  # cancelled too: the waiters look again (one of them starts another fsync)
+            self._syncing = None
+            ended.set_result(None)
 
     # -- memory --------------------------------------------------------------------------------
 
