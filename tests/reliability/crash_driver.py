@@ -22,6 +22,7 @@ import aiohttp
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.reliability.crash_harness import (
+    FRESH_TG_USERS,
     SLACK_DM_USERS,
     TG_USERS,
     GatewayProcess,
@@ -44,6 +45,7 @@ class Driver:
         self.rng = rng
         self.http = http
         self.sent = 0
+        self._fresh = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -64,6 +66,20 @@ class Driver:
             self._spawn(self.traffic.deliver(self.url, self.traffic.slack_message()))
         else:
             self._spawn(self.traffic.web_message().send(self.http, self.gateway.base))
+
+    def one_new(self) -> None:
+        """One message that starts a conversation (a new session file): a Telegram person
+        writing for the first time, a new Slack thread, a new web conversation."""
+        self.sent += 1
+        self._fresh += 1
+        draw = self._fresh % 3
+        if draw == 0:
+            self.traffic.telegram_message(FRESH_TG_USERS[self._fresh % len(FRESH_TG_USERS)])
+        elif draw == 1:
+            self._spawn(self.traffic.deliver(self.url, self.traffic.slack_mention(None)))
+        else:
+            message = self.traffic.web_message(f"fresh{self._fresh}")
+            self._spawn(message.send(self.http, self.gateway.base))
 
     def retry_unacked(self) -> None:
         """What Slack does for events it got no 200 for, and a browser for a message it got

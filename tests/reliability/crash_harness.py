@@ -36,6 +36,8 @@ from tests.reliability.web_client import WEB_CONVERSATIONS, WebMessage
 
 TOKEN = re.compile(r"tok\d{5}")
 TG_USERS = (1001, 1002, 1003)
+FRESH_TG_USERS = tuple(range(2001, 2061))
+"""Allowed too: people who start a conversation while the disk is full or read-only."""
 SLACK_DM_USERS = ("U1", "U2")
 SLACK_THREAD_USER = "U3"
 GENERAL = "C0FAKEGEN"
@@ -298,7 +300,7 @@ def gateway_env(data_dir: Path, port: int, tg: FakeTelegramServer, slack: FakeSl
         "TELEGRAM_BOT_TOKEN": tg.token, "TELEGRAM_API_BASE_URL": tg.base_url,
         "TELEGRAM_MODE": "polling", "TELEGRAM_RATE_LIMIT": "off", "TELEGRAM_POLL_TIMEOUT": "1",
         "TELEGRAM_STALL_SECONDS": "5",
-        "TELEGRAM_ALLOWED_USERS": ",".join(str(u) for u in TG_USERS),
+        "TELEGRAM_ALLOWED_USERS": ",".join(str(u) for u in (*TG_USERS, *FRESH_TG_USERS)),
         "SLACK_BOT_TOKEN": slack.bot_token, "SLACK_SIGNING_SECRET": slack.signing_secret,
         "SLACK_API_BASE_URL": slack.api_base_url,
         "SLACK_ALLOWED_USERS": ",".join((*SLACK_DM_USERS, SLACK_THREAD_USER)),
