@@ -79,6 +79,7 @@ class RedisConversations:
         self._extend = redis.register_script(scripts.EXTEND)
         self._release = redis.register_script(scripts.RELEASE_LEASE)
         self._held: dict[ConversationKey, LeaseGuard] = {}
+        self._deferred: set[ConversationKey] = set()  # see keep()
         self._granted: dict[ConversationKey, float] = {}  # loop time the lease was asked for
         self._origins: dict[str, tuple[str, bool]] = {}  # item id -> (receiver, relayed)
         self._redis_down = Episode(log, "coordination: Redis")
@@ -116,6 +117,14 @@ class RedisConversations:
 
     async def keep(self, item: QueueItem) -> Claim | None:
         key = item.inbound.key
+        if key in self._held:
+            # This worker serves the conversation already; its holder reaches the item in
+            # order (next() looks again before it lets go). Taking the lease here too would,
+            # once Redis lost it (FLUSHDB, a restart), start a second holder in this process:
+            # both would share one cached session, so the fence could not tell them apart,
+            # and both would record and answer the same messages (the redis-flush trial).
+            self._deferred.add(key)
+            return None
         try:
             taken = await self._take(key)
         except (RedisError, OSError, TimeoutError) as exc:
@@ -160,6 +169,7 @@ class RedisConversations:
         finally:
             if self._held.get(claim.key) is guard:
                 del self._held[claim.key]
+                self._deferred.discard(claim.key)  # left owed: the sweep hands it on
 
     def check(self, claim: Claim) -> None:
         guard = self._held.get(claim.key)
@@ -179,9 +189,12 @@ class RedisConversations:
                 self._origins[item.id] = (wire.origin, wire.relay)
                 return item
             # Empty: give the lease up, then look again. A message entered meanwhile is seen
-            # now, or its receiver found the lease free and serves it.
+            # now, or its receiver found the lease free and serves it, or (a receiver in this
+            # worker, which left it to us) it is named in _deferred.
+            self._deferred.discard(key)
             await self._give_up(key)
-            if not await self._store(self.inbox.has_owed, key.tenant, conversation):
+            if (not await self._store(self.inbox.has_owed, key.tenant, conversation)
+                    and key not in self._deferred):
                 return None
             if not await self._take(key):
                 return None

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import NotRecordedError
+from gateway.errors import FENCED, NotRecordedError
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.recorder import SessionRecorder, Written
 from gateway.window import ConversationOrder, estimate_tokens, has_tool_use, is_plain_user
@@ -107,11 +107,14 @@ class Conversation:
 
     async def add_assistant(self, message: MessageDict, outcome: Outcome | None) -> int | None:
         """Record the provider's answer (and the call's outcome) in one append; its index, or
-        ``None`` when the log refused it (then it is not in the conversation)."""
+        ``None`` when the log refused it (then it is not in the conversation). Raises
+        :class:`~gateway.errors.NotRecordedError` (``fenced``) when another worker owns the
+        session now."""
         batch = [entries.message(message)]
         if outcome is not None:
             batch.append(entries.outcome(outcome))
-        index, _ = await self._record(message, batch)
+        index, written = await self._record(message, batch)
+        _not_fenced(self.session_id, written)
         if index is not None:
             self.order.append(index, self.costs[index])
         return index
@@ -119,8 +122,9 @@ class Conversation:
     async def add_tool_results(self, message: MessageDict,
                                meta: Mapping[str, Any] | None = None) -> int | None:
         """Record a tool round's results (``meta`` says how each call went; never sent); its
-        index, or ``None`` when the log refused it."""
-        index, _ = await self._record(message, [entries.message(message, meta)])
+        index, or ``None`` when the log refused it. Raises like :meth:`add_assistant`."""
+        index, written = await self._record(message, [entries.message(message, meta)])
+        _not_fenced(self.session_id, written)
         if index is not None:
             self.order.append(index, self.costs[index])
         return index
@@ -145,6 +149,18 @@ class Conversation:
         self.messages.pop()
         self.costs.pop()
         return None, written
+
+
+def _not_fenced(session_id: str, written: Written) -> None:
+    """Raise when a write was refused because another worker owns the session now.
+
+    That worker answers the message: its turn is recorded without an answer, so the new holder
+    runs it again. Delivering this worker's answer as well would answer the message twice, or,
+    once the item counts as answered, leave the answer the person got out of the log (the
+    several-worker outage trials found both when Redis lost its leases mid-turn).
+    """
+    if not written.accepted and written.failure == FENCED:
+        raise NotRecordedError(session_id, FENCED)
 
 
 def conversation_order(messages: list[MessageDict]) -> list[int]:

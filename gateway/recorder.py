@@ -128,9 +128,11 @@ class SessionRecorder:
         self._settle(written, lead, batch)
         return written
 
-    async def flush(self) -> None:
-        """Wait (bounded, isolated) until everything accepted is in the log."""
-        await self._guard(self.writer.flush(), inline=False)
+    async def flush(self) -> Written:
+        """Wait (bounded, isolated) until everything accepted is in the log; what became of
+        it."""
+        written, _ = await self._guard(self.writer.flush(), inline=False)
+        return written
 
     async def sync(self) -> None:
         await self._guard(self.writer.sync(), inline=False)

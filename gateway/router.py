@@ -425,7 +425,8 @@ class Router:
         except (LeaseLostError, StaleWriterError):
             raise
         except NotRecordedError as exc:
-            if exc.fenced:  # before any provider call: the conversation is handed back
+            if exc.fenced:  # before a provider call, or instead of a refused answer: the
+                # conversation is handed back, and its new holder answers
                 raise LeaseLostError(f"{key.label()}: session fenced off") from exc
             log.warning("session %s: turn stopped, the log refused a write (%s)",
                         conv.session_id, exc.kind)

@@ -31,7 +31,7 @@ from gateway.compaction import DEFAULTS as DEFAULT_COMPACTION
 from gateway.compaction import PROMPT as COMPACTION_PROMPT
 from gateway.compaction import CompactionSettings, Compactor
 from gateway.conversation import Conversation
-from gateway.errors import ProviderError
+from gateway.errors import FENCED, NotRecordedError, ProviderError
 from gateway.hooks import BeforeCallHook
 from gateway.limits import Limits, Refusal, iso_time
 from gateway.metrics import Metrics
@@ -119,8 +119,10 @@ class AgentLoop:
     async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
 
-        Raises :class:`~gateway.errors.NotRecordedError` (``fenced``) before any provider call
-        when the session's writer was fenced off: another worker owns the conversation now.
+        Raises :class:`~gateway.errors.NotRecordedError` (``fenced``) when the session's
+        writer was fenced off (another worker owns the conversation now): before any provider
+        call, or instead of delivering an answer the log refused (the new holder runs the turn
+        again, and its answer is the one delivered and recorded).
         """
         key = conv.key
         info = TurnInfo(tenant=key.tenant, channel=key.channel, conversation=key.label(),
@@ -202,7 +204,10 @@ class AgentLoop:
         the message again; then make it durable (``sync``, after the reply: no fsync delays
         it). ``not_recorded``: the log refused the answer or its tool results, and the turn
         stops with what was said so far."""
-        await conv.recorder.flush()
+        if (await conv.recorder.flush()).failure == FENCED:
+            # The answer was accepted but another worker took the session before it was
+            # written: that worker answers (see Conversation.add_assistant).
+            raise NotRecordedError(conv.session_id, FENCED)
         if status == "apologised" or (status == "not_recorded" and not text):
             text = self.settings.apology
             await sink.fail(text)

@@ -30,6 +30,12 @@ MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+    # Raised when a connection left mid-operation (a query cancelled by a timeout while the
+    # server went away) cannot be reset on its way back to the pool; the pool drops it. Not
+    # translated, it escaped as a bug: the gateway apologised for messages it had not
+    # recorded, and a writer that had accepted a batch was taken for one that refused it,
+    # so the batch was written twice (the several-worker PostgreSQL outage trial).
+    asyncpg.InternalClientError,
 )
 DB_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, asyncpg.PostgresError)
 """What a database call can raise when the database is away or refuses."""

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,8 @@ from tests.coordination.services import REDIS_URL
 from tests.sessions.pg import PG_URL
 
 ROOT = Path(__file__).resolve().parents[2]
+PORT_TRIES = 5
+"""Launches of one worker before a busy port counts as a failure."""
 
 
 def free_port() -> int:
@@ -41,6 +43,10 @@ class WorkerProcess:
     port: int
     proc: asyncio.subprocess.Process
     log: Path
+    env: dict[str, str]
+    cwd: Path
+    log_from: int = 0
+    """Where this launch's lines start in ``log``."""
 
     @property
     def base(self) -> str:
@@ -53,46 +59,76 @@ class WorkerProcess:
 
 async def start_workers(count: int, *, tmp: Path, schema: str, prefix: str,
                         lease_ttl: float = 2.0, extra: dict[str, str] | None = None,
+                        store_url: str = PG_URL, redis_url: str = REDIS_URL,
+                        each: Sequence[Mapping[str, str]] = (),
                         ) -> list[WorkerProcess]:
-    """``count`` workers, each healthy on /healthz before this returns."""
+    """``count`` workers, each healthy on /healthz before this returns. ``each[n]`` is added
+    to worker ``n``'s environment (e.g. its own provider)."""
     persona = tmp / "persona"
     seed_if_empty(persona, "Lisa")  # seeded once, before the workers share it
     env = {
         **os.environ,
         "GATEWAY_CHANNELS": "web", "GATEWAY_PROVIDER": "offline", "GATEWAY_HOST": "127.0.0.1",
-        "GATEWAY_PERSONA_DIR": str(persona), "GATEWAY_STORE_URL": PG_URL,
-        "GATEWAY_STORE_SCHEMA": schema, "GATEWAY_REDIS_URL": REDIS_URL,
+        "GATEWAY_PERSONA_DIR": str(persona), "GATEWAY_STORE_URL": store_url,
+        "GATEWAY_STORE_SCHEMA": schema, "GATEWAY_REDIS_URL": redis_url,
         "GATEWAY_REDIS_PREFIX": prefix, "GATEWAY_LEASE_TTL": str(lease_ttl),
         "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHUTDOWN_GRACE": "3",
         "GATEWAY_MAX_CONCURRENT_TURNS": "64", "PYTHONPATH": str(ROOT),
         **(extra or {}),
     }
-    workers = []
-    for n in range(count):
-        port = free_port()
-        log = tmp / f"worker{n}.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway", "run", cwd=tmp, stdout=out, stderr=out,
-                env={**env, "GATEWAY_PORT": str(port), "GATEWAY_DATA_DIR": str(tmp / f"w{n}")},
-            )
-        workers.append(WorkerProcess(f"w{n}", port, proc, log))
-    async with aiohttp.ClientSession() as http:
-        for worker in workers:
-            await _healthy(http, worker)
+    workers: list[WorkerProcess] = []
+    try:
+        for n in range(count):
+            own = {**env, "GATEWAY_DATA_DIR": str(tmp / f"w{n}"),
+                   **(each[n] if n < len(each) else {})}
+            workers.append(await _launch(f"w{n}", own, tmp, tmp / f"worker{n}.log"))
+        async with aiohttp.ClientSession() as http:
+            for n, worker in enumerate(workers):
+                workers[n] = await _healthy(http, worker)
+    except BaseException:
+        await stop_workers(workers)  # none left running when one did not come up
+        raise
     return workers
 
 
-async def _healthy(http: aiohttp.ClientSession, worker: WorkerProcess) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            if not worker.alive:
-                raise RuntimeError(f"{worker.name} exited: {worker.log.read_text()[-2000:]}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"{worker.base}/healthz") as response:
-                    if response.status == 200:
-                        return
-            await asyncio.sleep(0.1)
+async def _launch(name: str, env: dict[str, str], cwd: Path, log: Path) -> WorkerProcess:
+    port = free_port()
+    with log.open("ab") as out:  # appended: a relaunch keeps the earlier attempt's lines
+        start = out.tell()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway", "run", cwd=cwd, stdout=out, stderr=out,
+            env={**env, "GATEWAY_PORT": str(port)},
+        )
+    return WorkerProcess(name, port, proc, log, env, cwd, start)
+
+
+async def _healthy(http: aiohttp.ClientSession, worker: WorkerProcess) -> WorkerProcess:
+    """``worker``, or its relaunch on another port: the port free_port() found can be taken
+    (by any process's outgoing connection) before the worker binds it, which failed this
+    module's tests now and then on a busy machine."""
+    for _ in range(PORT_TRIES):
+        async with asyncio.timeout(60):
+            while True:
+                if not worker.alive:
+                    await worker.proc.wait()
+                    break
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{worker.base}/healthz") as response:
+                        if response.status == 200 and _ours(worker, await response.json()):
+                            return worker
+                await asyncio.sleep(0.1)
+        text = worker.log.read_bytes()[worker.log_from:].decode(errors="replace")
+        if "address already in use" not in text:
+            raise RuntimeError(f"{worker.name} exited: {text[-2000:]}")
+        worker = await _launch(worker.name, worker.env, worker.cwd, worker.log)
+    raise RuntimeError(f"{worker.name}: no free port in {PORT_TRIES} tries")
+
+
+def _ours(worker: WorkerProcess, health: dict[str, object]) -> bool:
+    """Whether /healthz was answered by this worker, not by whoever took its port."""
+    coordination = health.get("coordination")
+    name = coordination.get("worker") if isinstance(coordination, dict) else None
+    return not isinstance(name, str) or name.startswith(f"w{worker.proc.pid}-")
 
 
 async def stop_workers(workers: list[WorkerProcess]) -> None:

@@ -300,6 +300,31 @@ async def test_fenced_writer_ends_the_turn_before_the_provider_call(tmp_path: Pa
     assert owed == ["hi"]
 
 
+async def test_answer_fenced_off_after_the_call_is_not_delivered(tmp_path: Path) -> None:
+    """A writer fenced off while the provider was answering (another worker took the
+    conversation) delivers nothing: the answer the log refused would be a second answer, or
+    one missing from the log; the item stays owed for the new holder."""
+    store = FaultyStore()
+
+    class FencedMeanwhile(ScriptedProvider):
+        async def complete(self, request: Any, on_text: Any = None) -> Any:
+            store.set_fault(Refuse("STALE_FENCE"), {"message"})  # the answer's append
+            return await super().complete(request, on_text)
+
+    provider = FencedMeanwhile()
+    async with running_core(store, provider, tmp_path / "p") as core:
+        await core.channel.say("c1", "hi")
+        async with asyncio.timeout(5):
+            while core.router._workers or not store.faults_raised:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        queue = core.router.conversations
+        assert isinstance(queue, LocalConversations)
+        owed = [decode_item(o.item).item.inbound.text for o in queue.journal.owed()]
+    assert len(provider.bodies) == 1
+    assert core.channel.replies == []
+    assert owed == ["hi"]
+
+
 async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
     """Hooks run in order, and the call entry is recorded (the store reads it back) before
     the provider is called."""
