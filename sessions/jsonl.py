@@ -192,7 +192,7 @@ class JsonlSessionStore:
             # listed the directory before this file existed).
             self._note_latest(tenant, conversation, (head["startedAt"], sid))
         except BaseException:
-            await writer.aclose()
+            await writer.abandon()
             raise
         finally:
             temporary.unlink(missing_ok=True)

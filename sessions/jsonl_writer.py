@@ -234,6 +234,16 @@ class JsonlSessionWriter:
             if self._on_close is not None:
                 self._on_close(self)
 
+    async def abandon(self) -> None:
+        """Close a file that is being thrown away (a session whose creation failed: its header
+        never got a name), dropping what is queued for it: nothing is lost there, so nothing
+        is reported lost (the disk-fault trials saw "unwritten bytes lost" for every session
+        a full disk refused to create)."""
+        with self._guard:
+            self._queued.clear()
+            self._queued_bytes = 0
+        await self.aclose()
+
     # -- in the lane's thread ----------------------------------------------------------------
 
     def _write_queued(self) -> None:

@@ -50,8 +50,10 @@ from tests.reliability.crash_harness import (
 )
 from tests.reliability.tmpfs import MountRefused, Tmpfs
 
-FAULTS = {"enospc": "webhook", "erofs": "polling"}
-"""Each fault and the Telegram input it runs with."""
+FAULTS = {"enospc": "webhook", "erofs": "polling", "enospc-stop": "polling"}
+"""Each fault and the Telegram input it runs with. ``enospc-stop``: the gateway is stopped
+(SIGTERM) while the disk is still full, and started again once it has room: what it could not
+write must survive the close."""
 TMPFS_SIZE = 32 << 20
 """Room for the run's session logs many times over, small enough to fill in a moment."""
 WARM_UP = 12
@@ -116,7 +118,7 @@ async def test_disk_fault_under_load_then_recovery(
                 traffic.phase = "before"
                 await paced(driver, rng, WARM_UP, fresh=False)
                 traffic.phase = fault
-                if fault == "enospc":
+                if fault.startswith("enospc"):
                     disk.fill()
                 else:
                     disk.read_only(data_dir)
@@ -128,10 +130,16 @@ async def test_disk_fault_under_load_then_recovery(
                 refused = refusals(traffic)
                 # Polling: updates whose offset is held (or not asked for yet) at the end.
                 held = len(traffic.unacked_telegram) if FAULTS[fault] == "polling" else None
-                if fault == "enospc":
+                if fault == "enospc-stop":
+                    code = await gateway.stop()
+                    if code != 0:
+                        findings.append(f"stop with the disk full exited with {code}")
+                if fault.startswith("enospc"):
                     disk.free()
                 else:
                     disk.writable()
+                if not gateway.running:
+                    await gateway.start()
                 traffic.phase = "after"
                 await paced(driver, rng, AFTER, fresh=True)
                 traffic.phase = "final clean run"

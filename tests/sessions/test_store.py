@@ -6,6 +6,7 @@ The backend-neutral store contract runs on every backend in ``test_store_contrac
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from sessions.persist import persist_call, record_outcome
 from sessions.records import Outcome
 from sessions.replay import replay_bytes
 from sessions.store import Durability, SessionState
+from tests.fakes.disk import FaultyDisk
 from tests.sessions.helpers import (
     PROMPT_A,
     SEED_DIR,
@@ -282,6 +284,24 @@ async def test_failed_append_raises_enospc_without_contents() -> None:
     assert (again.value.kind, again.value.accepted) == ("ENOSPC", True)
     assert PROMPT_A.text not in str(info.value)
     assert SOUL not in str(info.value)
+
+
+async def test_a_create_the_disk_refuses_leaves_nothing_and_reports_nothing_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session whose header cannot be written is no session: the create raises, no file is
+    left behind, and its header is not reported as "unwritten bytes lost" (nothing was)."""
+    disk = FaultyDisk()
+    store = JsonlSessionStore(tmp_path, durability="none", ops=disk)
+    disk.fail(OSError(errno.ENOSPC, "No space left on device"))
+    with caplog.at_level(logging.WARNING), pytest.raises(SessionWriteError) as info:
+        await store.create(channel="console", conversation="c", session_id="s1")
+    disk.recover()
+    writer = await store.create(channel="console", conversation="c", session_id="s1")
+    await writer.aclose()
+    assert info.value.kind == "ENOSPC"
+    assert [r.getMessage() for r in caplog.records if "lost" in r.getMessage()] == []
+    assert sorted(p.name for p in writer.path.parent.iterdir()) == ["s1.jsonl"]
 
 
 FSIZE_SCRIPT = """
