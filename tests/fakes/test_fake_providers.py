@@ -340,7 +340,9 @@ async def test_hang_triggers_client_timeout(
         await ask_claude(claude.with_options(timeout=0.2))
     with pytest.raises(openai.APITimeoutError):
         await ask_gpt(gpt.with_options(timeout=0.2))
-    assert time.monotonic() - started < 5
+    # Well under the 30 s hang (the client gave up, not the server), with room for a loaded
+    # machine: the figure only tells the two apart.
+    assert time.monotonic() - started < 20
     assert len(srv.requests) == 2  # recorded even though never answered
 
 
