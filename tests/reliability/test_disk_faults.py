@@ -12,7 +12,11 @@ While the disk is bad, the gateway must refuse what it cannot record (503 with R
 Slack, the web and a Telegram webhook; a held offset for polling) rather than acknowledge it:
 at the end of the fault every message acknowledged so far is in a session log, and some were
 refused (the fault bit). After recovery every acknowledged message is recorded and answered
-exactly once (on the platform and in the log), and every log replays cleanly.
+exactly once (on the platform and in the log), and every log replays cleanly. One exception,
+documented in docs/architecture.md ("the windows left"): stopped while the disk is still full,
+the gateway cannot note the replies that went out after its owed journal filled, so the next
+start sends those again; the test reads the journal at the stop and allows a second answer to
+exactly those (counted in "answered twice" and in the summary), and nothing else.
 
 Telegram's input is enumerated per fault (ENOSPC: webhook, EROFS: polling), so both refusal
 paths run in every run. Mounting needs root (or CAP_SYS_ADMIN): elsewhere the test skips,
@@ -42,10 +46,13 @@ from tests.reliability.crash_harness import (
     GatewayProcess,
     SlowEcho,
     Traffic,
+    answered,
     check_logs,
     free_port,
     gateway_env,
+    items_of_tokens,
     missing,
+    paid_items,
     telegram_input,
 )
 from tests.reliability.tmpfs import MountRefused, Tmpfs
@@ -76,6 +83,14 @@ def refusals(traffic: Traffic) -> Counter[str]:
     return found
 
 
+def unnoted(data_dir: Path, tg: FakeTelegramServer, slack: FakeSlackServer) -> set[str]:
+    """Tokens the platforms got an answer for whose item the owed journal on disk does not
+    note as answered (read after a stop: the next start sends those answers again)."""
+    paid = paid_items(data_dir)
+    items = items_of_tokens(data_dir)
+    return {token for token in answered(tg, slack) if not items.get(token, set()) & paid}
+
+
 async def paced(driver: Driver, rng: random.Random, count: int, *, fresh: bool) -> None:
     """``count`` messages a few dozen milliseconds apart; with ``fresh`` every other one starts
     a conversation."""
@@ -102,6 +117,7 @@ async def test_disk_fault_under_load_then_recovery(
                     f"(needs root or CAP_SYS_ADMIN): {exc}")
     data_dir = disk.path / "data"
     findings: list[str] = []
+    window: set[str] = set()
     started = time.monotonic()
     try:
         async with FakeTelegramServer() as tg, FakeSlackServer() as slack, \
@@ -134,6 +150,7 @@ async def test_disk_fault_under_load_then_recovery(
                     code = await gateway.stop()
                     if code != 0:
                         findings.append(f"stop with the disk full exited with {code}")
+                    window = unnoted(data_dir, tg, slack)
                 if fault.startswith("enospc"):
                     disk.free()
                 else:
@@ -150,7 +167,11 @@ async def test_disk_fault_under_load_then_recovery(
             logs = check_logs(data_dir)
             findings += logs.problems + [f"torn tail left in {p.name}" for p in logs.torn]
             findings += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
-            findings += repeated(traffic, tg, slack, logs)
+            # Sent again after the restart, as documented: a reply the platform took while the
+            # journal could not note it answered (no room), the gateway stopped before it could.
+            resent = {t for t, n in answered(tg, slack).items() if n == 2 and t in window}
+            findings += [f for f in repeated(traffic, tg, slack, logs)
+                         if f not in {f"{t} answered 2 times" for t in resent}]
             rows = tally(traffic, tg, slack, logs, Counter({fault: 1}))
             unexpected = {k: n for k, n in refusals(traffic).items()
                           if not k.endswith(" 503")}
@@ -170,6 +191,8 @@ async def test_disk_fault_under_load_then_recovery(
             f"recorded, {total.lost} lost; refused during the fault: "
             f"{dict(refused) or 'nothing'}"
             f"{'' if held is None else f', {held} Telegram updates not confirmed'}; "
+            f"{len(resent)} answered again after the restart (replies out while the journal "
+            f"could not note them, {len(window)} such at the stop); "
             f"{'ok' if not findings else 'FINDINGS: ' + '; '.join(findings[:5])}")
     table = "\n".join([TABLE_HEAD, *(r.cells() for r in [*rows, total])])
     REPORT_DIR.mkdir(exist_ok=True)
@@ -182,5 +205,6 @@ async def test_disk_fault_under_load_then_recovery(
     assert sum(refused.values()) > 0, context
     assert unexpected == {}, context
     assert total.acknowledged > 0, context
-    assert total.acknowledged == total.once == total.recorded, context
+    assert total.acknowledged == total.recorded == total.once + len(resent), context
+    assert total.twice == len(resent), context
     assert findings == [], context
