@@ -473,11 +473,12 @@ async def test_event_not_recorded_gets_503_and_retry_is_taken(
 async def test_ack_never_waits_for_the_name_lookup(fake: FakeSlackServer, tmp_path: Path) -> None:
     """A slow users.info holds up no acknowledgement: the first message is recorded without the
     sender's names, a later one with the names the background lookup cached."""
-    fake.delay_next("users.info", 1.5)
+    lookup = fake.hold_next("users.info")
     async with running(slack_settings(fake, tmp_path)) as gateway:
-        started = time.monotonic()
         first = await fake.deliver_event(events_url(gateway), fake.dm_event("U1", "one"))
-        waited = time.monotonic() - started
+        # users.info is still held here; released only now. Had the acknowledgement waited
+        # for it, the lookup would have run into its 2 s timeout and U1 would go nameless.
+        lookup.set()
         channel = gateway.channels[0]
         assert isinstance(channel, SlackChannel)
         await wait_until(lambda: "U1" in channel._names)
@@ -488,5 +489,4 @@ async def test_ack_never_waits_for_the_name_lookup(fake: FakeSlackServer, tmp_pa
     metas = [log.messages.entry(i).get("meta", {}) for i in range(len(log.messages))
              if log.messages[i]["role"] == "user"]
     assert (first[0], second[0]) == (200, 200)
-    assert waited < 1.0
     assert [m.get("name") for m in metas] == [None, "user_u1"]

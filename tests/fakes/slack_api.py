@@ -200,6 +200,7 @@ class FakeSlackServer:
         self._event_seq = itertools.count(1)
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, list[list[float]]] = {}
+        self._holds: dict[str, list[asyncio.Event]] = {}
         self.outbound = OutboundHold(frozenset({
             "chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"}))
         """Hold replies (see :mod:`tests.fakes.hold`)."""
@@ -427,6 +428,13 @@ class FakeSlackServer:
         """Hold the next ``times`` calls of ``method`` for ``seconds``."""
         self._delays.setdefault(method, []).append([seconds, times])
 
+    def hold_next(self, method: str) -> asyncio.Event:
+        """Hold the next call of ``method`` until the returned event is set (ordering tests
+        without timing: what happened while the call was held)."""
+        gate = asyncio.Event()
+        self._holds.setdefault(method, []).append(gate)
+        return gate
+
     def add_method(self, name: str, handler: MethodHandler) -> None:
         """Serve an extra Web API method; handler gets params, returns the body sans "ok"."""
         self._methods[name] = handler
@@ -475,6 +483,9 @@ class FakeSlackServer:
             raise SlackError("not_allowed_token_type")
 
     async def _apply_delay(self, method: str) -> None:
+        held = self._holds.get(method)
+        if held:
+            await held.pop(0).wait()
         for key in (method, "*"):
             queue = self._delays.get(key)
             if queue:

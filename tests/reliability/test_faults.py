@@ -141,7 +141,7 @@ async def test_provider_fault_ends_with_apology_and_recorded_kind(
             assert isinstance(store, JsonlSessionStore)
             log = replay_bytes(store.path_of("default", body["session"]).read_bytes())
     assert (status, body["error"]) == (502, APOLOGY)
-    assert elapsed < PROVIDER_TIMEOUT + 2.0
+    assert elapsed < PROVIDER_TIMEOUT + 4.0  # the client's timeout, not the 6 s hang
     first = log.turns[0]
     outcome = log.outcome_of(first)
     assert first.assistant is None
