@@ -147,6 +147,30 @@ async def test_redis_losing_everything_loses_nothing_and_tokens_go_on(
     assert adopted.token > claim.token
 
 
+async def test_a_worker_never_claims_a_conversation_it_serves_twice(
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """Redis lost the lease (FLUSHDB) while a worker serves the conversation: a message that
+    worker receives then gets no second claim (two holders in one process would share one
+    cached session, which the fence cannot tell apart); its holder serves it."""
+    async with coordinator(prefix, pg_store, ttl=6.0) as a:  # renewal every 2 s: not in time
+        claim = await queue(a, item("c", "one"))
+        assert claim is not None
+        served: list[str] = []
+        async with a.conversations.holding(claim):
+            first = await a.conversations.next(claim)
+            assert first is not None
+            keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]
+            await redis.delete(*keys)  # this test's FLUSHDB: only its own prefix
+            assert await queue(a, item("c", "two")) is None
+            served.append(first.inbound.text)
+            await a.conversations.done(claim, first)
+            while (next_item := await a.conversations.next(claim)) is not None:
+                served.append(next_item.inbound.text)
+                await a.conversations.done(claim, next_item)
+    assert served == ["one", "two"]
+
+
 async def test_queue_hand_off_strands_nothing_under_concurrency(
     prefix: str, pg_store: PostgresSessionStore
 ) -> None:
