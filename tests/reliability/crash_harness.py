@@ -41,7 +41,7 @@ FRESH_TG_USERS = tuple(range(2001, 2061))
 SLACK_DM_USERS = ("U1", "U2")
 SLACK_THREAD_USER = "U3"
 GENERAL = "C0FAKEGEN"
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0  # a cold `python -m gateway` on a loaded 2-core machine: generous
 WEBHOOK_SECRET = "crash-trial-secret"
 _PASSED_ENV = re.compile(r"GATEWAY_|TELEGRAM_|SLACK_|ANTHROPIC_|OPENAI_")
 

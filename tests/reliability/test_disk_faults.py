@@ -118,6 +118,7 @@ async def test_disk_fault_under_load_then_recovery(
     data_dir = disk.path / "data"
     findings: list[str] = []
     window: set[str] = set()
+    timings: dict[str, float] = {}
     started = time.monotonic()
     try:
         async with FakeTelegramServer() as tg, FakeSlackServer() as slack, \
@@ -147,7 +148,9 @@ async def test_disk_fault_under_load_then_recovery(
                 # Polling: updates whose offset is held (or not asked for yet) at the end.
                 held = len(traffic.unacked_telegram) if FAULTS[fault] == "polling" else None
                 if fault == "enospc-stop":
+                    stopping = time.monotonic()
                     code = await gateway.stop()
+                    timings["stop"] = time.monotonic() - stopping
                     if code != 0:
                         findings.append(f"stop with the disk full exited with {code}")
                     window = unnoted(data_dir, tg, slack)
@@ -156,7 +159,9 @@ async def test_disk_fault_under_load_then_recovery(
                 else:
                     disk.writable()
                 if not gateway.running:
+                    starting = time.monotonic()
                     await gateway.start()
+                    timings["restart"] = time.monotonic() - starting
                 traffic.phase = "after"
                 await paced(driver, rng, AFTER, fresh=True)
                 traffic.phase = "final clean run"
@@ -193,6 +198,7 @@ async def test_disk_fault_under_load_then_recovery(
             f"{'' if held is None else f', {held} Telegram updates not confirmed'}; "
             f"{len(resent)} answered again after the restart (replies out while the journal "
             f"could not note them, {len(window)} such at the stop); "
+            f"{''.join(f'{k} {v:.1f} s; ' for k, v in timings.items())}"
             f"{'ok' if not findings else 'FINDINGS: ' + '; '.join(findings[:5])}")
     table = "\n".join([TABLE_HEAD, *(r.cells() for r in [*rows, total])])
     REPORT_DIR.mkdir(exist_ok=True)
