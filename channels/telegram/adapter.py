@@ -1,8 +1,9 @@
 """The Telegram channel: python-telegram-bot 22 driven inside the gateway's own event loop.
 
 No ``Application``/``Updater``: an :class:`telegram.ext.ExtBot` (``base_url`` from
-``TELEGRAM_API_BASE_URL`` for a self-hosted Bot API server, ``HTTPXRequest`` transports) is
-used as a plain client. Outbound calls follow Telegram's published limits through
+``TELEGRAM_API_BASE_URL`` for a self-hosted Bot API server; its requests go over aiohttp,
+:mod:`channels.telegram.request`, cheaper per message than PTB's httpx default) is used
+as a plain client. Outbound calls follow Telegram's published limits through
 ``AIORateLimiter`` (about 30 messages/s per bot, 20/min per group; a 429 is retried after its
 ``retry_after``); ``TELEGRAM_RATE_LIMIT=off`` removes the limiter and a 429 is then waited out
 and retried once (:class:`channels.telegram.sink.BotApi`).
@@ -55,12 +56,12 @@ from typing import Any, Final, Literal
 from aiohttp import web
 from telegram import BotCommand, Update
 from telegram.ext import AIORateLimiter, ExtBot
-from telegram.request import HTTPXRequest
 
 from channels.streaming import TYPING_DELAY, EditStreamer
 from channels.telegram.convert import CHANNEL, BotIdentity, GroupMode, Skip, to_inbound
 from channels.telegram.files import file_base_url, with_files
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
+from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
 from gateway import commands
@@ -107,10 +108,10 @@ def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
         base_url=base_url or DEFAULT_BASE_URL,
         base_file_url=file_base_url(base_url, base_file_url),
         # A few connections carry Telegram's ~30 messages/s; bursts wait for one in the pool.
-        request=HTTPXRequest(connection_pool_size=8, read_timeout=15.0, pool_timeout=30.0),
+        request=AiohttpRequest(8, read_timeout=15.0, pool_timeout=30.0),
         # Its own pool: a long poll never waits behind replies, nor replies behind it.
         # (its read timeout is set per call, see channels.telegram.polling).
-        get_updates_request=HTTPXRequest(connection_pool_size=2),
+        get_updates_request=AiohttpRequest(2),
         rate_limiter=AIORateLimiter(max_retries=RATE_LIMIT_RETRIES) if rate_limit else None,
     )
 
