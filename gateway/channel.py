@@ -38,13 +38,16 @@ class Accepted:
     ``recorded`` resolves to it once its turn records it (always before its reply is sent).
     ``duplicate``: the platform id was delivered before; nothing new was recorded and
     ``earlier(within)`` waits up to ``within`` seconds for the answer that delivery got
-    (``None`` if it has none by then).
+    (``None`` if it has none by then). ``answered(within)``, where the reply comes from
+    another worker (relayed through Redis, and lost if Redis loses its keys meanwhile), looks
+    the same way for this message's own answer as recorded, for a channel still waiting.
     """
 
     session_id: str | None
     duplicate: bool = False
     recorded: asyncio.Future[str] | None = None
     earlier: Callable[[float], Awaitable[Answer | None]] | None = None
+    answered: Callable[[float], Awaitable[Answer | None]] | None = None
 
     async def session(self, within: float) -> str | None:
         """The session id, waiting up to ``within`` seconds for the record if needed."""

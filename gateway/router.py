@@ -199,7 +199,12 @@ class Router:
                 else:
                     self._receiving[key] -= 1
         self.metrics.inbound.labels(channel=channel).inc()
-        return Accepted(session_id=item.session, recorded=recorded)
+        # Several workers: whichever worker serves it records and answers it, and its reply is
+        # relayed here through Redis; the log is where the answer is still found if the relay
+        # loses it (Redis restarted or flushed meanwhile).
+        answered = (partial(self._earlier, key, item.id)
+                    if self.shared and recorded is not None else None)
+        return Accepted(session_id=item.session, recorded=recorded, answered=answered)
 
     async def _record_on_receipt(self, item: QueueItem) -> None:
         """One process: the message goes into its session now (withdrawn if it cannot)."""

@@ -34,6 +34,11 @@ recorded (``{"error": "store unavailable"}`` or ``"coordination unavailable"``, 
 ``Retry-After``) or the gateway is shutting down, 504 no reply in time (it will be in the
 history). Bad input never gets a 500. A reply always names its session.
 
+With several workers the reply comes from whichever worker serves the conversation, relayed
+through Redis; a request still waiting looks its answer up in the session log every
+:data:`LOST_REPLY_CHECK` seconds, so a reply lost on its way (Redis restarted or flushed) is
+sent from there.
+
 Idempotent on the client's message id (``"id"``, scoped to its conversation): sending the same
 id again (a retry after a lost connection) records nothing new and answers with what the first
 delivery got, waiting for it if its turn is still running.
@@ -48,12 +53,13 @@ other sites open in the same browser).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -75,7 +81,7 @@ from channels.web.convert import (
     int_param,
     parse_chat,
 )
-from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
+from gateway.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
 from gateway.errors import RETRY_AFTER, ConfigError, UnavailableError
 from gateway.history import History, HistoryFile
 from gateway.hosts import host_of, is_loopback
@@ -88,6 +94,9 @@ log = logging.getLogger("channels.web")
 CHANNEL = "web"
 MAX_HISTORY_PAGE = 200
 KEEPALIVE_SECONDS = 15.0
+LOST_REPLY_CHECK = 5.0
+"""Seconds between looks in the session log for the answer to a request whose reply comes from
+another worker (relayed through Redis, which can lose it): found there, it is sent."""
 _ASSETS = {
     "index.html": "text/html",
     "app.js": "text/javascript",
@@ -162,6 +171,8 @@ class WebSink:
 class _Pending:
     sink: WebSink
     timer: asyncio.Timeout | None = None
+    found: asyncio.Future[str] | None = None
+    """The session the answer was found recorded in (see :meth:`WebChannel._look_up`)."""
 
 
 class WebChannel:
@@ -178,6 +189,7 @@ class WebChannel:
         max_message_chars: int = 16_000,
         reply_timeout: float = 90.0,
         shutdown_grace: float = 10.0,
+        lost_reply_check: float = LOST_REPLY_CHECK,
         tenant: str = DEFAULT_TENANT,
         max_body_bytes: int = 2 * 1024 * 1024,
     ) -> None:
@@ -188,6 +200,7 @@ class WebChannel:
         self.max_message_chars = max_message_chars
         self.reply_timeout = reply_timeout
         self.shutdown_grace = shutdown_grace
+        self.lost_reply_check = lost_reply_check
         self.tenant = tenant
         self._token = token.encode() if token else None
         self._assets = _load_assets()  # three small files, read once at composition time
@@ -324,11 +337,51 @@ class WebChannel:
                 return _error(403, "this message was not accepted")
             if accepted.duplicate:
                 return await self._again(request, pending, accepted, stream)
-            if stream:
-                return await self._stream(request, pending, accepted)
-            return await self._wait(pending, accepted)
+            async with self._looking_up(pending, accepted):
+                if stream:
+                    return await self._stream(request, pending, accepted)
+                return await self._wait(pending, accepted)
         finally:
             del self._pending[rid]
+
+    @contextlib.asynccontextmanager
+    async def _looking_up(self, pending: _Pending, accepted: Accepted) -> AsyncIterator[None]:
+        """While the request waits, look its answer up in the log now and then, where the
+        reply is relayed from another worker (``accepted.answered``)."""
+        if accepted.answered is None:
+            yield
+            return
+        pending.found = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._look_up(pending, accepted.answered))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _look_up(self, pending: _Pending,
+                       answered: Callable[[float], Awaitable[Answer | None]]) -> None:
+        """Until the answer is found recorded: then name its session (``pending.found``) and
+        send it, unless the relayed reply came first. Without this, a reply lost on its way
+        (Redis restarted or flushed) left the request waiting for ``reply_timeout``."""
+        assert pending.found is not None
+        while True:
+            await asyncio.sleep(self.lost_reply_check)
+            try:
+                answer = await answered(0)
+            except Exception as exc:  # the store is away: look again later
+                log.debug("web: looking an answer up failed (%s)", type(exc).__name__)
+                continue
+            if answer is None:
+                continue
+            if not pending.found.done():
+                pending.found.set_result(answer.session_id)
+            if answer.ok:
+                await pending.sink.finish(answer.text)
+            else:
+                await pending.sink.fail(answer.text)
+            return
 
     async def _again(self, request: web.Request, pending: _Pending, accepted: Accepted,
                      stream: bool) -> web.StreamResponse:
@@ -398,7 +451,7 @@ class WebChannel:
             async with self._timer(pending):
                 ok, text = await pending.sink.result
                 # Recorded before its reply went out, so this is at hand by now.
-                session = await accepted.session(self.reply_timeout)
+                session = await _session(accepted, pending, self.reply_timeout)
         except TimeoutError:
             status, body = self._late(accepted.session_id)
             return web.json_response(body, status=status, dumps=_dumps)
@@ -431,9 +484,11 @@ class WebChannel:
                 async with self._timer(pending):
                     while session is None and accepted.recorded is not None:
                         # Recorded when its turn starts (several workers).
-                        session = await accepted.session(KEEPALIVE_SECONDS)
+                        session = await _session(accepted, pending, KEEPALIVE_SECONDS)
                         if session is None:
-                            if accepted.recorded.done():
+                            lost = accepted.recorded.done() and (
+                                pending.found is None or pending.found.done())
+                            if lost:
                                 raise TimeoutError  # its notice was lost: cannot name it
                             await response.write(b": keepalive\n\n")
                     if session is not None:  # (a command records nothing: no session)
@@ -506,6 +561,25 @@ class WebChannel:
 
 _INLINE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Shown in the page (thumbnails); every other file is served as a download only."""
+
+
+async def _session(accepted: Accepted, pending: _Pending, within: float) -> str | None:
+    """The session the message was recorded in: from its record's notice, or from the log
+    where that notice was lost (``pending.found``); ``None`` if neither came in time."""
+    if accepted.session_id is not None:
+        return accepted.session_id
+    for future in (accepted.recorded, pending.found):
+        if future is not None and future.done() and not future.cancelled():
+            return future.result()
+    # A cancelled notice (the relay forgot it) is no longer waited for; the log still may be.
+    waits = [f for f in (accepted.recorded, pending.found) if f is not None and not f.done()]
+    if not waits:
+        return None
+    done, _ = await asyncio.wait(waits, timeout=within)
+    for future in done:
+        if not future.cancelled():
+            return future.result()
+    return None
 
 
 def _dumps(value: Any) -> str:

@@ -22,7 +22,7 @@ from app.compose_channels import web_channel
 from app.config import Settings
 from app.server import Gateway
 from channels.web.channel import WebChannel
-from gateway.channel import Accepted, ReplySink
+from gateway.channel import Accepted, Answer, ReplySink
 from gateway.errors import ConfigError, ProviderUnavailable
 from gateway.history import StoreHistory
 from gateway.messages import Inbound
@@ -398,6 +398,55 @@ async def test_a_message_from_an_earlier_run_never_answers_into_a_live_request(
         release.set()
         for runner in runners:
             await runner.cleanup()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_relayed_reply_that_is_lost_is_found_in_the_log(
+        tmp_path: Path, stream: bool) -> None:
+    """Several workers: the reply to a request comes from the worker serving it, through
+    Redis. When neither its record's notice nor the reply ever comes (Redis lost them), the
+    request gets the answer recorded in the log, with its session, not a 504 a minute later."""
+    looked: list[float] = []
+
+    async def answered(within: float) -> Answer | None:
+        looked.append(within)
+        return Answer("s9", True, "from the log") if len(looked) >= 2 else None
+
+    async def deliver(inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
+        never = asyncio.get_running_loop().create_future()  # the lost notice
+        return Accepted(session_id=None, recorded=never, answered=answered)
+
+    channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=30,
+                         lost_reply_check=0.05)
+    app = web.Application()
+    app.add_routes(channel.routes())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        await channel.start(deliver)
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
+        body = {"conversation": "c", "text": "hi", "stream": stream}
+        async with aiohttp.ClientSession() as client, asyncio.timeout(20), \
+                client.post(url, json=body) as response:
+            assert response.status == 200
+            if stream:
+                events: Events = []
+                name = ""
+                async for raw in response.content:
+                    line = raw.decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        name = line.removeprefix("event: ")
+                    elif line.startswith("data: "):
+                        events.append((name, orjson.loads(line.removeprefix("data: "))))
+                assert events == [("session", {"session": "s9"}),
+                                  ("done", {"session": "s9", "reply": "from the log"})]
+            else:
+                assert await response.json() == {"session": "s9", "reply": "from the log"}
+    finally:
+        await runner.cleanup()
+    assert looked == [0, 0]  # looked up now and then, never waiting on the store
 
 
 async def _status(client: aiohttp.ClientSession, url: str, n: int) -> int:
