@@ -575,7 +575,8 @@ async def _session(accepted: Accepted, pending: _Pending, within: float) -> str 
     waits = [f for f in (accepted.recorded, pending.found) if f is not None and not f.done()]
     if not waits:
         return None
-    done, _ = await asyncio.wait(waits, timeout=within)
+    # The first to come: the log is looked at too, and may never have it.
+    done, _ = await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
     for future in done:
         if not future.cancelled():
             return future.result()

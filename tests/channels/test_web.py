@@ -449,6 +449,55 @@ async def test_a_relayed_reply_that_is_lost_is_found_in_the_log(
     assert looked == [0, 0]  # looked up now and then, never waiting on the store
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_relayed_reply_is_sent_as_soon_as_it_comes(
+        tmp_path: Path, stream: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's notice and the reply relayed from another worker are sent the moment they
+    come, while the log is still being looked at now and then."""
+    monkeypatch.setattr("channels.web.channel.KEEPALIVE_SECONDS", 3600.0)  # nothing waits it out
+
+    async def answered(within: float) -> Answer | None:
+        return None  # not in the log yet: the relay is faster
+
+    async def deliver(inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
+        assert sink is not None
+        recorded = asyncio.get_running_loop().create_future()
+
+        async def serve() -> None:  # the serving worker, elsewhere
+            await asyncio.sleep(0.05)
+            recorded.set_result("s7")
+            await sink.finish("relayed")
+
+        tasks.append(asyncio.create_task(serve()))
+        return Accepted(session_id=None, recorded=recorded, answered=answered)
+
+    tasks: list[asyncio.Task[None]] = []
+    channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=3600,
+                         lost_reply_check=3600)
+    app = web.Application()
+    app.add_routes(channel.routes())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        await channel.start(deliver)
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
+        body = {"conversation": "c", "text": "hi", "stream": stream}
+        async with aiohttp.ClientSession() as client, asyncio.timeout(30), \
+                client.post(url, json=body) as response:
+            assert response.status == 200
+            text = await response.text()
+    finally:
+        await runner.cleanup()
+    if stream:
+        assert "event: session" in text
+        assert "event: done" in text
+        assert '"reply":"relayed"' in text
+    else:
+        assert orjson.loads(text) == {"session": "s7", "reply": "relayed"}
+
+
 async def _status(client: aiohttp.ClientSession, url: str, n: int) -> int:
     async with client.post(url, json={"conversation": f"c{n}", "text": "hi"}) as response:
         return response.status

@@ -2,7 +2,7 @@
 nothing answered twice, order kept per conversation, every call replayable.
 
 2,000 messages over 100 conversations: about 25 s on the 2-core development machine when it
-is quiet, about a minute when it is busy with other work.
+is quiet, one to four minutes when it is busy with other work.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
 from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers
 
-pytestmark = pytest.mark.services
+# Bounds sized for a loaded machine: one run took 223 s there (2026-12-01, load 5-6 with the
+# outage trials and a CPU hog beside it), against 25 s quiet; the request and burst bounds
+# below were 120 s and 240 s, the test's 300 s.
+pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
 MESSAGES = 2000
 CONVERSATIONS = 100
@@ -49,7 +52,7 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
     acked = 0
     gate = asyncio.Semaphore(IN_FLIGHT)
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
             client = ChatClient(http, workers, rng.choice)
 
             async def one(sent: Sent, ack: asyncio.Event) -> None:
@@ -67,7 +70,7 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
                         if acked == int(MESSAGES * KILL_AFTER):
                             victim.proc.kill()  # SIGKILL: no shutdown, leases left to lapse
 
-            async with asyncio.timeout(240), asyncio.TaskGroup() as senders:
+            async with asyncio.timeout(480), asyncio.TaskGroup() as senders:
                 for messages in plan.values():
                     senders.create_task(conversation(messages))
             # Everything queued is served: no conversation left with a queue.
