@@ -29,6 +29,7 @@ from tests.reliability.crash_harness import (
     LogCheck,
     Traffic,
     answered,
+    bot_messages,
 )
 from tests.reliability.web_client import WEB_CONVERSATIONS
 
@@ -145,6 +146,9 @@ def repeated(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer,
              logs: LogCheck) -> list[str]:
     """Messages answered more than once so far: on the platform, or in the session log."""
     found = [f"{t} answered {n} times" for t, n in answered(tg, slack).items() if n > 1]
+    # Where those answers are, once each (the findings are compared as text across trials).
+    found += [f"  {t}: {where}" for t, n in answered(tg, slack).items() if n > 1
+              for where in bot_messages(tg, slack, t)]
     found += [f"{t} answered {n} times in the session log"
               for t, n in logs.replies.items() if n > 1]
     found += [f for m in traffic.web_messages for f in m.findings()]

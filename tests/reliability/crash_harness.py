@@ -403,6 +403,18 @@ def missing(acknowledged: Mapping[tuple[str, str], str], logs: LogCheck) -> list
             if token not in logs.recorded.get((channel, pid), "")]
 
 
+def bot_messages(tg: FakeTelegramServer, slack: FakeSlackServer,
+                 token: str) -> list[str]:
+    """Where and what the bot's messages answering ``token`` say (to explain a finding)."""
+    found = [f"telegram {chat}/{mid}: {m.get('text', '')!r}"
+             for (chat, mid), m in tg.messages.items()
+             if m["from"]["id"] == tg.bot_user["id"] and token in str(m.get("text", ""))]
+    found += [f"slack {channel}/{ts} (thread {m.get('thread_ts')}): {m.get('text', '')!r}"
+              for (channel, ts), m in slack.messages.items()
+              if m.get("bot_id") == slack.bot_id and token in str(m.get("text", ""))]
+    return found
+
+
 def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
     """How many of the bot's messages (as they stand, edits applied) answer each token."""
     texts = [m.get("text", "") for m in tg.messages.values()
