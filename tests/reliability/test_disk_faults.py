@@ -69,7 +69,7 @@ OPEN_BUG = {"enospc-stop"}
 from the session log. A turn whose session writes failed (ENOSPC; the recorder lets the turn
 go on) still sends its reply and notes the item answered in the owed journal (which had room);
 the stop then closes the session with those entries unwritten ("N unwritten bytes lost at
-close"), and the restarted gateway has nothing owed. Seen with seed 376020344 at aceeaf2 (web
+close"), and the restarted gateway has nothing owed. Seen with seed 376020344 at fdc36e5 (web
 message tok00014). The fix belongs to issue 12, item 3 (nothing written is dropped) or to the
 order of "answered" and "written"; see the helper's report."""
 TMPFS_SIZE = 32 << 20
