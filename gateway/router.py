@@ -117,8 +117,6 @@ class Router:
             self._channels.set()
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
-        # One process: items whose reply went out, being noted answered (see _answered).
-        self._marks: dict[str, asyncio.Task[None]] = {}
         self._unrecorded = Episode(log, "recording inbound messages")
         self._unwritable = Episode(log, "serving messages (session store)")
         registry.is_busy = self.is_busy
@@ -282,11 +280,7 @@ class Router:
             async with self.conversations.holding(claim):
                 delay = self.retry_delay
                 while (item := await self.conversations.next(claim)) is not None:
-                    try:
-                        served = await self._serve(claim, item)
-                    finally:
-                        await self._marked(item)
-                    if not served:
+                    if not await self._serve(claim, item):
                         await asyncio.sleep(delay)  # the store is down: the same item again
                         delay = min(delay * 2, MAX_RETRY_DELAY)
                         continue
@@ -387,36 +381,7 @@ class Router:
         answered the moment its reply is out: the narrowest window there is between a
         platform taking a reply and the gateway knowing it did."""
         return _Answering(item.sink or self.sink_for(item.inbound),
-                          partial(self._answered, claim, item))
-
-    async def _answered(self, claim: Claim, item: QueueItem) -> None:
-        """The item's reply went out: note it answered.
-
-        In one process this runs beside the rest of the turn rather than before it: the owed
-        journal's fsync (of the ``paid`` line) overlaps the session log's own fsync at the
-        turn's end instead of queueing in front of it. Nothing moves earlier or later than
-        it did: the line is written as soon as the loop runs the task, and the worker waits for
-        both fsyncs (:meth:`_marked`) before it takes the conversation's next item. Shared by
-        several workers, the coordinator's ``done`` stays in line (it hands the item over).
-        """
-        if self.shared or self._group is None:
-            await self.conversations.done(claim, item)
-            return
-        self._marks[item.id] = self._group.create_task(self._note(claim, item))
-
-    async def _note(self, claim: Claim, item: QueueItem) -> None:
-        # In the router's task group, where an error would cancel every conversation: the
-        # one-process coordinator's done() never raises, and if it ever did, it is logged.
-        try:
-            await self.conversations.done(claim, item)
-        except Exception:
-            log.exception("%s: could not note a reply as answered", item.inbound.key.label())
-
-    async def _marked(self, item: QueueItem) -> None:
-        """Wait until the item's reply is noted answered, if it went out (see _answered)."""
-        task = self._marks.pop(item.id, None)
-        if task is not None:
-            await asyncio.shield(task)  # a cancelled worker leaves the note to finish
+                          partial(self.conversations.done, claim, item))
 
     async def _rotate(self, claim: Claim, item: QueueItem, context: ChannelContext) -> None:
         """``/new``: the conversation continues in a fresh session, from this point on."""
