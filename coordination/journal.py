@@ -89,6 +89,11 @@ class FileJournal:
         self.clock = clock
         self._sync_file = sync_file
         self._owed: dict[str, OwedItem] = {}
+        # Owed items queued for their turn (``kept``), in the order they were queued: the order
+        # their conversation serves them. It can differ from the order they were owed in
+        # (recording a message awaits its session, and concurrent deliveries resume from that
+        # in any order), and a restart must serve them as the live queue would have.
+        self._kept: dict[str, None] = {}
         self._owed_keys: dict[str, str] = {}  # key -> id of an owed item
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # answered keys, oldest first
         self._paid: dict[str, str | None] = {}  # id -> session, for the keys in _seen
@@ -151,6 +156,8 @@ class FileJournal:
                                          None if key is None else str(key), float(at), str(body)))
             elif kind == "drop":
                 self._forget_owed(str(line[1]))
+            elif kind == "kept":
+                self._note_kept(str(line[1]))
             elif kind == "paid":
                 _, item_id, session, _at = line
                 self._note_paid(str(item_id), None if session is None else str(session))
@@ -171,8 +178,11 @@ class FileJournal:
     # -- queries -------------------------------------------------------------------------------
 
     def owed(self) -> list[OwedItem]:
-        """Every owed item, in arrival order."""
-        return list(self._owed.values())
+        """Every owed item in the order its conversation serves it: those queued for their
+        turn in the order they were queued, then the others in arrival order (their turn
+        never began: live, they would have joined the queue after the queued ones)."""
+        kept = [self._owed[i] for i in self._kept]
+        return kept + [o for i, o in self._owed.items() if i not in self._kept]
 
     def seen(self, key: str) -> tuple[str, str | None] | None:
         """``(item id, session or None)`` of the live delivery with this key, if any."""
@@ -200,8 +210,9 @@ class FileJournal:
         return len(self._backlog)
 
     def __len__(self) -> int:
-        """Live records: owed items and remembered keys."""
-        return len(self._owed) + len(self._seen)
+        """Live records (lines a rewrite keeps): owed items, their queued marks, remembered
+        keys."""
+        return len(self._owed) + len(self._kept) + len(self._seen)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -213,6 +224,13 @@ class FileJournal:
         self._note_owed(owed)
         if self.fsync == "always":
             await self._sync()
+
+    def kept(self, item_id: str) -> None:
+        """The owed item was queued for its turn (never raises; a failed write is retried).
+        Not synced: losing the line (an OS crash) only loses this ordering hint."""
+        if item_id in self._owed and item_id not in self._kept:
+            self._note_kept(item_id)
+            self._write_kept(_line(["kept", item_id]))
 
     async def drop(self, item_id: str) -> None:
         """The item was not acknowledged after all: forget it (never raises)."""
@@ -303,7 +321,12 @@ class FileJournal:
         if owed.key is not None:
             self._owed_keys[owed.key] = owed.id
 
+    def _note_kept(self, item_id: str) -> None:
+        if item_id in self._owed:
+            self._kept[item_id] = None
+
     def _forget_owed(self, item_id: str) -> OwedItem | None:
+        self._kept.pop(item_id, None)
         owed = self._owed.pop(item_id, None)
         if owed is not None and owed.key is not None:
             self._owed_keys.pop(owed.key, None)
@@ -340,6 +363,7 @@ class FileJournal:
             return
         lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item])
                  for o in self._owed.values()]
+        lines += [_line(["kept", item_id]) for item_id in self._kept]
         lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in self._seen.items()]
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)

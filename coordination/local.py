@@ -6,7 +6,7 @@ session; then it is queued in a per-conversation deque and served by the one tas
 starts; the claim ends, with no await in between, when the deque is empty. An item leaves the
 journal when it is answered (``done``). Items still owed when the process stopped (killed,
 or shut down with a queue) come back on the next start through :meth:`adoptions`, marked
-``resumed``, in arrival order.
+``resumed``, in the order they were queued (then any never queued, in arrival order).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class LocalConversations:
 
     async def keep(self, item: QueueItem) -> Claim | None:
         self._settle_entering(item, True)
+        self.journal.kept(item.id)  # a restart queues it in this order, not the owed order
         self._count_new(item, 1)
         key = item.inbound.key
         queue = self._queues.get(key)

@@ -129,3 +129,39 @@ async def test_a_message_owed_but_never_written_to_its_session_is_recorded_once(
     assert duplicate.duplicate  # the platform's redelivery is recognised
     assert [m["content"] for m in replay.messages if m["role"] == "user"] == ["lost in between"]
     assert replay.messages.entry(0)["meta"]["item"] == item.id
+
+
+async def test_a_restart_serves_owed_messages_in_the_order_they_were_queued(
+        tmp_path: Path) -> None:
+    """Two messages owed A then B but queued B then A (A's recording awaited its session
+    longer, as concurrent deliveries do): after a restart the conversation serves B, then A,
+    as it would have live; a message owed but never queued comes last. (A crash-kill trial
+    found the owed order served instead: a later message ran inside an interrupted turn.)"""
+    def message(text: str) -> QueueItem:
+        return QueueItem(Inbound(KEY, Sender("u", "U"), text, platform_id=text))
+
+    a, b, c = message("a"), message("b"), message("c")
+    live = queue(tmp_path)
+    await live.open()
+    for item in (a, b, c):
+        assert not (await live.enter(item, f"k-{item.inbound.text}")).duplicate
+    assert await live.keep(b) is not None  # B's claim: it starts the conversation's worker
+    assert await live.keep(a) is None  # A joins behind B; C is never queued (the stop)
+    await live.aclose()
+
+    path = tmp_path / "d" / "state" / "delivery.jsonl"
+    for _ in range(2):  # twice: the first open rewrites the file, the second reads that
+        journal = FileJournal(path)
+        await journal.open()
+        assert [o.id for o in journal.owed()] == [b.id, a.id, c.id]
+        journal.close()
+    again = queue(tmp_path)
+    await again.open()
+    claims = [claim async for claim in again.adoptions()]
+    assert [claim.key for claim in claims] == [KEY]
+    served = []
+    while (item := await again.next(claims[0])) is not None:
+        served.append(item.inbound.text)
+        await again.done(claims[0], item)
+    assert served == ["b", "a", "c"]
+    await again.aclose()
