@@ -221,6 +221,8 @@ class Figures:
     out or said 504): the answer is in the history, not on the request."""
     notes: str = ""
     problems: list[str] = field(default_factory=list)
+    recorded_calls: Counter[str] = field(default_factory=Counter)
+    """Model calls the logs record, by the client id of the message each one answers."""
     """The log of each conversation with a finding, as (role, client id) steps, to read."""
 
     def line(self) -> str:
@@ -249,8 +251,9 @@ async def tally(trial: str, url: str, schema: str,
             answers: Counter[str] = Counter()
             steps: list[str] = []
             for session_id in by_conv.get(f"web:{conv}", []):
-                _read(replay_bytes(await store.read_log("default", session_id)), order, answers,
-                      steps)
+                replay = replay_bytes(await store.read_log("default", session_id))
+                _read(replay, order, answers, steps)
+                _count_calls(replay, figures.recorded_calls)
             before = (figures.recorded_twice, figures.answered_twice, figures.never_answered,
                       figures.lost, len(figures.out_of_order), figures.unacked_answered_twice)
             times = Counter(order)
@@ -292,6 +295,16 @@ async def _inbox_row(store: PostgresSessionStore, client_id: str) -> str:
             f"SELECT dedup, attempts, answered_at IS NOT NULL AS answered, session_id"
             f" FROM {store.quoted_schema}.inbox WHERE dedup LIKE $1", f"%{client_id}")
     return "; ".join(str(dict(r)) for r in rows) or "no inbox row"
+
+
+def _count_calls(replay: Replay, counts: Counter[str]) -> None:
+    """Count each recorded call under the message it answers (the last user message sent)."""
+    for turn in replay.turns:
+        users = [m for m in replay.sent(turn) if m.get("role") == "user"]
+        content = users[-1].get("content") if users else None
+        found = _MESSAGE.search(content) if isinstance(content, str) else None
+        if found is not None:
+            counts[f"{found.group(2)}-{found.group(1)}"] += 1
 
 
 def _read(replay: Replay, order: list[str], answers: Counter[str], steps: list[str]) -> None:

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,14 +26,10 @@ from typing import NoReturn
 import pytest
 import redis as redis_sync
 
+from tests.coordination.cluster import free_port
+
 READY_TIMEOUT = 60.0
 """Seconds a server gets to come up (generous: the machine may be busy)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def missing(what: str) -> NoReturn:

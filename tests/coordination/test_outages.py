@@ -11,8 +11,12 @@ worker acknowledges them, as a platform would). Once 30 % are acknowledged it br
 * ``redis-flush``: ``FLUSHDB`` (every lease gone at once);
 * ``redis-restart``: Redis killed and started again, empty, on the same port;
 * ``worker-pause``: a worker holding leases SIGSTOPped until the other one has taken its
-  conversations over (at least three lease lifetimes), then SIGCONTed: it must not call its
-  model again for any message the other worker took over.
+  conversations over (at least three lease lifetimes), then SIGCONTed. No model call may be
+  made without the lease: a call is made only once its call entry is in the log under the
+  worker's fencing token, which another holder's token refuses, so every call the models saw
+  must be one the log records. (Calls reaching the model after SIGCONT for a message taken
+  over are counted, not refused: a call started under the lease just before SIGSTOP arrives
+  then.)
 
 Then the burst ends, the workers drain what is owed and stop, and the session logs in
 PostgreSQL are read: each acknowledged message recorded once and followed by exactly one
@@ -31,6 +35,7 @@ import re
 import secrets
 import signal
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +119,8 @@ async def test_postgres_stopped_and_started_mid_burst(
         refused = stage.client.refused
         began = time.monotonic()
         await stage.pg.stop()
-        await _hold(lambda: stage.client.refused > refused, at_least=3.0, at_most=15.0)
+        # Until a sender met it: a conversation waits for its answer (at most 10 s) first.
+        await _hold(lambda: stage.client.refused > refused, at_least=3.0, at_most=30.0)
         await stage.pg.start()
         stage.notes.append(f"down {time.monotonic() - began:.1f} s")
 
@@ -147,7 +153,7 @@ async def test_redis_restarted_mid_burst(
         refused = stage.client.refused
         began = time.monotonic()
         await stage.rds.kill()
-        await _hold(lambda: stage.client.refused > refused, at_least=2.0, at_most=15.0)
+        await _hold(lambda: stage.client.refused > refused, at_least=2.0, at_most=30.0)
         await stage.rds.start()
         stage.notes.append(f"down {time.monotonic() - began:.1f} s")
 
@@ -186,12 +192,16 @@ async def test_worker_paused_past_its_lease(
 
     figures, calls = await _trial("worker-pause", pg, rds, tmp_path, pause,
                                   notes=lambda calls: _pause_notes(calls, moments, held))
-    stop, cont = moments["stop"], moments["cont"]
-    taken_over = {c.message for c in calls if c.worker == "w0" and c.at > stop}
+    stop = moments["stop"]
     assert {c.conversation for c in calls if c.worker == "w0" and c.at > stop} & held, \
         "the other worker should have taken over a conversation the paused one held"
-    late = [c for c in calls if c.worker == "w1" and c.at > cont and c.message in taken_over]
-    assert late == [], f"the paused worker called its model after losing the lease: {late}"
+    # A worker calls its model only after the call is recorded in the log under its fencing
+    # token, which fails once another worker holds the conversation; so a call the log does
+    # not hold was made without the lease. (A call that reached the model after SIGCONT may
+    # still have been started before SIGSTOP, under the lease: the notes count those.)
+    made = Counter(c.message for c in calls)
+    unrecorded = {m: n for m, n in made.items() if n > figures.recorded_calls[m]}
+    assert unrecorded == {}, f"model calls the log does not hold (made, recorded): {unrecorded}"
     assert figures.answered_once == figures.acknowledged
 
 
@@ -201,7 +211,8 @@ def _pause_notes(calls: list[Call], moments: dict[str, float], held: set[str]) -
     after = [c for c in calls if c.worker == "w1" and c.at > cont]
     late = [c for c in after if c.message in taken]
     return (f"paused {cont - stop:.1f} s holding {len(held)} leases; paused worker's calls "
-            f"after resuming {len(after)}, for taken-over messages {len(late)}")
+            f"reaching the model after SIGCONT {len(after)}, for taken-over messages "
+            f"{len(late)}")
 
 
 # -- one trial ---------------------------------------------------------------------------------
@@ -225,7 +236,10 @@ async def _trial(name: str, pg: PrivatePostgres, rds: PrivateRedis, tmp: Path,
             await stack.enter_async_context(provider)
         workers = await start_workers(2, tmp=tmp, schema=schema, prefix=prefix,
                                       lease_ttl=LEASE_TTL, store_url=pg.url,
-                                      redis_url=rds.url, each=[p.env() for p in providers])
+                                      redis_url=rds.url, each=[p.env() for p in providers],
+                                      # A slow machine must not let a call go ahead before its
+                                      # call entry is written (the pause trial counts them).
+                                      extra={"GATEWAY_PERSIST_TIMEOUT": "30"})
         try:
             async with aiohttp.ClientSession(
                     timeout=aiohttp.ClientTimeout(total=90, sock_connect=5)) as http:
