@@ -189,7 +189,15 @@ class Router:
         try:
             if now:
                 await self._record_on_receipt(item)  # counts as receiving once opened
-            self._start(await self.conversations.keep(item))
+            claim = await self.conversations.keep(item)
+            if claim is not None and self._closing:
+                # Received while the gateway stops (drain began during the recording): the
+                # message is recorded and owed, and is answered after the next start (or by
+                # another worker). A turn started now would outlive the drain and answer
+                # after the owed journal closed, so the answer would be sent again later.
+                await self.conversations.release(claim)
+            else:
+                self._start(claim)
         finally:
             if now and key in self._receiving:
                 if self._receiving[key] == 1:

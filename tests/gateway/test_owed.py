@@ -10,7 +10,7 @@ from pathlib import Path
 from coordination.journal import FileJournal
 from coordination.keys import encode_item, member
 from coordination.local import LocalConversations
-from gateway.coordination import QueueItem
+from gateway.coordination import Claim, QueueItem
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
@@ -165,3 +165,47 @@ async def test_a_restart_serves_owed_messages_in_the_order_they_were_queued(
         await again.done(claims[0], item)
     assert served == ["b", "a", "c"]
     await again.aclose()
+
+
+class SlowKeep(LocalConversations):
+    """Queues an item only once ``gate`` is set (``entered`` says one is waiting): a message
+    still being received when the gateway begins to stop."""
+
+    def __init__(self, journal: FileJournal) -> None:
+        super().__init__(journal)
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def keep(self, item: QueueItem) -> Claim | None:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().keep(item)
+
+
+async def test_a_message_received_during_the_drain_is_answered_after_the_next_start(
+        tmp_path: Path) -> None:
+    """A message whose receiving began before the stop and ended during it is recorded and
+    owed, but no turn starts for it in the stopping process (it would outlive the drain and
+    its answer could not be noted, so it would be sent again): the next start answers it,
+    once. (A crash-kill trial's clean stop found it answered twice.)"""
+    provider = Echo()
+    journal = FileJournal(tmp_path / "d" / "state" / "delivery.jsonl")
+    slow = SlowKeep(journal)
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            conversations=slow) as core:
+        saying = asyncio.create_task(core.channel.say("a", "one"))
+        await asyncio.wait_for(slow.entered.wait(), 5)
+        await core.router.drain(0)  # the stop begins while the message is being received
+        slow.gate.set()
+        accepted = await asyncio.wait_for(saying, 5)
+        await core.idle()
+        assert accepted is not None
+        assert accepted.session_id is not None  # recorded: the platform hears "received"
+        assert provider.calls == []
+        assert core.channel.replies == []
+    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                            conversations=queue(tmp_path)) as again:
+        replies = await again.channel.wait_replies(1)
+        await again.idle()
+    assert [r[2] for r in replies] == ["re:one"]
+    assert provider.calls == ["one"]
