@@ -59,6 +59,9 @@ class LocalConversations:
                 self._queues[key] = queue = deque()
                 self._orphans.append(key)
             queue.append(item)
+            # Queued now, in this order: an item the last run owed but never queued (it died
+            # first) must keep its place ahead of what this run queues after it.
+            self.journal.kept(item.id)
             self._count_new(item, 1)
         if self._orphans:
             log.info("%d message(s) in %d conversation(s) are owed an answer from before the "

@@ -209,3 +209,34 @@ async def test_a_message_received_during_the_drain_is_answered_after_the_next_st
         await again.idle()
     assert [r[2] for r in replies] == ["re:one"]
     assert provider.calls == ["one"]
+
+
+async def test_an_item_owed_but_never_queued_keeps_its_place_across_two_restarts(
+        tmp_path: Path) -> None:
+    """A run owes A and dies before queuing it; the next run queues A (resumed) and then
+    receives B; it dies too. The third run serves A before B (a crash-kill trial found B served
+    first: the resumed A was never noted as queued)."""
+    def message(text: str) -> QueueItem:
+        return QueueItem(Inbound(KEY, Sender("u", "U"), text, platform_id=text))
+
+    a, b = message("a"), message("b")
+    first = queue(tmp_path)
+    await first.open()
+    assert not (await first.enter(a, "k-a")).duplicate  # owed, then the process dies
+    await first.aclose()
+
+    second = queue(tmp_path)
+    await second.open()  # A comes back resumed, queued first
+    assert not (await second.enter(b, "k-b")).duplicate
+    assert await second.keep(b) is None  # behind A
+    await second.aclose()
+
+    third = queue(tmp_path)
+    await third.open()
+    claims = [claim async for claim in third.adoptions()]
+    served = []
+    while (item := await third.next(claims[0])) is not None:
+        served.append(item.inbound.text)
+        await third.done(claims[0], item)
+    assert served == ["a", "b"]
+    await third.aclose()
