@@ -74,20 +74,20 @@ from channels.web.convert import (
     blob_hash,
     chat_request,
     conversation_id,
-    file_json,
     form_attachments,
     form_fields,
     history_item,
     int_param,
     parse_chat,
 )
+from channels.web.sink import WebSink
 from gateway.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
 from gateway.errors import RETRY_AFTER, ConfigError, UnavailableError
-from gateway.history import History, HistoryFile
+from gateway.history import History
 from gateway.hosts import host_of, is_loopback
 from gateway.http_limits import body_timeout
 from gateway.ids import DEFAULT_TENANT
-from gateway.messages import ConversationKey, Inbound, OutboundFile, Sender
+from gateway.messages import ConversationKey, Inbound, Sender
 
 log = logging.getLogger("channels.web")
 
@@ -119,52 +119,6 @@ _PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-
-
-
-class WebSink:
-    """The reply sink of one HTTP request.
-
-    Deltas go into :attr:`events` when the request streams; the end of the turn resolves
-    :attr:`result` (``(True, text)`` for finish, ``(False, apology)`` for fail) and is also
-    queued as the last event. Files the agent sends are listed in :attr:`files` (and queued
-    as ``file`` events, their JSON as text): the page offers them as download links. Calls
-    after the end are ignored.
-    """
-
-    def __init__(self, *, stream: bool, conversation: str = "") -> None:
-        self.stream = stream
-        self.conversation = conversation
-        self.events: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        self.result: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
-        self.files: list[dict[str, Any]] = []
-
-    async def send_file(self, file: OutboundFile) -> None:
-        if self.result.done():
-            return
-        shown = file_json(HistoryFile(file.name, file.media_type, len(file.data), file.hash,
-                                      sent=True), self.conversation)
-        self.files.append(shown)
-        if self.stream:
-            self.events.put_nowait(("file", orjson.dumps(shown).decode()))
-
-    async def typing(self) -> None:
-        return None
-
-    async def delta(self, text: str) -> None:
-        if self.stream and not self.result.done():
-            self.events.put_nowait(("delta", text))
-
-    async def finish(self, text: str) -> None:
-        self._end(True, text)
-
-    async def fail(self, text: str) -> None:
-        self._end(False, text)
-
-    def _end(self, ok: bool, text: str) -> None:
-        if not self.result.done():
-            self.result.set_result((ok, text))
-            self.events.put_nowait(("done" if ok else "error", text))
 
 
 @dataclass(slots=True)
