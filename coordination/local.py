@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -25,7 +24,7 @@ from coordination.journal import JOURNAL_FILE, FileJournal
 from coordination.keys import decode_item, encode_item, key_of, member
 from gateway.coordination import Claim, Entered, QueueItem
 from gateway.episodes import Episode
-from gateway.errors import UnavailableError
+from gateway.errors import UnavailableError, kind_of
 from gateway.messages import ConversationKey
 from gateway.pairing import PairingState
 
@@ -93,8 +92,8 @@ class LocalConversations:
                                    encode_item(item, ""))
         except OSError as exc:
             self._settle_entering(item, False)
-            self._unwritten.failed(_kind(exc))
-            raise UnavailableError("store", _kind(exc)) from exc
+            self._unwritten.failed(kind_of(exc))
+            raise UnavailableError("store", kind_of(exc)) from exc
         self._unwritten.ok()
         return Entered()
 
@@ -198,9 +197,6 @@ class LocalConversations:
             if key in self._queues:
                 yield Claim(key)
 
-
-def _kind(exc: OSError) -> str:
-    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
 
 
 class InProcessCoordinator:

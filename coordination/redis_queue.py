@@ -27,7 +27,6 @@ are adopted. A head row taken before (``attempts > 1``) comes back marked ``resu
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -43,7 +42,7 @@ from coordination.lease_guard import LeaseGuard, guarded
 from coordination.relay import Relay
 from gateway.coordination import Claim, Entered, QueueItem, SharedInbox
 from gateway.episodes import Episode
-from gateway.errors import UnavailableError
+from gateway.errors import UnavailableError, kind_of
 from gateway.messages import ConversationKey
 from gateway.tasks import bounded
 
@@ -104,8 +103,8 @@ class RedisConversations:
                                           encode_item(item, self.worker))
         except OSError as exc:
             self.relay.forget(item.id)
-            self._store_down.failed(_kind(exc))
-            raise UnavailableError("store", _kind(exc)) from exc
+            self._store_down.failed(kind_of(exc))
+            raise UnavailableError("store", kind_of(exc)) from exc
         except BaseException:
             self.relay.forget(item.id)
             raise
@@ -141,7 +140,7 @@ class RedisConversations:
         try:
             await self.inbox.withdraw(item.id)
         except OSError as exc:
-            log.warning("coordination: withdrawing an item failed (%s)", _kind(exc))
+            log.warning("coordination: withdrawing an item failed (%s)", kind_of(exc))
 
     def on_recorded(self, item: QueueItem) -> asyncio.Future[str] | None:
         if item.sink is None:
@@ -321,7 +320,7 @@ class RedisConversations:
             try:
                 result = await op(*args)
             except OSError as exc:
-                self._store_down.failed(_kind(exc))
+                self._store_down.failed(kind_of(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_STORE_RETRY)
                 continue
@@ -337,13 +336,5 @@ class RedisConversations:
         try:
             await self.inbox.prune(KEEP_ANSWERED)
         except OSError as exc:
-            log.warning("coordination: pruning answered messages failed (%s)", _kind(exc))
+            log.warning("coordination: pruning answered messages failed (%s)", kind_of(exc))
 
-
-def _kind(exc: BaseException) -> str:
-    kind = getattr(exc, "kind", None)
-    if isinstance(kind, str):
-        return kind
-    if isinstance(exc, OSError) and exc.errno:
-        return errno.errorcode.get(exc.errno, type(exc).__name__)
-    return type(exc).__name__

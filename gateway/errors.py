@@ -22,6 +22,7 @@ Third-party exceptions are translated at the seam with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import errno
 from typing import Literal
 
 
@@ -122,3 +123,14 @@ class UnavailableError(GatewayError):
     def public(self) -> str:
         """What a client is told (no cause: that is for the operator's log)."""
         return f"{self.what} unavailable"
+
+
+def kind_of(exc: BaseException) -> str:
+    """A failure's kind, safe to log and count: the error's own ``kind`` (our errors), the errno
+    name of an ``OSError`` (``ENOSPC``), else the exception's type name."""
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(exc, OSError) and exc.errno:
+        return errno.errorcode.get(exc.errno, type(exc).__name__)
+    return type(exc).__name__

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -50,7 +49,7 @@ from gateway.coordination import (
     current_lease,
 )
 from gateway.episodes import Episode
-from gateway.errors import ChannelError, NotRecordedError, UnavailableError
+from gateway.errors import ChannelError, NotRecordedError, UnavailableError, kind_of
 from gateway.media.notice import with_notice
 from gateway.messages import (
     ChannelContext,
@@ -224,7 +223,7 @@ class Router:
         except BaseException as exc:
             await self.conversations.withdraw(item)
             if isinstance(exc, STORE_FAULTS):
-                kind = _kind(exc)
+                kind = kind_of(exc)
                 self._unrecorded.failed(kind)
                 raise UnavailableError("store", kind) from exc
             raise
@@ -327,7 +326,7 @@ class Router:
             self._unwritable.failed(exc.kind)
             return False
         except STORE_FAULTS as exc:
-            self._unwritable.failed(_kind(exc))
+            self._unwritable.failed(kind_of(exc))
             return False
         except Exception:  # a bug: answer with the apology once rather than loop on it
             log.exception("%s: could not serve a message", item.inbound.key.label())
@@ -515,14 +514,6 @@ class _Answering:
         if answered is not None:
             await answered()
 
-
-def _kind(exc: BaseException) -> str:
-    kind = getattr(exc, "kind", None)
-    if isinstance(kind, str):
-        return kind
-    if isinstance(exc, OSError) and exc.errno:
-        return errno.errorcode.get(exc.errno, type(exc).__name__)
-    return type(exc).__name__
 
 
 def dedup_key(inbound: Inbound) -> str | None:
