@@ -23,13 +23,12 @@ from typing import Any
 
 import aiohttp
 import asyncpg
-import orjson
 from aiohttp import web
 
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
-from tests.coordination.cluster import Sent, WorkerProcess
+from tests.coordination.cluster import Sent, WorkerProcess, sse_events
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 
 GIVE_UP = 60.0
@@ -143,19 +142,13 @@ class RetryingClient:
 
     @staticmethod
     async def _answer(response: aiohttp.ClientResponse, sent: Sent) -> None:
-        event = None
-        async for raw in response.content:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = orjson.loads(line[6:])
-                if event == "done":
-                    sent.reply = str(data["reply"])
-                    return
-                if event == "error":
-                    sent.error = str(data.get("error"))
-                    return
+        async for event, data in sse_events(response):
+            if event == "done":
+                sent.reply = str(data["reply"])
+                return
+            if event == "error":
+                sent.error = str(data.get("error"))
+                return
 
 
 async def run_burst(client: RetryingClient, messages: dict[str, list[Sent]],

@@ -15,9 +15,10 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -197,22 +198,25 @@ class ChatClient:
             if response.status != 200:
                 raise aiohttp.ClientResponseError(response.request_info, (),
                                                   status=response.status)
-            event = None
-            async for raw in response.content:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    data = orjson.loads(line[6:])
-                    if event == "session":
-                        sent.acked = True
-                        acked.set()
-                    elif event == "done":
-                        sent.reply = str(data["reply"])
-                        return
-                    elif event == "error":
-                        sent.error = str(data.get("error"))
-                        return
+            async for event, data in sse_events(response):
+                if event == "session":
+                    sent.acked = True
+                    acked.set()
+                elif event == "done":
+                    sent.reply = str(data["reply"])
+                    return
+                elif event == "error":
+                    sent.error = str(data.get("error"))
+                    return
             raise aiohttp.ServerDisconnectedError("stream ended early")
 
 
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str | None, Any]]:
+    """The web chat's server-sent events as ``(event, parsed data)``, in order."""
+    event = None
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, orjson.loads(line[6:])
