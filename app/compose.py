@@ -63,18 +63,28 @@ from sessions.blob_files import FileBlobStore
 from sessions.blobs import BlobStore
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres import schema as pg_schema
+from sessions.reserve import RESERVE_FILE, DiskReserve
 from sessions.store import Durability, SessionStore
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini", "offline": "offline-1"}
 
 
-def build_store(settings: Settings) -> SessionStore:
+def build_store(settings: Settings, reserve: DiskReserve | None = None) -> SessionStore:
     """The one store factory: PostgreSQL when ``GATEWAY_STORE_URL`` is set, else JSONL files
-    under the data dir (with the durability setting). Every command uses it."""
+    under the data dir (with the durability setting). Every command uses it; ``gateway run``
+    passes the data directory's disk reserve (:func:`build_reserve`)."""
     return open_store(settings.data_dir, settings.store_url.get_secret_value()
                       if settings.store_url is not None else None,
                       schema=settings.store_schema, durability=settings.durability,
-                      stall_after=settings.persist_timeout)
+                      stall_after=settings.persist_timeout, reserve=reserve)
+
+
+def build_reserve(settings: Settings) -> DiskReserve | None:
+    """Room kept on the data directory's disk for what a stop while it is full would drop
+    (JSONL store only: PostgreSQL keeps its own disk); ``None`` when it is off."""
+    if settings.store_url is not None or settings.disk_reserve <= 0:
+        return None
+    return DiskReserve(settings.data_dir / "state" / RESERVE_FILE, settings.disk_reserve)
 
 
 RERUNS_DIR = "reruns"
@@ -88,7 +98,8 @@ def rerun_store(data_dir: Path) -> SessionStore:
 
 def open_store(data_dir: Path, store_url: str | None = None, *,
                schema: str = pg_schema.DEFAULT_SCHEMA,
-               durability: Durability = "turn", stall_after: float = 2.0) -> SessionStore:
+               durability: Durability = "turn", stall_after: float = 2.0,
+               reserve: DiskReserve | None = None) -> SessionStore:
     """A store from its parts (operator commands whose flags override the settings).
     ``stall_after``: when a JSONL write the disk has not finished counts as failed (the
     persist timeout)."""
@@ -96,7 +107,8 @@ def open_store(data_dir: Path, store_url: str | None = None, *,
         from sessions.postgres.store import PostgresSessionStore
 
         return PostgresSessionStore(store_url, schema=schema)
-    return JsonlSessionStore(data_dir, durability=durability, stall_after=stall_after)
+    return JsonlSessionStore(data_dir, durability=durability, stall_after=stall_after,
+                             reserve=reserve)
 
 
 def blob_store_for(store: SessionStore, data_dir: Path,
@@ -151,12 +163,14 @@ def build_keeper(settings: Settings, provider: Provider, blobs: BlobStore) -> To
                            images=IMAGE_LIMITS[provider.shape])
 
 
-def build_coordinator(settings: Settings, store: SessionStore | None = None) -> Coordinator:
+def build_coordinator(settings: Settings, store: SessionStore | None = None,
+                      reserve: DiskReserve | None = None) -> Coordinator:
     """Redis when ``GATEWAY_REDIS_URL`` is set (several workers, what they owe kept in the
     PostgreSQL ``store``), else this process alone, with its owed journal under the data
     directory."""
     if settings.redis_url is None:
-        return InProcessCoordinator(settings.data_dir, fsync=settings.durability)
+        return InProcessCoordinator(settings.data_dir, fsync=settings.durability,
+                                    reserve=reserve)
     if settings.store_url is None:
         raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
                           "sessions through PostgreSQL")
@@ -449,8 +463,9 @@ def build_gateway(
     """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
     metrics = Metrics()
     observer = observer or build_observer(settings)
-    store = store or build_store(settings)
-    coordinator = coordinator or build_coordinator(settings, store)
+    reserve = build_reserve(settings)  # one file, shared by the store and the journal
+    store = store or build_store(settings, reserve)
+    coordinator = coordinator or build_coordinator(settings, store, reserve)
     blobs = blobs or blob_store_for(store, settings.data_dir, settings.durability)
     if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
         raise ConfigError("several workers need a session store with fencing tokens "

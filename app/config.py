@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     # Per-logger levels (httpx2=DEBUG,openai=INFO); client libraries stay at WARNING otherwise.
     log_levels: str = Field("", validation_alias=_env("GATEWAY_LOG_LEVELS"))
     durability: Durability = Field("turn", validation_alias=_env("GATEWAY_DURABILITY"))
+    # Bytes kept free on the data directory's disk for what a stop while it is full must still
+    # write (sessions.reserve); 0 turns it off.
+    disk_reserve: int = Field(4 * 1024 * 1024, ge=0,
+                              validation_alias=_env("GATEWAY_DISK_RESERVE"))
     # PostgreSQL session store (postgresql://user:password@host:port/db); unset: JSONL files.
     # Secret: the URL may carry a password.
     store_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_STORE_URL"))

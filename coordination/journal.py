@@ -48,6 +48,7 @@ import orjson
 
 from gateway.errors import ConfigError
 from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.reserve import FULL_KINDS, Reserve
 
 JOURNAL_FILE = "delivery.jsonl"
 DEDUP_TTL = 25 * 3600.0
@@ -81,13 +82,20 @@ class FileJournal:
 
     def __init__(self, path: Path | None, *, ttl: float = DEDUP_TTL, fsync: str = "turn",
                  clock: Callable[[], float] = time.time,
-                 sync_file: Callable[[int], None] = os.fsync) -> None:
-        """``sync_file`` is the disk's fsync (the seam tests use to count or hold fsyncs)."""
+                 sync_file: Callable[[int], None] = os.fsync,
+                 write_file: Callable[[int, memoryview], int] = os.write,
+                 reserve: Reserve | None = None) -> None:
+        """``sync_file`` and ``write_file`` are the disk's fsync and append (the seams tests
+        use to count, hold or fail them).
+        ``reserve``: room :meth:`settle` frees when the disk is full at the stop, so the notes
+        of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on."""
         self.path = path
         self.ttl = ttl
         self.fsync = fsync
         self.clock = clock
         self._sync_file = sync_file
+        self._write_file = write_file
+        self._reserve = reserve
         self._owed: dict[str, OwedItem] = {}
         # Owed items queued for their turn (``kept``), in the order they were queued: the order
         # their conversation serves them. It can differ from the order they were owed in
@@ -140,6 +148,8 @@ class FileJournal:
         self._expire(self.clock())
         with contextlib.suppress(OSError):  # a full or read-only disk: append to it as it is
             self._rewrite()
+        if self._reserve is not None:
+            self._reserve.ensure()
 
     def _apply(self, raw: bytes) -> None:
         try:
@@ -256,6 +266,27 @@ class FileJournal:
             return False
         return not self._backlog
 
+    async def settle(self) -> bool:
+        """The last flush, before :meth:`close`: what is pending is written (into the room
+        the reserve gives back when the disk is full: a note not written here is an answer
+        sent again after the next start) and made durable. True once nothing is pending."""
+        if not self._backlog:
+            return True
+        try:
+            self._write(b"", keep=True)
+        except OSError as exc:
+            kind = errno.errorcode.get(exc.errno or 0, "")
+            if not (kind in FULL_KINDS and self._reserve is not None
+                    and await asyncio.to_thread(self._reserve.release)):
+                return False
+            try:
+                self._write(b"", keep=True)
+            except OSError:
+                return False
+        if self.fsync != "none":
+            await self._sync()
+        return not self._backlog
+
     def _write_kept(self, line: bytes) -> None:
         with contextlib.suppress(OSError):  # kept: written ahead of the next line or by flush()
             self._write(line, keep=True)
@@ -274,7 +305,7 @@ class FileJournal:
             view = memoryview(data)
             done = 0
             while done < len(data):
-                n = os.write(self._fd, view[done:])
+                n = self._write_file(self._fd, view[done:])
                 if n == 0:
                     raise OSError(errno.EIO, "write returned 0")
                 done += n

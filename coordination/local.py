@@ -27,6 +27,7 @@ from gateway.episodes import Episode
 from gateway.errors import UnavailableError, kind_of
 from gateway.messages import ConversationKey
 from gateway.pairing import PairingState
+from sessions.reserve import Reserve
 
 log = logging.getLogger("gateway.coordination")
 
@@ -68,7 +69,9 @@ class LocalConversations:
                      len(self._orphans))
 
     async def aclose(self) -> None:
-        await self.journal.flush()
+        if not await self.journal.settle():
+            log.warning("the owed journal could not note every answer sent before the stop; "
+                        "those are sent again after the next start")
         self.journal.close()
 
     @property
@@ -204,13 +207,14 @@ class InProcessCoordinator:
 
     ``data_dir``: where the owed journal lives (``<data_dir>/state/delivery.jsonl``);
     ``None`` keeps it in memory (tests that need no restart). ``journal``: a given one.
+    ``reserve``: room on the data directory's disk for the journal's last notes at a stop.
     """
 
     def __init__(self, data_dir: Path | None = None, *, fsync: str = "turn",
-                 journal: FileJournal | None = None) -> None:
+                 journal: FileJournal | None = None, reserve: Reserve | None = None) -> None:
         if journal is None:
             path = data_dir / "state" / JOURNAL_FILE if data_dir is not None else None
-            journal = FileJournal(path, fsync=fsync)
+            journal = FileJournal(path, fsync=fsync, reserve=reserve)
         self.conversations = LocalConversations(journal)
 
     async def __aenter__(self) -> Self:

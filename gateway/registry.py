@@ -219,6 +219,11 @@ class ConversationRegistry:
                 break
             if self.is_busy(key) or key not in self._open:  # (a concurrent eviction took it)
                 continue
+            if self._open[key].recorder.writer.pending_bytes:
+                # The disk failed its last writes: closed now, they could only be dropped (or
+                # use up the room kept for the stop); open, its next append or the stop writes
+                # them. (Only while the disk fails can more than max_open stay open.)
+                continue
             conv = self._open.pop(key)
             self._fences.pop(key, None)
             await _close(conv.recorder.writer)

@@ -59,6 +59,7 @@ from sessions.names import (
     validate_session_id,
     validate_tenant,
 )
+from sessions.reserve import Reserve
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
 from sessions.tombstones import ERASURES_FILE, decode_lines, encode
@@ -76,13 +77,15 @@ class JsonlSessionStore:
     def __init__(self, data_dir: Path | str, durability: Durability = "turn", *,
                  folder: str | None = None,
                  new_id: Callable[[], str] = new_session_id,
-                 stall_after: float = 2.0, ops: FileOps | None = None) -> None:
+                 stall_after: float = 2.0, ops: FileOps | None = None,
+                 reserve: Reserve | None = None) -> None:
         """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
         instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``).
         ``new_id`` draws the ids of sessions created without one (tests force collisions).
         ``stall_after``: seconds after which a write the disk has not finished is reported as
         ``STALLED`` (the gateway passes its persist timeout). ``ops``: the disk operations
-        (tests pass a disk that fails or hangs)."""
+        (tests pass a disk that fails or hangs). ``reserve``: room a close may free when the
+        disk is full, so it writes what it would otherwise drop (:mod:`sessions.reserve`)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
@@ -98,6 +101,7 @@ class JsonlSessionStore:
         self._lane = DiskLane(f"jsonl:{self.data_dir.name}")
         self._stall_after = stall_after
         self._writers: dict[Path, JsonlSessionWriter] = {}  # open writers, by file
+        self._reserve = reserve
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -161,6 +165,9 @@ class JsonlSessionStore:
     async def _create(self, sid: str, tenant: str, channel: str, conversation: str,
                       extra: Mapping[str, Any] | None) -> JsonlSessionWriter:
         directory = self._private_sessions_dir(tenant)
+        if self._reserve is not None and self._reserve.wanted:
+            # Made again once there is room (tried at most every retry_after while full).
+            await asyncio.to_thread(self._reserve.ensure)
         path = directory / f"{sid}.jsonl"
         # The header is written under a temporary name and the file linked into place with it:
         # a session without its header is no session, and a crash must not leave one behind
@@ -230,7 +237,8 @@ class JsonlSessionStore:
                 size: int) -> JsonlSessionWriter:
         writer = JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability,
                                     lane=self._lane, ops=self._ops,
-                                    stall_after=self._stall_after, on_close=self._closed)
+                                    stall_after=self._stall_after, on_close=self._closed,
+                                    reserve=self._reserve)
         self._writers[path] = writer
         return writer
 

@@ -33,6 +33,7 @@ from sessions import entries
 from sessions.disk_lane import DiskLane, FileOps
 from sessions.errors import SessionWriteError
 from sessions.names import utc_now_iso
+from sessions.reserve import FULL_KINDS, Reserve
 from sessions.store import Durability, SessionState
 
 log = logging.getLogger("sessions.jsonl")
@@ -65,7 +66,8 @@ class JsonlSessionWriter:
     def __init__(self, path: Path, fd: int, session_id: str, tenant: str, state: SessionState,
                  size: int, durability: Durability, *, lane: DiskLane, ops: FileOps,
                  stall_after: float = 2.0,
-                 on_close: Callable[[JsonlSessionWriter], None] | None = None) -> None:
+                 on_close: Callable[[JsonlSessionWriter], None] | None = None,
+                 reserve: Reserve | None = None) -> None:
         self._path = path
         self._session_id = session_id
         self._tenant = tenant
@@ -75,6 +77,7 @@ class JsonlSessionWriter:
         self._ops = ops
         self._stall_after = stall_after
         self._on_close = on_close
+        self._reserve = reserve  # room a close may free when the disk is full
         self._closed = False  # the loop's side: no appends after aclose() began
         self._closing: asyncio.Future[None] | None = None  # done once aclose() has finished
         self._kick: asyncio.TimerHandle | None = None  # the pending WRITE_DELAY wake-up
@@ -318,6 +321,9 @@ class JsonlSessionWriter:
             return
         try:
             error = self._sync_now()
+            if (self.pending_bytes and error in FULL_KINDS and self._reserve is not None
+                    and self._reserve.release()):
+                error = self._sync_now()  # into the room the reserve gave back
             lost = self.pending_bytes
             if lost:
                 log.warning("session %s: %d unwritten bytes lost at close (%s)",

@@ -137,3 +137,59 @@ async def test_keys_expire_and_the_file_stays_proportional_to_live_ones(
     await again.open()
     assert path.read_bytes().count(b"\n") == len(again) <= live
     again.close()
+
+
+class FullDisk:
+    """The journal's append on a disk that is full until room is given back (the reserve)."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def write(self, fd: int, data: memoryview) -> int:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+
+class Reserve:
+    def __init__(self, disk: FullDisk | None = None) -> None:
+        self.disk = disk
+        self.held = True
+
+    @property
+    def wanted(self) -> bool:
+        return False  # room given back stays given back here
+
+    def ensure(self) -> bool:
+        return self.held
+
+    def release(self) -> bool:
+        if not self.held or self.disk is None:
+            return False
+        self.held = False
+        self.disk.full = False
+        return True
+
+
+@pytest.mark.parametrize("room", [True, False])
+async def test_the_stop_writes_the_notes_of_answers_sent_into_the_reserve(
+        tmp_path: Path, room: bool) -> None:
+    """A ``paid`` the full disk refused is written at the stop (``settle``) once the reserve
+    gives room back; without room it stays unwritten (the next start answers it again) and
+    ``settle`` says so."""
+    path = tmp_path / "delivery.jsonl"
+    disk = FullDisk()
+    journal = FileJournal(path, write_file=disk.write,
+                          reserve=Reserve(disk if room else None))
+    await journal.open()
+    await journal.owe("i1", "c", "k1", "one")
+    disk.full = True
+    await journal.paid("i1", "s1")  # the reply went out; the note is kept in memory
+    assert journal.pending_bytes > 0
+    assert await journal.settle() is room
+    journal.close()
+    assert [line[0] for line in lines(path)] == (["owe", "paid"] if room else ["owe"])
+    reopened = FileJournal(path)
+    await reopened.open()
+    assert [o.id for o in reopened.owed()] == ([] if room else ["i1"])
+    reopened.close()

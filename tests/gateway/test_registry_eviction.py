@@ -1,0 +1,40 @@
+"""Eviction never closes a session whose last writes the disk failed: closed, its entries
+could only be dropped (issue 12, item 3); open, its next append or the stop writes them."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from gateway.messages import ChannelContext, ConversationKey
+from gateway.metrics import Metrics
+from gateway.registry import ConversationRegistry
+from sessions.jsonl import JsonlSessionStore
+from sessions.replay import replay_bytes
+from tests.fakes.disk import FaultyDisk
+from tests.sessions.helpers import add, user
+
+
+def context(chat: str) -> ChannelContext:
+    return ChannelContext("web", "private", chat, chat=chat, person=chat)
+
+
+async def test_a_session_with_unwritten_entries_stays_open_past_max_open(tmp_path: Path) -> None:
+    disk = FaultyDisk()
+    registry = ConversationRegistry(JsonlSessionStore(tmp_path, ops=disk), Metrics(), max_open=1)
+    ada, bob, cy = (ConversationKey("web", name) for name in ("ada", "bob", "cy"))
+    first = await registry.get(ada, context("ada"))
+    disk.fail(OSError(errno.ENOSPC, "No space left on device"))
+    await add(first.recorder.writer, user("written when the disk has room"))
+    disk.recover()  # room again, but nothing has asked the writer to write since
+    await registry.get(bob, context("bob"))
+    assert registry.peek(ada) is first  # kept open: its entry is still only in memory
+    assert len(registry) == 2
+
+    await add(first.recorder.writer, user("next"))  # the next append writes both
+    await first.recorder.writer.flush()
+    await registry.get(cy, context("cy"))  # now it can go
+    assert registry.peek(ada) is None
+    assert [m["content"] for m in replay_bytes(first.recorder.writer.path.read_bytes()).messages
+            ] == ["written when the disk has room", "next"]
+    await registry.aclose()
