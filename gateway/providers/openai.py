@@ -14,9 +14,11 @@ deprecated it for the rest; an older compatible server may need ``max_tokens``, 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Literal
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar, Literal, Self
 
+import httpx2
 import openai
 
 from gateway.errors import ProviderError, ProviderStreamCut
@@ -30,6 +32,7 @@ from gateway.providers.sdk import (
     text_or_none,
     usage_of,
 )
+from gateway.providers.sse import END, SseItems, SseReader, loads
 from sessions.records import MessageDict
 from sessions.shapes import Shape
 
@@ -109,7 +112,7 @@ class OpenAIProvider(SdkProvider):
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(
             _PATH, content=body, cast_to=object, stream=stream,
-            stream_cls=openai.AsyncStream[object],
+            stream_cls=ChunkStream,
             # As chat.completions.create asks: the API key as a bearer token.
             options={"security": {"bearer_auth": True}},
         )
@@ -188,6 +191,71 @@ class OpenAIProvider(SdkProvider):
 
     async def _close(self) -> None:
         await self._client.close()
+
+
+class ChunkStream(openai.AsyncStream[object]):
+    """The SDK's ``AsyncStream`` read by :class:`~gateway.providers.sse.SseReader`: the same
+    items and errors as the SDK's own (``_streaming.py``), less CPU, nothing left open.
+
+    Passed as ``stream_cls`` to the client's ``post``. Per event, as the SDK does: ``[DONE]``
+    ends the answer (the rest of an HTTP/1.1 body is read for at most 0.1 s, so the connection
+    can be reused); a ``thread.*`` event yields ``{"data": ..., "event": ...}``; data that is an
+    object with a truthy ``error`` raises ``openai.APIError``; anything else is yielded as
+    parsed. A read that times out raises ``APITimeoutError``, any other transport failure
+    ``APIConnectionError``; data that is not JSON raises ``json.JSONDecodeError``.
+    """
+
+    _items: SseItems | None = None
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        items = self._items
+        if items is None:
+            items = self._items = SseItems(self.response)
+        return await items.next(self._item)
+
+    async def close(self) -> None:
+        """Close the response (and the body's iterator); safe to call more than once."""
+        if self._items is not None:
+            await self._items.aclose()
+        await self.response.aclose()
+
+    async def _item(self, reader: SseReader) -> Any:
+        response = self.response
+        options = self._options
+        # Both options are newer than the oldest SDK the gateway allows: absent, the defaults.
+        legacy = getattr(options, "stream_mode", "legacy") == "legacy"
+        while True:
+            try:
+                sse = await reader.next()
+            except httpx2.TimeoutException as err:
+                raise openai.APITimeoutError(request=response.request) from err
+            except (httpx2.RequestError, ssl.SSLError) as err:
+                raise openai.APIConnectionError(request=response.request) from err
+            if sse is None:
+                return END
+            event, text = sse
+            if text.startswith("[DONE]"):
+                if response.http_version == "HTTP/1.1":
+                    await reader.drain()
+                return END
+            data = loads(text)
+            if legacy and event and event.startswith("thread."):
+                data = {"data": data, "event": event}
+            else:
+                if legacy and isinstance(data, Mapping) and data.get("error"):
+                    error = data.get("error")
+                    message = error.get("message") if isinstance(error, Mapping) else None
+                    if not message or not isinstance(message, str):
+                        message = "An error occurred during streaming"
+                    raise openai.APIError(message=message, request=response.request,
+                                          body=data["error"])
+                if getattr(options, "synthesize_event_and_data", None):
+                    data = {"data": data, "event": event}
+            return self._client._process_response_data(
+                data=data, cast_to=self._cast_to, response=response)
 
 
 def _message(text: str, calls: list[tuple[str, str, str]]) -> MessageDict:

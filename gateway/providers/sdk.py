@@ -3,12 +3,17 @@
 A call's body is built by :func:`sessions.shapes.request_body` and encoded by
 :func:`sessions.shapes.encode_body`, the same two functions replay uses, and those bytes go out
 through the SDK client's low-level ``post``. The client still does what it is there for (auth
-headers, retries with backoff, typed status errors, SSE decoding, timeouts); what it no longer
+headers, retries with backoff, typed status errors, timeouts); what it no longer
 does is re-walk every message of every request against its request TypedDicts
 (``_transform.py``), which cost more CPU than the rest of a turn, and it never gets the chance
 to send anything but what was recorded. Answers come back as plain JSON (``cast_to=object``),
 not validated into pydantic models per stream event: the subclasses read the few fields they
 need and treat anything else as a malformed answer.
+
+A streamed answer is read by a subclass of the SDK's own ``AsyncStream`` that each provider
+passes as ``stream_cls`` (:mod:`gateway.providers.sse`): the same items and errors as the
+SDK's, decoded in blocks rather than line by line through five nested generators, and with
+every iterator closed (the OpenAI SDK's left three per call for asyncio to finalise).
 
 Both clients use the SDKs' own aiohttp transport (``DefaultAioHttpClient``, their documented
 ``http_client``): the gateway already runs on aiohttp, and per call it costs about a third

@@ -40,7 +40,7 @@ from tests.fakes.prompt_cache import PromptCache, TooManyBreakpoints
 from tests.fakes.request_schemas import violations
 
 ApiName = Literal["anthropic", "openai"]
-ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream"]
+ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream", "raw_stream"]
 
 # A fixed `created` timestamp keeps OpenAI payloads reproducible across runs.
 OPENAI_CREATED = 1_700_000_000
@@ -120,6 +120,7 @@ class Reply:
     seconds: float = 0.0
     after_chunks: int = 0
     then: Reply | None = None  # what hang / cut_stream deliver; None = server.default
+    pieces: tuple[bytes, ...] = ()  # raw_stream: the body, one write per piece
 
     @classmethod
     def text(cls, text: str, *, stop_reason: str = "end_turn") -> Reply:
@@ -168,6 +169,13 @@ class Reply:
         connection without the terminating events. On a non-streamed request, half of
         the JSON body is sent under a full Content-Length instead."""
         return cls(kind="cut_stream", after_chunks=after_chunks, then=then)
+
+
+    @classmethod
+    def raw_stream(cls, *pieces: bytes) -> Reply:
+        """A 200 event stream of exactly these bytes, one write each (an error event in the
+        middle of an answer, comments, CRLF line ends), to whatever the request asked."""
+        return cls(kind="raw_stream", pieces=pieces)
 
 
 # Chooses the answer when the script for an api is empty.
@@ -431,6 +439,9 @@ class FakeProviderServer:
     ) -> web.StreamResponse:
         if reply.kind == "error":
             return self._error(api, reply)
+        if reply.kind == "raw_stream":
+            return await self._send_stream(request, self._request_id(api), list(reply.pieces),
+                                           cut_after)
         if reply.kind in ("hang", "cut_stream"):
             if reply.kind == "hang":
                 await self._sleep(reply.seconds)
