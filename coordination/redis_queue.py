@@ -40,7 +40,7 @@ from coordination import scripts
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
 from coordination.lease_guard import LeaseGuard, guarded
 from coordination.relay import Relay
-from gateway.coordination import Claim, Entered, QueueItem, SharedInbox
+from gateway.coordination import Claim, Entered, LeaseLostError, QueueItem, SharedInbox
 from gateway.episodes import Episode
 from gateway.errors import UnavailableError, kind_of
 from gateway.messages import ConversationKey
@@ -215,7 +215,24 @@ class RedisConversations:
         await self._give_up(claim.key)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
+        # The session holds a newer token than the claim: written before this deployment
+        # shared its store (raise ours), or another worker holds the conversation now and
+        # this lease has passed on without the guard knowing yet (Redis flushed, a takeover
+        # the renewal has not seen). Raising the token then would fence the rightful holder
+        # off and spend a provider call on a turn it also runs: ask Redis first.
+        await self._confirm(claim.key)
         claim.token = await self._store(self.inbox.next_fence, at_least)
+
+    async def _confirm(self, key: ConversationKey) -> None:
+        """:class:`LeaseLostError` unless Redis says this worker holds the lease now."""
+        try:
+            async with bounded():
+                owner = await self._redis.get(self.keys.lease(key))
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._redis_down.failed(type(exc).__name__)
+            raise LeaseLostError(f"lease on {key.label()} could not be confirmed") from exc
+        if owner != self.worker:
+            raise LeaseLostError(f"lease on {key.label()} has passed on")
 
     async def recorded(self, item: QueueItem, session_id: str) -> None:
         origin, relayed = self._origins.get(item.id, ("", False))

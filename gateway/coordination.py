@@ -141,7 +141,9 @@ class ConversationQueue(Protocol):
     async def release(self, claim: Claim) -> None: ...
 
     async def refence(self, claim: Claim, at_least: int) -> None:
-        """Raise the claim's token to at least ``at_least`` (a store holds a higher one)."""
+        """Raise the claim's token to at least ``at_least`` (a store holds a higher one),
+        after confirming the lease is still this worker's: :class:`LeaseLostError` when it
+        has passed on (then the newer token is the new holder's, and must stay ahead)."""
         ...
 
     def rotation_pending(self, key: ConversationKey) -> bool:

@@ -9,7 +9,9 @@ Workers sharing a PostgreSQL store pass the conversation's lease token as ``fenc
 session is then (re)opened under that token, and read *after* the open, since from that moment
 no writer with an older token can append (see :mod:`sessions.postgres.store`). A conversation cached
 under an older token is moved on to the new one without reading it when the log has not grown
-since this worker last wrote it (nobody else held it in between); otherwise it is read again.
+since this worker last wrote it (nobody else held it in between) and it is still the
+conversation's latest session (not rotated by ``/new`` or erased by ``/forget`` on another
+worker); otherwise it is read again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gateway.recorder import SessionRecorder
 from gateway.scopes import scope_of
 from gateway.window import ConversationOrder
 from sessions.compaction import latest_summary
+from sessions.errors import SessionNotFoundError
 from sessions.messages import read_messages
 from sessions.records import MessageDict
 from sessions.store import SessionStore, SessionWriter
@@ -100,14 +103,22 @@ class ConversationRegistry:
         return conv
 
     async def _refence(self, key: ConversationKey, fence: int) -> bool:
-        """Keep the cached conversation under a new token if it is still the log: the session
-        is moved on to ``fence`` and nobody appended since this worker did (same
-        ``next_seq``, nothing pending). False: read it again."""
+        """Keep the cached conversation under a new token if it is still the log: it is still
+        the conversation's latest session, the session is moved on to ``fence`` and nobody
+        appended since this worker did (same ``next_seq``, nothing pending). False: read it
+        again. Other workers may have held the conversation meanwhile: a ``/new`` there made
+        a newer session, a ``/forget`` (erasure, from any conversation of the person)
+        deleted this one, and the copy here must not be carried on."""
         conv = self._open[key]
         writer = conv.recorder.writer
         if writer.pending_bytes:
             return False
-        next_seq = await self._fenced().refence(key.tenant, conv.session_id, fence)
+        if await self.store.latest_session(key.tenant, key.label()) != conv.session_id:
+            return False
+        try:
+            next_seq = await self._fenced().refence(key.tenant, conv.session_id, fence)
+        except SessionNotFoundError:  # erased since the look above
+            return False
         if next_seq != writer.state.next_seq:
             return False
         cast("FencedWriter", writer).refenced(fence)

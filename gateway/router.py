@@ -16,7 +16,9 @@ queue is empty, so an idle conversation holds no task. Conversations run concurr
 messages go to the new session); a message not in its session yet is recorded (one that an
 earlier run or a dead worker may have started, ``resumed``, is first looked up in the log,
 :mod:`gateway.takeover`, so it is recorded and answered once); its turn runs; the session's
-pending writes are flushed; then the item is marked answered. An item whose session cannot be
+pending writes are flushed; then the item is marked answered (with several workers its final
+reply itself waits until they are written, for as long as the lease holds, so a message is
+never answered by two holders). An item whose session cannot be
 opened or written before its turn (the store is down) is tried again with a backoff, never
 dropped or apologised for.
 
@@ -73,6 +75,8 @@ NOT_HERE = "That command is not available here."
 
 STORE_FAULTS: tuple[type[Exception], ...] = (OSError, SessionError, NotRecordedError)
 """What opening, reading or writing a session raises when the store is down or refuses."""
+GONE = "NOT_FOUND"
+"""The kind of a write refused because the session was deleted (erased) meanwhile."""
 RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 10.0
 """Backoff (seconds) while the store cannot take an item's writes: doubled up to this."""
@@ -323,6 +327,10 @@ class Router:
         except NotRecordedError as exc:
             if exc.fenced:
                 raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
+            if exc.kind == GONE and self.shared:
+                # Erased under this holder (a /forget of the person served elsewhere): the
+                # retry opens the conversation from the store again, not this copy.
+                await self.registry.forget(item.inbound.key)
             self._unwritable.failed(exc.kind)
             return False
         except STORE_FAULTS as exc:
@@ -342,7 +350,8 @@ class Router:
         if self.shared:
             # The next holder opens the session under a newer token, fencing off whatever
             # this one has not written yet: it is written before the item counts as answered
-            # (one process keeps it, written ahead of the next append or at close).
+            # (the final reply waited for it already, _saved; this covers a turn that ended
+            # without one). One process keeps it, written ahead of the next append or at close.
             await self._flush(conv)
         return True
 
@@ -358,7 +367,7 @@ class Router:
             return None
         conv = await self._fenced(claim, context)
         if item.index is not None and item.session == conv.session_id:
-            return conv, self._sink(claim, item)  # recorded on receipt
+            return conv, self._sink(claim, item, conv)  # recorded on receipt
         found = None
         if item.resumed:
             data = await self.registry.store.read_log(key.tenant, conv.session_id)
@@ -373,7 +382,7 @@ class Router:
         else:  # answered before it was marked so: send the answer again, record nothing
             item.session = conv.session_id
             await self.conversations.recorded(item, conv.session_id)
-            sink = self._sink(claim, item)
+            sink = self._sink(claim, item, conv)
             if found.status == "apologised":
                 await sink.fail(self.loop.settings.apology)
             else:
@@ -381,14 +390,29 @@ class Router:
             return None
         item.session = conv.session_id
         await self.conversations.recorded(item, conv.session_id)
-        return conv, self._sink(claim, item)
+        return conv, self._sink(claim, item, conv)
 
-    def _sink(self, claim: Claim, item: QueueItem) -> ReplySink:
+    def _sink(self, claim: Claim, item: QueueItem,
+              conv: Conversation | None = None) -> ReplySink:
         """Where the item's reply goes (opened now, as its turn starts), marking the item
         answered the moment its reply is out: the narrowest window there is between a
-        platform taking a reply and the gateway knowing it did."""
+        platform taking a reply and the gateway knowing it did.
+
+        Several workers: the final reply waits until ``conv``'s entries are in the log
+        (:meth:`_saved`). The next holder opens the session under a newer token, which
+        drops whatever this one has not written yet; an answer sent before its entries
+        were saved would be answered again by that holder, and be missing from the log."""
+        saved = partial(self._saved, claim, conv) if self.shared and conv is not None else None
         return _Answering(item.sink or self.sink_for(item.inbound),
-                          partial(self.conversations.done, claim, item))
+                          partial(self.conversations.done, claim, item), saved)
+
+    async def _saved(self, claim: Claim, conv: Conversation) -> None:
+        """Wait until the conversation's pending entries are written (the store may be down:
+        retried with a backoff, for as long as the lease holds), then check the lease once
+        more. A lost lease ends the wait by :class:`LeaseLostError` (or the guard's cancel),
+        and nothing is sent: the new holder finds the message unanswered and answers it."""
+        await self._flush(conv)
+        self.conversations.check(claim)
 
     async def _rotate(self, claim: Claim, item: QueueItem, context: ChannelContext) -> None:
         """``/new``: the conversation continues in a fresh session, from this point on."""
@@ -397,13 +421,15 @@ class Router:
             conv = await self._fenced(claim, context, rotate=True)
         item.session = conv.session_id
         await self.conversations.recorded(item, conv.session_id)
-        await self._sink(claim, item).finish(
+        await self._sink(claim, item, conv).finish(
             f"Started a new conversation (session {conv.session_id}).")
 
     async def _fenced(self, claim: Claim, context: ChannelContext, *,
                       rotate: bool = False) -> Conversation:
         """The conversation under the claim's token, raising the token once if the session
-        holds a higher one (it was written before this deployment shared its store)."""
+        holds a higher one (it was written before this deployment shared its store). The
+        coordinator confirms the lease first: a holder whose lease passed on to the worker
+        that wrote that token gets :class:`LeaseLostError` and hands the conversation back."""
         for attempt in (1, 2):
             try:
                 if rotate:
@@ -442,16 +468,25 @@ class Router:
                 raise LeaseLostError(f"{key.label()}: session fenced off") from exc
             log.warning("session %s: turn stopped, the log refused a write (%s)",
                         conv.session_id, exc.kind)
-            with contextlib.suppress(Exception):
-                await sink.fail(self.loop.settings.apology)
+            await self._apologise(sink)
         except Exception:
             log.exception("session %s: turn failed", conv.session_id)
-            with contextlib.suppress(Exception):
-                await sink.fail(self.loop.settings.apology)
+            await self._apologise(sink)
         finally:
             self.metrics.active_turns.dec()
             self.metrics.turns.labels(channel=key.channel, outcome=status).inc()
             log.debug("turn %s in %.1f ms", key.label(), (time.perf_counter() - started) * 1000)
+
+    async def _apologise(self, sink: ReplySink) -> None:
+        """The apology after a failed turn. A lost lease is raised (the sink waited for the
+        turn's entries and the lease went meanwhile: the new holder answers); anything else a
+        sink raises is a bug there, and the turn is over anyway."""
+        try:
+            await sink.fail(self.loop.settings.apology)
+        except LeaseLostError:
+            raise
+        except Exception:
+            log.exception("could not send the apology")
 
     async def _flush(self, conv: Conversation) -> None:
         """Write what the turn's failed writes left pending (retried with a backoff while the
@@ -484,11 +519,15 @@ class Router:
 
 
 class _Answering:
-    """A reply sink that calls ``answered`` once, right after ``finish`` or ``fail``."""
+    """A reply sink that calls ``answered`` once, right after ``finish`` or ``fail``; with
+    ``saved``, awaits it first (the final reply goes out only once the turn's entries are in
+    the log). Streamed deltas go out at once: a preview is not the answer."""
 
-    def __init__(self, sink: ReplySink, answered: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, sink: ReplySink, answered: Callable[[], Awaitable[None]],
+                 saved: Callable[[], Awaitable[None]] | None = None) -> None:
         self._sink = sink
         self._answered: Callable[[], Awaitable[None]] | None = answered
+        self._saved = saved
 
     async def typing(self) -> None:
         await self._sink.typing()
@@ -497,10 +536,14 @@ class _Answering:
         await self._sink.delta(text)
 
     async def finish(self, text: str) -> None:
+        if self._saved is not None:
+            await self._saved()
         await self._sink.finish(text)
         await self._mark()
 
     async def fail(self, text: str) -> None:
+        if self._saved is not None:
+            await self._saved()
         await self._sink.fail(text)
         await self._mark()
 

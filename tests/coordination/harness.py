@@ -5,13 +5,14 @@ prefix and one PostgreSQL schema, as separate processes would."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from coordination.redis_coordinator import RedisCoordinator
+from gateway.commands import CommandHandler
 from gateway.coordination import QueueItem, SharedInbox, lease_hook
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ConversationKey, Inbound, Sender
@@ -75,19 +76,25 @@ class Worker:
 
 @asynccontextmanager
 async def worker(prefix: str, store: SessionStore, provider: Provider, persona: Path, *,
-                 ttl: float = 1.0) -> AsyncIterator[Worker]:
-    """One gateway worker without HTTP: deliveries through ``worker.channel.say``."""
+                 ttl: float = 1.0, sessions: SessionStore | None = None,
+                 handlers: Callable[[ConversationRegistry], Mapping[str, CommandHandler]]
+                 | None = None) -> AsyncIterator[Worker]:
+    """One gateway worker without HTTP: deliveries through ``worker.channel.say``.
+
+    ``sessions``: the store its registry opens sessions in (default ``store``, whose inbox
+    the coordinator uses); ``handlers``: chat-command handlers, made from its registry."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
                      tools=ToolRegistry(persona_tools(workspace)),
                      hooks=[prompt_persist_hook, lease_hook], metrics=metrics)
-    registry = ConversationRegistry(store, metrics)
+    registry = ConversationRegistry(sessions or store, metrics)
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
                                 lease_ttl=ttl) as coord:
         router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
-                        metrics=metrics, conversations=coord.conversations)
+                        metrics=metrics, conversations=coord.conversations,
+                        handlers=handlers(registry) if handlers is not None else None)
         async with router:
             await channel.start(router.deliver)
             try:

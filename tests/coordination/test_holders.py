@@ -1,0 +1,256 @@
+"""Holders of a conversation and what they may do: a final answer goes out only once its
+entries are saved (or not at all if the lease goes first), a holder whose lease passed on
+hands the conversation back instead of raising its token, and ``/forget`` served by one worker
+reaches a worker that cached the person's conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from coordination.keys import Keys
+from gateway.commands import FORGET, CommandHandler
+from gateway.erasure import Eraser
+from gateway.forget import DONE_REPLY, ForgetCommand
+from gateway.messages import ChannelContext, ConversationKey
+from gateway.metrics import Metrics
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.registry import ConversationRegistry
+from gateway.scopes import Scope, scope_of
+from sessions.postgres import schema as pg_schema
+from sessions.postgres.store import PostgresSessionStore
+from sessions.store import SessionStore
+from tests.coordination.harness import coordinator, log_of, transcript, wait_until, worker
+from tests.coordination.private_services import PrivatePostgres
+from tests.fakes.providers import content_text
+from tests.fakes.scripted_provider import ScriptedProvider
+
+pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
+
+KEY = ConversationKey("memory", "c")
+CONTEXT = ChannelContext("memory", "private", "u")
+TTL = 3.0
+"""Lease lifetime of the workers whose database goes down (renewed every second: a busy
+machine does not make them lose it by themselves)."""
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL cluster of this module's own (the tests stop and start it)."""
+    server = PrivatePostgres()
+    try:
+        server.create()
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+async def private_store(pg: PrivatePostgres) -> AsyncIterator[PostgresSessionStore]:
+    if not pg.up:
+        await pg.start()  # a failed test before may have left it down
+    name = f"gw_holders_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(pg.url, timeout=10)
+    try:
+        await pg_schema.upgrade(conn, name)
+    finally:
+        await conn.close()
+    store = await PostgresSessionStore.connect(pg.url, schema=name)
+    try:
+        yield store
+    finally:
+        if not pg.up:
+            await pg.start()
+        await store.aclose()
+
+
+class DownWhileAnswering(ScriptedProvider):
+    """Streams ``text``; the first time, PostgreSQL is stopped while the model answers (after
+    the call entry is written, before the answer is)."""
+
+    def __init__(self, pg: PrivatePostgres, text: str) -> None:
+        super().__init__()
+        self.pg = pg
+        self.text = text
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        if not self.requests:
+            await self.pg.stop()
+        self.script(self.text)
+        return await super().complete(request, on_text)
+
+
+def persist_failures(metrics: Metrics) -> float:
+    """Session writes that failed, of every kind."""
+    return sum(sample.value for family in metrics.registry.collect()
+               if family.name == "gateway_persist_failures"
+               for sample in family.samples if sample.name.endswith("_total"))
+
+
+def finals(events: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    return [e for e in events if e[1] in ("finish", "fail")]
+
+
+async def test_answer_waits_for_its_entries_and_a_lost_lease_sends_nothing(
+    prefix: str, redis: aioredis.Redis, pg: PrivatePostgres,
+    private_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """The database goes down while the model answers; the lease passes on before the answer
+    is saved: the holder never sends it, and the next holder's answer is the only one (the
+    old code sent both, and the log held only the second)."""
+    first = DownWhileAnswering(pg, "first answer")
+    second = ScriptedProvider()
+    second.script("second answer")
+    async with worker(prefix, private_store, first, tmp_path / "p", ttl=TTL) as a:
+        await a.channel.say("c", "question")
+        # The answer's append and the end-of-turn flush failed: the turn has decided what
+        # to do with its final reply (the old code sent it right there).
+        await wait_until(lambda: persist_failures(a.router.metrics) >= 2, 60)
+        # Another worker holds the lease now (as after a pause or a Redis flush).
+        await redis.set(Keys(prefix).lease(KEY), "another-worker", px=60_000)
+        await wait_until(lambda: not a.router._workers, 10)  # its renewal notices: cut off
+        events = list(a.channel.events)
+    await pg.start()
+    await redis.delete(Keys(prefix).lease(KEY))
+    async with worker(prefix, private_store, second, tmp_path / "p", ttl=TTL) as b:
+        await b.channel.wait_replies(1, timeout=30)
+    assert ("c", "delta", "first answer") in events  # the preview streamed; not the answer
+    assert finals(events) == []
+    assert b.channel.replies == [("c", "finish", "second answer")]
+    replay = await log_of(private_store, "c")
+    assert transcript(replay) == [("user", "question"), ("assistant", "second answer")]
+
+
+async def test_answer_waits_for_its_entries_and_goes_out_once_they_are_saved(
+    prefix: str, pg: PrivatePostgres, private_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """The database goes down while the model answers and comes back while the holder
+    keeps its lease: the answer goes out once, after its entries are in the log."""
+    provider = DownWhileAnswering(pg, "the answer")
+    async with worker(prefix, private_store, provider, tmp_path / "p", ttl=TTL) as a:
+        await a.channel.say("c", "question")
+        await wait_until(lambda: persist_failures(a.router.metrics) >= 2, 60)
+        held_back = finals(list(a.channel.events))
+        await pg.start()
+        await a.channel.wait_replies(1, timeout=60)
+        await wait_until(lambda: not a.router._workers, 30)
+    assert held_back == []
+    assert a.channel.replies == [("c", "finish", "the answer")]
+    replay = await log_of(private_store, "c")
+    assert transcript(replay) == [("user", "question"), ("assistant", "the answer")]
+    assert len(provider.requests) == 1
+
+
+class GatedStore:
+    """A session store (our seam) whose ``latest_session`` waits at a gate, once: the test
+    moves the lease while a holder is about to open the session."""
+
+    def __init__(self, inner: PostgresSessionStore) -> None:
+        self.inner = inner
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        self.reached.set()
+        await self.go.wait()
+        return await self.inner.latest_session(tenant, conversation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_stale_holder_hands_the_conversation_back_instead_of_raising_its_token(
+    prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """A holder whose lease passed on (its guard does not know yet) finds the session under
+    the new holder's newer token: it asks Redis, hands the conversation back, makes no model
+    call and leaves the new holder writing (the old code raised its token past the new
+    holder's, fenced it off and called its model)."""
+    gated = GatedStore(pg_store)
+    provider = ScriptedProvider()
+    lease = Keys(prefix).lease(KEY)
+    # Long leases: no renewal (every 20 s) tells A about the takeover during the test.
+    async with worker(prefix, pg_store, provider, tmp_path / "p", ttl=60,
+                      sessions=cast(SessionStore, gated)) as a, \
+            coordinator(prefix, pg_store, ttl=60) as b:
+        await a.channel.say("c", "hello")
+        async with asyncio.timeout(10):
+            await gated.reached.wait()  # A holds the lease and a token, and opens next
+        await redis.delete(lease)  # Redis loses the lease; B takes the conversation
+        [claim] = await b.conversations.sweep()
+        claim.token = await b.conversations.inbox.next_fence()
+        registry = ConversationRegistry(pg_store, Metrics())
+        conv = await registry.get(KEY, CONTEXT, fence=claim.token)
+        gated.go.set()
+        await wait_until(lambda: not a.router._workers, 10)
+        called = list(provider.requests)
+        holder = await redis.get(lease)
+        await conv.receive({"role": "user", "content": "from b"}, {"sender": "u"})  # B writes
+        await registry.aclose()
+    assert called == []
+    assert holder == b.worker
+    assert a.channel.replies == []
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "from b")]
+
+
+class Recalling(ScriptedProvider):
+    """Answers with every user text it was sent, so an answer shows what the model saw."""
+
+    def __init__(self) -> None:
+        super().__init__(responder=lambda request: " | ".join(
+            content_text(m["content"]) for m in request.messages if m["role"] == "user"))
+
+
+def forget_handler(store: PostgresSessionStore
+                   ) -> Callable[[ConversationRegistry], Mapping[str, CommandHandler]]:
+    """``/forget`` as the composition root wires it: close the worker's own copies, erase."""
+    def make(registry: ConversationRegistry) -> Mapping[str, CommandHandler]:
+        async def close(scope: Scope) -> int:
+            return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
+
+        return {FORGET.name: ForgetCommand(Eraser(store), close).run}
+
+    return make
+
+
+async def test_forget_reaches_a_worker_that_cached_the_conversation(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """B served a person, A serves their ``/forget confirm``, then B serves them again: B
+    opens the conversation from the store (a new session, nothing of the erased history),
+    instead of trying to carry on its cached copy of a deleted session (the old code retried
+    that forever: the message was never answered)."""
+    handlers = forget_handler(pg_store)
+    provider = Recalling()
+    # Long leases: the sweeps (every 5 to 15 s) do not take a conversation over meanwhile.
+    async with worker(prefix, pg_store, provider, tmp_path / "p", ttl=30,
+                      handlers=handlers) as a, \
+            worker(prefix, pg_store, provider, tmp_path / "p", ttl=30,
+                   handlers=handlers) as b:
+        # (Platform ids of our own: each memory channel counts from m1.)
+        await b.channel.say("c", "my secret is 42", platform_id="p1")
+        await b.channel.wait_replies(1)
+        await wait_until(lambda: not b.router._workers)  # B gave the lease up, cached it
+        assert b.registry.peek(KEY) is not None
+        await a.channel.say("c", "/forget confirm", platform_id="p2")
+        [(_, _, done)] = await a.channel.wait_replies(1)
+        await wait_until(lambda: not a.router._workers)
+        await b.channel.say("c", "what is my secret?", platform_id="p3")
+        await b.channel.wait_replies(2, timeout=20)
+    assert done == DONE_REPLY.format(memory="0 files", sessions="1 conversation")
+    assert b.channel.replies == [("c", "finish", "my secret is 42"),
+                                 ("c", "finish", "what is my secret?")]
+    sessions = await pg_store.list_sessions("default")
+    assert len(sessions) == 1
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "what is my secret?"),
+                                  ("assistant", "what is my secret?")]
