@@ -3,7 +3,10 @@
 ``/forget`` alone says what would be erased and asks for ``/forget confirm``; the confirmation
 then does what ``gateway forget --user CHANNEL:ID`` does for the operator (their memory scope,
 their one-to-one sessions, a tombstone: :mod:`gateway.erasure`), after closing their open
-conversations so no open session keeps writing. In a group it erases nothing and says to
+conversations so no open session keeps writing. With several workers only the serving
+worker's copies are closed here; another worker's cached copy is never carried on, since a
+worker reopens a conversation from the store when its session is no longer the latest
+(:meth:`gateway.registry.ConversationRegistry.get`). In a group it erases nothing and says to
 write in private: a group's log and memory belong to the chat. The confirmation needs no
 state between the two messages, so it works the same when several workers serve the chat.
 """

@@ -254,3 +254,26 @@ async def test_forget_reaches_a_worker_that_cached_the_conversation(
     replay = await log_of(pg_store, "c")
     assert transcript(replay) == [("user", "what is my secret?"),
                                   ("assistant", "what is my secret?")]
+
+
+async def test_new_served_elsewhere_is_not_undone_by_a_cached_copy(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """B served a message, A serves ``/new``, then B serves the next message: it goes to the
+    new session (the old code carried on B's cached copy of the old one, which had not grown,
+    so the conversation went back to the history ``/new`` had left)."""
+    provider = Recalling()
+    async with worker(prefix, pg_store, provider, tmp_path / "p", ttl=30) as a, \
+            worker(prefix, pg_store, provider, tmp_path / "p", ttl=30) as b:
+        await b.channel.say("c", "before", platform_id="p1")
+        await b.channel.wait_replies(1)
+        await wait_until(lambda: not b.router._workers)
+        await a.channel.say("c", "/new", platform_id="p2")
+        await a.channel.wait_replies(1)
+        await wait_until(lambda: not a.router._workers)
+        await b.channel.say("c", "after", platform_id="p3")
+        await b.channel.wait_replies(2)
+    assert b.channel.replies == [("c", "finish", "before"), ("c", "finish", "after")]
+    assert len(await pg_store.list_sessions("default")) == 2
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "after"), ("assistant", "after")]
