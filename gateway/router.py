@@ -438,7 +438,12 @@ class Router:
             except StaleWriterError as exc:
                 if attempt == 2 or claim.token is None or exc.token != claim.token:
                     raise
-                await self.conversations.refence(claim, exc.current + 1)
+                try:
+                    await self.conversations.refence(claim, exc.current + 1)
+                except LeaseLostError:
+                    # A copy cached here is behind the new holder's log: never reuse it.
+                    await self.registry.forget(claim.key)
+                    raise
         raise AssertionError("unreachable")
 
     async def _turn(self, conv: Conversation, item: QueueItem, sink: ReplySink) -> None:
