@@ -33,13 +33,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any
 
 from gateway import commands
-from gateway.channel import Accepted, Answer, FileSink, ReplySink, RouterClosedError
+from gateway.answering import Answering
+from gateway.channel import Accepted, Answer, ReplySink, RouterClosedError
 from gateway.commands import CommandCall, CommandHandler
 from gateway.conversation import Conversation
 from gateway.coordination import (
@@ -51,13 +52,12 @@ from gateway.coordination import (
     current_lease,
 )
 from gateway.episodes import Episode
-from gateway.errors import ChannelError, NotRecordedError, UnavailableError, kind_of
+from gateway.errors import NotRecordedError, UnavailableError, kind_of
 from gateway.media.notice import with_notice
 from gateway.messages import (
     ChannelContext,
     ConversationKey,
     Inbound,
-    OutboundFile,
     answerable,
 )
 from gateway.metrics import Metrics
@@ -403,7 +403,7 @@ class Router:
         drops whatever this one has not written yet; an answer sent before its entries
         were saved would be answered again by that holder, and be missing from the log."""
         saved = partial(self._saved, claim, conv) if self.shared and conv is not None else None
-        return _Answering(item.sink or self.sink_for(item.inbound),
+        return Answering(item.sink or self.sink_for(item.inbound),
                           partial(self.conversations.done, claim, item), saved)
 
     async def _saved(self, claim: Claim, conv: Conversation) -> None:
@@ -521,47 +521,6 @@ class Router:
             await asyncio.wait(workers, timeout=grace)
         for task in self._workers.values():
             task.cancel()
-
-
-class _Answering:
-    """A reply sink that calls ``answered`` once, right after ``finish`` or ``fail``; with
-    ``saved``, awaits it first (the final reply goes out only once the turn's entries are in
-    the log). Streamed deltas go out at once: a preview is not the answer."""
-
-    def __init__(self, sink: ReplySink, answered: Callable[[], Awaitable[None]],
-                 saved: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._sink = sink
-        self._answered: Callable[[], Awaitable[None]] | None = answered
-        self._saved = saved
-
-    async def typing(self) -> None:
-        await self._sink.typing()
-
-    async def delta(self, text: str) -> None:
-        await self._sink.delta(text)
-
-    async def finish(self, text: str) -> None:
-        if self._saved is not None:
-            await self._saved()
-        await self._sink.finish(text)
-        await self._mark()
-
-    async def fail(self, text: str) -> None:
-        if self._saved is not None:
-            await self._saved()
-        await self._sink.fail(text)
-        await self._mark()
-
-    async def send_file(self, file: OutboundFile) -> None:
-        if not isinstance(self._sink, FileSink):
-            raise ChannelError("this channel cannot send files")
-        await self._sink.send_file(file)
-
-    async def _mark(self) -> None:
-        answered, self._answered = self._answered, None
-        if answered is not None:
-            await answered()
-
 
 
 def dedup_key(inbound: Inbound) -> str | None:
