@@ -224,6 +224,19 @@ async def test_forget_removes_one_scope(ws: PersonaWorkspace) -> None:
     assert await ws.forget(ada) == []
 
 
+async def test_forget_on_one_worker_reaches_another_workers_prompt(tmp_path: Path) -> None:
+    """Two workers share the persona workspace (as deploy/compose.yaml mounts it): the memory
+    one of them forgets is gone from the other's next prompt, though the other had it cached
+    (each build checks the files' stamps, so no message between workers is needed)."""
+    worker_a = PersonaWorkspace(tmp_path / "persona")
+    worker_b = PersonaWorkspace(tmp_path / "persona")
+    ada = scope_of(ADA_DM)
+    await worker_a.append_memory(ada, "Ada's secret")
+    assert "Ada's secret" in (await worker_b.build(ADA_DM)).prompt.text  # cached in B now
+    assert await worker_a.forget(ada)
+    assert "Ada's secret" not in (await worker_b.build(ADA_DM)).prompt.text
+
+
 async def test_operator_listing_shows_and_deletes(ws: PersonaWorkspace) -> None:
     """list_scopes names every scope (raw ids from scope.json), filtered by tenant;
     scope_files shows one; delete_scope removes it."""
