@@ -1,14 +1,16 @@
 """Benchmark: the provider call itself, and prompt caching over a real conversation.
 
-(a) CPU per provider call, three ways of making the same call against a local fake provider
+(a) CPU per provider call, four ways of making the same call against a local fake provider
     server (``tests/fakes/providers.py``, in a subprocess so its CPU is not counted):
     ``create()`` (the SDK's typed method, as the gateway used to call it: every message of
     every request re-validated against the SDK's TypedDicts), ``post bytes`` (the body
     ``sessions.shapes`` encodes, through the client's low-level ``post`` on its default HTTP
-    stack) and ``post bytes, aiohttp`` (the same on the SDK's aiohttp transport: what the
-    gateway ships). Streaming answers, an 8 KB system prompt, conversations of 1, 21 and 101
-    messages, OpenAI and Anthropic. Process CPU time per call, median of rounds; ways alternate
-    within each round.
+    stack), ``post bytes, aiohttp`` (the same on the SDK's aiohttp transport: what the
+    gateway ships) and ``post bytes, aiohttp, SDK stream`` (the shipped provider reading the
+    answer with the SDK's own ``AsyncStream`` class instead of the gateway's, as before issue
+    15's stream change). Streaming answers, an 8 KB system prompt, conversations of 1, 21 and
+    101 messages, OpenAI and Anthropic. Process CPU time per call, median of rounds; ways
+    alternate within each round.
 
 (b) Prompt caching: a 30-turn conversation through the whole gateway (web channel, agent loop,
     JSONL store) with an 8 KB stable persona (``SOUL.md``) and the Anthropic SDK against the
@@ -89,7 +91,8 @@ async def ways(api: str, base_url: str, size: int) -> tuple[dict[str, Call], Cal
 
     shipped: Any
     if api == "openai":
-        shipped = OpenAIProvider("bench", "gpt-4o-mini", base_url=f"{base_url}/v1")
+        shipped_args: tuple[str, ...] = ("bench", "gpt-4o-mini", f"{base_url}/v1")
+        shipped = OpenAIProvider(*shipped_args)
         sdk: Any = openai.AsyncOpenAI(api_key="bench", base_url=f"{base_url}/v1")
         plain = OpenAIProvider("bench", "gpt-4o-mini", base_url=f"{base_url}/v1")
         plain._client = openai.AsyncOpenAI(api_key="bench", base_url=f"{base_url}/v1")
@@ -100,7 +103,8 @@ async def ways(api: str, base_url: str, size: int) -> tuple[dict[str, Call], Cal
             async for _ in stream:
                 pass
     else:
-        shipped = AnthropicProvider("bench", "claude-sonnet-4-5", base_url=base_url)
+        shipped_args = ("bench", "claude-sonnet-4-5", base_url)
+        shipped = AnthropicProvider(*shipped_args)
         sdk = anthropic.AsyncAnthropic(api_key="bench", base_url=base_url)
         plain = AnthropicProvider("bench", "claude-sonnet-4-5", base_url=base_url)
         plain._client = anthropic.AsyncAnthropic(api_key="bench", base_url=base_url)
@@ -113,6 +117,7 @@ async def ways(api: str, base_url: str, size: int) -> tuple[dict[str, Call], Cal
                 pass
 
     request = ProviderRequest(SYSTEM, messages, (), shipped.model, shipped.params())
+    sdk_stream = _sdk_stream_providers()[api](*shipped_args)
 
     async def post_plain() -> None:
         await plain.complete(request, sink)
@@ -120,13 +125,42 @@ async def ways(api: str, base_url: str, size: int) -> tuple[dict[str, Call], Cal
     async def post_shipped() -> None:
         await shipped.complete(request, sink)
 
+    async def post_sdk_stream() -> None:
+        await sdk_stream.complete(request, sink)
+
     async def close() -> None:
         await shipped.aclose()
         await plain.aclose()
+        await sdk_stream.aclose()
         await sdk.close()
 
     return ({"create()": create, "post bytes": post_plain,
+             "post bytes, aiohttp, SDK stream": post_sdk_stream,
              "post bytes, aiohttp (shipped)": post_shipped}, close)
+
+
+def _sdk_stream_providers() -> dict[str, Any]:
+    """The shipped providers, reading streamed answers with the SDKs' own stream class."""
+    import anthropic
+    import openai
+
+    from gateway.providers.anthropic import AnthropicProvider
+    from gateway.providers.openai import OpenAIProvider
+
+    class OpenAISdkStream(OpenAIProvider):
+        async def _post(self, body: bytes, stream: bool) -> Any:
+            return await self._client.post(
+                "/chat/completions", content=body, cast_to=object, stream=stream,
+                stream_cls=openai.AsyncStream[object],
+                options={"security": {"bearer_auth": True}})
+
+    class AnthropicSdkStream(AnthropicProvider):
+        async def _post(self, body: bytes, stream: bool) -> Any:
+            return await self._client.post(
+                "/v1/messages", content=body, cast_to=object, stream=stream,
+                stream_cls=anthropic.AsyncStream[object])
+
+    return {"openai": OpenAISdkStream, "anthropic": AnthropicSdkStream}
 
 
 ROOT = str(Path(__file__).resolve().parents[1])
