@@ -82,6 +82,7 @@ class JsonlSessionWriter:
         self._closing: asyncio.Future[None] | None = None  # done once aclose() has finished
         self._kick: asyncio.TimerHandle | None = None  # the pending WRITE_DELAY wake-up
         self._broken = False
+        self._fsyncs: set[asyncio.Future[None]] = set()  # sync()'s fsyncs still running
         # Shared between the event loop and the lane's thread, under _guard:
         self._guard = threading.Lock()
         self._queued: list[bytes] = []
@@ -188,8 +189,14 @@ class JsonlSessionWriter:
         fd = self._fd
         if not dirty or fd is None or self._durability == "none":
             return
+        # Shielded and tracked: a caller that stops waiting (a timeout, a cancelled turn)
+        # leaves the fsync running, and aclose() waits for it before the descriptor is closed
+        # (an fsync reaching a closed, maybe reused, descriptor would sync another file).
+        job = asyncio.ensure_future(asyncio.to_thread(self._ops.fsync, fd))
+        self._fsyncs.add(job)
+        job.add_done_callback(_fsync_done(self._fsyncs))
         try:
-            await asyncio.to_thread(self._ops.fsync, fd)
+            await asyncio.shield(job)
         except OSError as exc:
             raise SessionWriteError(self._session_id, errno_kind(exc), "fsync",
                                     accepted=True) from exc
@@ -228,6 +235,8 @@ class JsonlSessionWriter:
             self._kick.cancel()
             self._kick = None
         try:
+            if self._fsyncs:  # they hold the descriptor the close releases
+                await asyncio.wait(set(self._fsyncs), timeout=CLOSE_WAIT)
             await asyncio.wait_for(self._lane.call(self._close_now), CLOSE_WAIT)
         except TimeoutError:
             log.warning("session %s: the disk did not answer; the file is closed when it does",
@@ -333,3 +342,14 @@ class JsonlSessionWriter:
         finally:
             fd, self._fd = self._fd, None
             self._ops.close(fd)  # also releases the flock
+
+
+def _fsync_done(running: set[asyncio.Future[None]]) -> Callable[[asyncio.Future[None]], None]:
+    """Forget a finished fsync, taking its outcome (nobody may be waiting for it any more)."""
+
+    def done(job: asyncio.Future[None]) -> None:
+        running.discard(job)
+        if not job.cancelled():
+            job.exception()
+
+    return done
