@@ -201,25 +201,19 @@ class AgentLoop:
                    calls: int) -> TurnResult:
         """Deliver the turn's final text (or the apology) once the log holds
         everything the turn recorded, so a gateway restarted after the reply never answers
-        the message again, and make it durable (``sync``) meanwhile. ``not_recorded``: the
-        log refused the answer or its tool results, and the turn stops with what was said so
-        far."""
+        the message again; then make it durable (``sync``, after the reply: no fsync delays
+        it). ``not_recorded``: the log refused the answer or its tool results, and the turn
+        stops with what was said so far."""
         if (await conv.recorder.flush()).failure == FENCED:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
             raise NotRecordedError(conv.session_id, FENCED)
-        # The session's fsync runs in a thread while the reply goes out and the owed journal
-        # notes it (its own fsync): side by side the filesystem commits both together, where
-        # one after the other cost two commits. The reply never waits for it.
-        durable = asyncio.create_task(conv.recorder.sync())
-        try:
-            if status == "apologised" or (status == "not_recorded" and not text):
-                text = self.settings.apology
-                await sink.fail(text)
-            else:
-                await sink.finish(text)
-        finally:
-            await durable
+        if status == "apologised" or (status == "not_recorded" and not text):
+            text = self.settings.apology
+            await sink.fail(text)
+        else:
+            await sink.finish(text)
+        await conv.recorder.sync()
         return TurnResult(status, text, calls)
 
     async def _spec(self, conv: Conversation, turn: TurnHandle, built: BuiltPrompt,
