@@ -13,6 +13,11 @@ Diagnostic variants of the gateway swap the provider:
 ``gateway/fsync-off``
     the shipped provider, with ``GATEWAY_DURABILITY=none``: what the two fsyncs at the end of
     every turn (the owed journal's and the session log's) and their thread hops cost.
+``gateway/raw-http``
+    the shipped provider's body, answer parsing and stream reading, but posted with a bare
+    aiohttp session instead of through the SDK client (no SDK request path: no per-call
+    options model, URL and header building, retries, typed errors). Not a product setting: it
+    measures what the issue's "through the SDK's low-level request method" costs.
 
 Only the standard library is imported at module level: the subjects' children import this
 module, and it must not add to their RSS.
@@ -28,6 +33,7 @@ PROVIDER_VARIANTS = (
     ("gateway/anthropic", "gateway with the Anthropic SDK (cache breakpoints) instead of OpenAI's"),
     ("gateway/scripted", "gateway with the in-process ScriptedProvider (no SDK, no HTTP)"),
     ("gateway/fsync-off", "gateway with GATEWAY_DURABILITY=none (no fsync at a turn's end)"),
+    ("gateway/raw-http", "gateway posting the same bytes with bare aiohttp (no SDK request path)"),
 )
 """Diagnostic rows (``--diagnose``), paired with the gateway as shipped to the benchmark."""
 MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
@@ -61,12 +67,73 @@ def provider_settings(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def provider_override(cfg: dict[str, Any]) -> Any:
-    """The provider object to inject (the scripted variant), else None: the settings decide."""
-    if provider_of(cfg.get("variant", "")) != "scripted":
+    """The provider object to inject (the scripted and raw-http variants), else None: the
+    settings decide."""
+    variant = cfg.get("variant", "")
+    if variant == "raw-http":
+        return raw_http_provider(f"{cfg['provider_base_url']}/v1")
+    if provider_of(variant) != "scripted":
         return None
     from tests.fakes.scripted_provider import ScriptedProvider
 
     return ScriptedProvider(keep_bodies=False)
+
+
+def raw_http_provider(base_url: str) -> Any:
+    """The ``gateway/raw-http`` diagnostic: :class:`~gateway.providers.openai.OpenAIProvider`
+    with its ``_post`` replaced by a bare aiohttp POST of the same bytes (see the module
+    docstring). Imported in the child only, when that variant runs."""
+    import aiohttp
+    import orjson
+
+    from gateway.providers.openai import OpenAIProvider
+
+    class RawStream:
+        """The response's SSE ``data:`` lines as JSON objects, until ``[DONE]``."""
+
+        def __init__(self, response: aiohttp.ClientResponse) -> None:
+            self.response = response
+
+        async def __aenter__(self) -> RawStream:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            self.response.release()
+
+        async def __aiter__(self) -> AsyncIterator[Any]:
+            async for line in self.response.content:
+                if line.startswith(b"data: "):
+                    data = line[6:].strip()
+                    if data == b"[DONE]":
+                        return
+                    yield orjson.loads(data)
+
+    class RawHttpOpenAI(OpenAIProvider):
+        def __init__(self) -> None:
+            super().__init__(api_key="bench-key", model=MODELS["openai"], base_url=base_url)
+            self._url = f"{base_url}/chat/completions"
+            self._headers = {"Content-Type": "application/json",
+                             "Authorization": "Bearer bench-key"}
+            self._session: aiohttp.ClientSession | None = None
+
+        async def _post(self, body: bytes, stream: bool) -> Any:
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            response = await self._session.post(self._url, data=body, headers=self._headers)
+            response.raise_for_status()
+            if stream:
+                return RawStream(response)
+            try:
+                return await response.json(loads=orjson.loads)
+            finally:
+                response.release()
+
+        async def _close(self) -> None:
+            await super()._close()
+            if self._session is not None:
+                await self._session.close()
+
+    return RawHttpOpenAI()
 
 
 @contextlib.asynccontextmanager

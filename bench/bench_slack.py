@@ -119,7 +119,7 @@ def threads_of(scenario: Scenario) -> list[int]:
 def apply_variant(variant: str) -> None:
     """Diagnostics only, in the child: switch off parts of the gateway's reply path."""
     if variant not in ("", "no-reactions", "no-preview", "lean", "anthropic", "scripted",
-                       "fsync-off"):
+                       "fsync-off", "raw-http"):
         raise ValueError(f"unknown variant {variant!r}")
     from channels.slack.sink import SlackTarget
 

@@ -109,7 +109,7 @@ def apply_variant(variant: str) -> None:
             return None
 
         TelegramTarget.typing = no_typing  # type: ignore[method-assign]
-    elif variant and variant not in ("anthropic", "scripted", "fsync-off"):  # settings
+    elif variant and variant not in ("anthropic", "scripted", "fsync-off", "raw-http"):  # settings
         raise ValueError(f"unknown variant {variant!r}")
 
 
