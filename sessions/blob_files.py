@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sessions.blobs import BlobInfo, digest_of, validate_digest
 from sessions.errors import BlobMissingError, BlobWriteError
-from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.files import FILE_MODE, ensure_private_dir, sync_dir
 from sessions.names import DEFAULT_TENANT, validate_tenant
 
 FOLDER = "blobs"
@@ -79,7 +79,7 @@ class FileBlobStore:
                 os.close(fd)
             os.replace(temporary, path)
             if self.durable:
-                _sync_dir(folder)
+                sync_dir(folder)
         except OSError as exc:
             temporary.unlink(missing_ok=True)
             raise BlobWriteError(_kind(exc)) from exc
@@ -138,14 +138,6 @@ def _write_all(fd: int, data: bytes) -> None:
         if n == 0:
             raise OSError(errno.EIO, "write returned 0")
         written += n
-
-
-def _sync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_checked(path: Path, digest: str) -> bytes:

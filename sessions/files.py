@@ -38,6 +38,15 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
+def sync_dir(folder: Path) -> None:
+    """fsync a folder: a file created, renamed or deleted in it is durable only then."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def open_regular(path: Path, *, follow: bool = False) -> int:
     """A read-only descriptor of the regular file at ``path``.
 

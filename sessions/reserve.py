@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.files import FILE_MODE, ensure_private_dir, sync_dir
 
 log = logging.getLogger("sessions.reserve")
 
@@ -134,11 +134,7 @@ class DiskReserve:
                 return False
             # Some filesystems give freed blocks back only once the deletion is committed.
             with contextlib.suppress(OSError):
-                fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                sync_dir(self.path.parent)
         log.warning("the disk is full: released the %d-byte reserve (%s) to write what a close "
                     "would have lost; it is made again once there is room", self.size, self.path)
         return True
