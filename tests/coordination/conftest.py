@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from sessions.postgres.store import PostgresSessionStore
+from tests.coordination.private_services import PrivatePostgres
 from tests.coordination.services import delete_prefix, new_prefix, redis_client
 from tests.sessions.pg import PG_URL, fresh_schema
 
@@ -44,3 +45,15 @@ async def pg_store(schema: str) -> AsyncIterator[PostgresSessionStore]:
         yield store
     finally:
         await store.aclose()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL cluster of the test module's own, started in a temporary directory (its
+    tests stop and start it; the machine's server is never touched)."""
+    server = PrivatePostgres()
+    try:
+        server.create()
+        yield server
+    finally:
+        server.destroy()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,17 +39,6 @@ CONTEXT = ChannelContext("memory", "private", "u")
 TTL = 3.0
 """Lease lifetime of the workers whose database goes down (renewed every second: a busy
 machine does not make them lose it by themselves)."""
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PrivatePostgres]:
-    """A PostgreSQL cluster of this module's own (the tests stop and start it)."""
-    server = PrivatePostgres()
-    try:
-        server.create()
-        yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture

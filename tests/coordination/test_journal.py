@@ -14,6 +14,7 @@ import pytest
 
 from coordination.journal import COMPACT_SLACK, FileJournal
 from gateway.errors import ConfigError
+from tests.fakes.reserve import RoomOnRelease
 
 HOUR = 3600.0
 
@@ -145,30 +146,13 @@ class FullDisk:
     def __init__(self) -> None:
         self.full = False
 
+    def make_room(self) -> None:
+        self.full = False
+
     def write(self, fd: int, data: memoryview) -> int:
         if self.full:
             raise OSError(errno.ENOSPC, "No space left on device")
         return os.write(fd, data)
-
-
-class Reserve:
-    def __init__(self, disk: FullDisk | None = None) -> None:
-        self.disk = disk
-        self.held = True
-
-    @property
-    def wanted(self) -> bool:
-        return False  # room given back stays given back here
-
-    def ensure(self) -> bool:
-        return self.held
-
-    def release(self) -> bool:
-        if not self.held or self.disk is None:
-            return False
-        self.held = False
-        self.disk.full = False
-        return True
 
 
 @pytest.mark.parametrize("room", [True, False])
@@ -180,7 +164,7 @@ async def test_the_stop_writes_the_notes_of_answers_sent_into_the_reserve(
     path = tmp_path / "delivery.jsonl"
     disk = FullDisk()
     journal = FileJournal(path, write_file=disk.write,
-                          reserve=Reserve(disk if room else None))
+                          reserve=RoomOnRelease(disk.make_room if room else None))
     await journal.open()
     await journal.owe("i1", "c", "k1", "one")
     disk.full = True

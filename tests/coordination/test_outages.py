@@ -73,16 +73,6 @@ REPORT = Path(__file__).resolve().parents[2] / "test-output" / "outages.txt"
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
-    try:
-        server.create()
-        yield server
-    finally:
-        server.destroy()
-
-
-@pytest.fixture(scope="module")
 def rds() -> Iterator[PrivateRedis]:
     server = PrivateRedis()
     try:

@@ -15,6 +15,7 @@ from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
 from sessions.reserve import DiskReserve
 from tests.fakes.disk import FaultyDisk
+from tests.fakes.reserve import RoomOnRelease
 from tests.sessions.helpers import add, user
 
 SIZE = 256 * 1024
@@ -26,31 +27,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class RoomOnRelease:
-    """A reserve over a :class:`FaultyDisk` that is full: releasing it gives the disk room
-    (the disk takes writes again), once, as deleting the reserve file does."""
-
-    def __init__(self, disk: FaultyDisk) -> None:
-        self.disk = disk
-        self.held = True
-        self.releases = 0
-
-    @property
-    def wanted(self) -> bool:
-        return False  # room given back stays given back here
-
-    def ensure(self) -> bool:
-        return self.held
-
-    def release(self) -> bool:
-        if not self.held:
-            return False
-        self.held = False
-        self.releases += 1
-        self.disk.recover()
-        return True
 
 
 def test_the_reserve_holds_allocated_private_room_and_gives_it_back_once(tmp_path: Path) -> None:
@@ -115,7 +91,7 @@ async def test_a_close_on_a_full_disk_writes_into_the_released_reserve(
     """Entries accepted while the disk is full (the turn went on) are written at close once
     the reserve gives room back; without a reserve they are lost, and the log says so."""
     disk = FaultyDisk()
-    reserve = RoomOnRelease(disk)
+    reserve = RoomOnRelease(disk.recover)
     store = JsonlSessionStore(tmp_path, durability="turn", ops=disk,
                               reserve=reserve if with_reserve else None)
     writer = await store.create(channel="console", conversation="c", session_id="s1")
@@ -141,7 +117,7 @@ async def test_a_close_on_a_full_disk_writes_into_the_released_reserve(
 async def test_a_close_on_a_read_only_disk_keeps_the_reserve(tmp_path: Path) -> None:
     """Room does not cure EROFS: the reserve stays held for a full disk later."""
     disk = FaultyDisk()
-    reserve = RoomOnRelease(disk)
+    reserve = RoomOnRelease(disk.recover)
     store = JsonlSessionStore(tmp_path, durability="turn", ops=disk,
                               reserve=reserve)
     writer = await store.create(channel="console", conversation="c", session_id="s1")
