@@ -73,6 +73,7 @@ class BodyProvider:
         self.name = "bench"
         self.shape: Shape = shape  # type: ignore[assignment]
         self.model = "bench-1"
+        self.endpoint: str | None = None
 
     def params(self) -> dict[str, Any]:
         return {"max_tokens": 64}

@@ -130,7 +130,7 @@ class Caller:
         request = CallRequest(
             prompt=spec.prompt, reason=spec.reason, tools=spec.tools, provider=provider.name,
             model=provider.model, params=params, window=spec.window, injected=spec.injected,
-            cache=cache, lineage=lineage,
+            cache=cache, lineage=lineage, endpoint=provider.endpoint,
         )
         number = conv.recorder.next_call + 1  # 1-based, as the log will number it
         with logctx.bound(call=number):

@@ -82,9 +82,11 @@ class RerunParts:
         return self.recorded_text is None or self.prompt.text != self.recorded_text
 
     def call_request(self, provider: str, model: str, params: Mapping[str, Any],
-                     messages: Sequence[MessageDict] | None = None) -> CallRequest:
+                     messages: Sequence[MessageDict] | None = None,
+                     endpoint: str | None = None) -> CallRequest:
         """The parts as the agent loop hands them to the store, for a rerun log of its own
-        (``messages``: what a later call of the rerun sends, after tool rounds).
+        (``messages``: what a later call of the rerun sends, after tool rounds; ``endpoint``:
+        where it goes, recorded beside the request).
 
         The messages sent ride in the call entry as ``injected`` messages (sent, but not message
         entries of that log) with an empty window: written as message entries, every assistant
@@ -101,6 +103,7 @@ class RerunParts:
             injected=tuple(Injected(i, m) for i, m in enumerate(
                 self.messages if messages is None else messages)),
             cache=self.cache,
+            endpoint=endpoint,
         )
 
 

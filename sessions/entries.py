@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sessions.encoding import encode_entry
+from sessions.endpoint import origin
 from sessions.records import CallRequest, MessageDict, Outcome, ToolSchema
 
 FORMAT_VERSION = 3
@@ -84,6 +85,9 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
     if request.cache is not None:
         body["cache"] = request.cache.to_json()
     body.update(request.lineage.to_json())
+    endpoint = origin(request.endpoint)  # scheme, host and port: never a key, path or query
+    if endpoint is not None:
+        body["endpoint"] = endpoint
     return body
 
 

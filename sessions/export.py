@@ -20,9 +20,10 @@ so a collector, Jaeger, Tempo, Langfuse or Phoenix can ingest an old session. It
 * with content (the default; ``content=False`` leaves these out): ``gen_ai.system_instructions``
   (when the prompt is known), ``gen_ai.input.messages`` (when the window was recorded),
   ``gen_ai.output.messages`` and ``gen_ai.tool.definitions``, as JSON strings;
+* ``server.address`` / ``server.port``: host and port of the endpoint the call entry recorded
+  (:mod:`sessions.endpoint`); left out for logs written before it was recorded and for calls to
+  an in-process provider;
 * ours, namespaced: ``gateway.tenant``, ``gateway.call`` and ``gateway.prompt.fingerprint``.
-
-``server.address`` is not exported: the log does not record the provider's base URL.
 
 Ids and times: ``traceId`` (32 hex) is derived from the tenant and session id, so every call of
 a session shares one trace; ``spanId`` (16 hex) from tenant, session and call number. Both are
@@ -43,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
 from sessions import genai
+from sessions.endpoint import server
 from sessions.names import DEFAULT_TENANT
 from sessions.otlp import SPAN_KIND_CLIENT, Span, traces_data
 from sessions.replay import Replay, Turn
@@ -101,6 +103,9 @@ def call_span(replay: Replay, turn: Turn, tenant: str | None = None, *,
         "gen_ai.request.model": model,
         **genai.request_attributes(turn.params),
     }
+    address = server(turn.endpoint)
+    if address is not None:
+        attrs["server.address"], attrs["server.port"] = address
     if outcome is not None:
         attrs["gen_ai.response.id"] = outcome.response_id
         attrs["gen_ai.response.model"] = outcome.response_model

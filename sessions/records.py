@@ -159,6 +159,9 @@ class CallRequest:
     cache: CachePlan | None = None
     """Prompt-cache breakpoints placed in the body (Anthropic shape), if any."""
     lineage: Lineage = NO_LINEAGE
+    endpoint: str | None = None
+    """Where the call goes (the provider's base URL, or just its origin); recorded beside the
+    request as its origin only (:func:`sessions.endpoint.origin`), never part of the body."""
 
 
 @dataclass(frozen=True, slots=True)

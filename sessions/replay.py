@@ -272,6 +272,7 @@ class _Builder:
             tools=tools if isinstance(tools, str) else None,
             cache=CachePlan.from_json(entry.get("cache")),
             lineage=Lineage.from_json(entry),
+            endpoint=_str_or_none(entry.get("endpoint")),
         )
         self.pending["prompt_fp"] = fp if isinstance(fp, str) else None
         if injected is None:
@@ -326,7 +327,7 @@ class _Builder:
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
                               d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"],
-                              d["lineage"]))
+                              d["lineage"], d["endpoint"]))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -406,13 +407,14 @@ def _turn_draft(
     tools: str | None = None,
     cache: CachePlan | None = None,
     lineage: Lineage | None = None,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     return {
         "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
         "injected": injected, "assistant": assistant, "call": call, "provider": provider,
         "model": model, "params": params, "tools_fingerprint": tools, "status": None,
         "notes": [], "prompt_fp": None, "cache": cache,
-        "lineage": lineage,
+        "lineage": lineage, "endpoint": endpoint,
     }
 
 

@@ -110,6 +110,9 @@ class Turn:
     """The prompt-cache breakpoints the call placed (:mod:`sessions.caching`), if any."""
     lineage: Lineage | None = None
     """Why the call was made (compaction, fallback) and which summary it sent, if any."""
+    endpoint: str | None = None
+    """Where the call went, ``scheme://host:port`` (logs written before it was recorded, and
+    calls to an in-process provider, have none)."""
 
     @property
     def rebuildable(self) -> bool:

@@ -301,8 +301,9 @@ async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: Rerun
                              blobs=files.store) as live:
         for call in range(settings.max_iterations):
             if writer is not None:
-                await persist_call(writer, parts.call_request(provider.name, model, params,
-                                                              messages=messages))
+                await persist_call(writer, parts.call_request(
+                    provider.name, model, params, messages=messages,
+                    endpoint=provider.endpoint))
             answer = await _send(provider, parts, messages, model, params, files.loaded)
             if writer is not None:
                 await _record(writer, answer, call)

@@ -26,6 +26,7 @@ from gateway.providers.sdk import (
     usage_of,
 )
 from gateway.providers.sse import END, SseItems, SseReader, loads
+from sessions.endpoint import origin
 from sessions.records import MessageDict
 from sessions.shapes import Shape
 
@@ -69,6 +70,7 @@ class AnthropicProvider(SdkProvider):
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
             http_client=anthropic.DefaultAioHttpClient(),
         )
+        self.endpoint = origin(str(self._client.base_url))
 
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(

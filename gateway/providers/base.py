@@ -61,11 +61,20 @@ class Provider(Protocol):
     ``on_text`` is given and the provider streams, text deltas are awaited into it as they come.
     Failures are raised as :class:`gateway.errors.ProviderError` subclasses (after the SDK's own
     retries) and never hang past the provider's timeout. :meth:`aclose` is idempotent.
+
+    ``endpoint`` is the base URL requests go to (the SDK's default when none is configured),
+    or None for a provider that makes no network call. The call entry records only its origin
+    (:func:`sessions.endpoint.origin`: scheme, host, port; never userinfo, path or query).
     """
 
     name: str
     shape: Shape
     model: str
+
+    @property
+    def endpoint(self) -> str | None:
+        """The base URL requests go to; None when the provider makes no network call."""
+        ...
 
     def params(self) -> Mapping[str, Any]:
         """Body fields sent besides model/system/messages/tools; recorded in the call entry."""

@@ -43,6 +43,7 @@ class OfflineProvider:
 
     name = "offline"
     shape: Shape = "anthropic"
+    endpoint: str | None = None  # answers in process: no server to name
 
     def __init__(self, model: str = "offline-1", delay: float = 0.0) -> None:
         self.model = model

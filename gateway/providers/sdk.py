@@ -69,7 +69,10 @@ class SdkProvider(ABC):
 
     An async context manager; :meth:`aclose` is idempotent. ``params`` are the body fields the
     provider adds to every request (recorded in each call entry); ``stream`` in them decides
-    whether the answer is streamed.
+    whether the answer is streamed. ``endpoint`` is the origin of the client's resolved base
+    URL (the SDK's default, or its environment variable, when none was configured), set by
+    the subclass once its client exists: scheme, host and port, so no credential a URL may
+    carry travels further.
     """
 
     name: str
@@ -78,6 +81,7 @@ class SdkProvider(ABC):
 
     def __init__(self, model: str, params: Mapping[str, Any]) -> None:
         self.model = model
+        self.endpoint: str | None = None
         self._params = dict(params)
         self._closed = False
 

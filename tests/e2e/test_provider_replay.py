@@ -134,6 +134,34 @@ async def test_window_drops_old_messages_and_replays(tmp_path: Path, api: str) -
                             requests)
 
 
+@pytest.mark.parametrize("api", API)
+async def test_endpoint_recorded_beside_the_body_and_exported(tmp_path: Path, api: str) -> None:
+    """Each call entry records the endpoint the SDK posted to (its origin); the request still
+    replays byte for byte, and the otlp-json export names it as server.address/server.port."""
+    async with FakeProviderServer() as srv:
+        async with gateway_for(tmp_path, make_provider(api, srv)) as gateway:
+            reply = await chat(gateway, "x", "hello")
+        requests = srv.requests_for(api)
+        port = srv.port
+    data = tmp_path / "data"
+    await asyncio.to_thread(assert_every_call_replays, data, reply["session"], api, requests)
+    (log,) = data.rglob(f"{reply['session']}.jsonl")
+    calls = [e for e in map(orjson.loads, log.read_bytes().splitlines()) if e["type"] == "call"]
+    assert [c["endpoint"] for c in calls] == [f"http://127.0.0.1:{port}"] * len(requests)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = await asyncio.to_thread(cli_main, ["export", "--data-dir", str(data),
+                                                  reply["session"], "--format", "otlp-json"])
+    assert code == 0
+    spans = [span for line in out.getvalue().splitlines()
+             for resource in orjson.loads(line)["resourceSpans"]
+             for scope in resource["scopeSpans"] for span in scope["spans"]]
+    servers = [{a["key"]: a["value"] for a in span["attributes"]
+                if a["key"].startswith("server.")} for span in spans]
+    assert servers == [{"server.address": {"stringValue": "127.0.0.1"},
+                        "server.port": {"intValue": str(port)}}] * len(requests)
+
+
 async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> None:
     """A 529 ends the turn with an apology; replay shows the call and its error outcome."""
     async with FakeProviderServer() as srv:

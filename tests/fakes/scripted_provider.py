@@ -30,13 +30,15 @@ class ScriptedProvider:
                  model: str = "scripted-1", params: Mapping[str, Any] | None = None,
                  delay: float = 0.0, keep_bodies: bool = True,
                  stream_blocks: bool = False,
-                 responder: Callable[[ProviderRequest], Reply] | None = None) -> None:
+                 responder: Callable[[ProviderRequest], Reply] | None = None,
+                 endpoint: str | None = None) -> None:
         self.stream_blocks = stream_blocks
         self.responder = responder
         self.requests: list[ProviderRequest] = []
         self.name = name
         self.shape: Shape = shape
         self.model = model
+        self.endpoint = endpoint
         self._params = dict(params or {"max_tokens": 256})
         self.delay = delay
         self.keep_bodies = keep_bodies

@@ -134,6 +134,29 @@ async def test_text_answer(srv: FakeProviderServer, make: Make, api: str) -> Non
     assert_sent(srv, provider, [request])
 
 
+@pytest.mark.parametrize(("api", "variable", "default"), [
+    ("anthropic", "ANTHROPIC_BASE_URL", "https://api.anthropic.com:443"),
+    ("openai", "OPENAI_BASE_URL", "https://api.openai.com:443"),
+])
+async def test_endpoint_is_the_origin_of_the_sdk_base_url(
+    monkeypatch: pytest.MonkeyPatch, api: str, variable: str, default: str
+) -> None:
+    """``endpoint`` (what the call entry records) is where the SDK client posts: its default
+    when none is configured, its environment variable, else the configured URL, always as
+    scheme://host:port with no userinfo, path or query."""
+    cls: type[Remote] = AnthropicProvider if api == "anthropic" else OpenAIProvider
+    monkeypatch.delenv(variable, raising=False)
+    async with cls(KEY, "m") as provider:
+        assert provider.endpoint == default
+    monkeypatch.setenv(variable, "http://127.0.0.1:9/v1")
+    async with cls(KEY, "m") as provider:
+        assert provider.endpoint == "http://127.0.0.1:9"
+    url = "https://sk-user-SECRET:pw@proxy.example:8443/v1?api_key=sk-SECRET"
+    async with cls(KEY, "m", base_url=url) as provider:
+        assert provider.endpoint == "https://proxy.example:8443"
+    assert OfflineProvider().endpoint is None
+
+
 async def test_anthropic_refuses_a_temperature_its_api_no_longer_takes() -> None:
     """GATEWAY_TEMPERATURE with Anthropic is a setting error at start, naming the setting
     (every call would be refused: the SDK's request type has no temperature)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -323,9 +324,29 @@ def test_seed_v2_provider_unknown_and_finish_reason_inferred() -> None:
     assert [content(s.attrs, "gen_ai.output.messages")[0]["finish_reason"] for s in spans] == [
         "tool_call", "stop", "stop"]
     assert [s.span.end_time_unix_nano for s in spans] == [0] * 3  # no latency recorded
+    assert not any(k.startswith("server.") for s in spans for k in s.attrs)  # no endpoint
     for span in spans:
         assert_genai_messages(content(span.attrs, "gen_ai.input.messages"), output=False)
         assert_genai_messages(content(span.attrs, "gen_ai.output.messages"), output=True)
+
+
+async def test_server_address_and_port_from_the_recorded_endpoint(tmp_path: Path) -> None:
+    """A call entry's endpoint becomes server.address/server.port (the span still parses
+    strictly); a call recorded without one (older logs, in-process providers) has neither."""
+    store = JsonlSessionStore(tmp_path / "data", durability="none")
+    writer = await store.create(channel="web", conversation="c", session_id="s1")
+    await add(writer, Q)
+    request = call_request(PROMPT_A, ((0, 1),))
+    await persist_call(writer, replace(request, endpoint="https://api.anthropic.com"))
+    await persist_call(writer, replace(request, provider="openai",
+                                       endpoint="http://key@[::1]:8080/v1?api_key=sk"))
+    await persist_call(writer, request)
+    await writer.aclose()
+    replay = replay_bytes(writer.path.read_bytes())
+    spans = [parsed(r).attrs for r in records(replay, "otlp-json")]
+    assert [(a.get("server.address"), a.get("server.port")) for a in spans] == [
+        ("api.anthropic.com", 443), ("::1", 8080), (None, None)]
+    assert not any(key.startswith("server.") for key in spans[2])
 
 
 def test_seed_turn_before_first_prompt_has_no_system_instructions() -> None:

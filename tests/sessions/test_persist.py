@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from sessions.jsonl import JsonlSessionStore
 from sessions.persist import PersistReport, persist_call, record_outcome
 from sessions.records import Injected, Outcome
+from sessions.replay import replay_bytes
+from sessions.shapes import encode_body
 from tests.sessions.helpers import (
     MEMORY_1,
     MEMORY_2,
@@ -294,3 +297,24 @@ async def test_injected_messages_recorded_in_call(store: JsonlSessionStore) -> N
     assert call["window"] == [[2, 3]]
     assert call["injected"] == [{"position": 0, "message": summary}]
     assert len(of_type(writer.path, "message")) == 3
+
+
+async def test_call_entry_records_the_endpoint_origin_only(store: JsonlSessionStore) -> None:
+    """The endpoint rides beside the request as scheme://host:port: userinfo, path and query
+    (where a proxy may carry a key) never reach the log, and the body rebuilds the same."""
+    secret_url = "https://sk-user-SECRET:pw@proxy.example:8443/v1/?api_key=sk-query-SECRET#f"
+    plain = call_request(PROMPT_A, ((0, 1),))
+    writer = await store.create(channel="console", conversation="c", session_id="s1")
+    await add(writer, user("hi"))
+    await persist_call(writer, replace(plain, endpoint=secret_url))
+    await persist_call(writer, plain)
+    await writer.aclose()
+    data = writer.path.read_bytes()
+    assert [call.get("endpoint") for call in of_type(writer.path, "call")] == [
+        "https://proxy.example:8443", None]
+    for leak in (b"SECRET", b"pw@", b"api_key", b"/v1", b"#f"):
+        assert leak not in data
+    replay = replay_bytes(data)
+    with_endpoint, without = replay.turns
+    assert (with_endpoint.endpoint, without.endpoint) == ("https://proxy.example:8443", None)
+    assert encode_body(replay.request(with_endpoint)) == encode_body(replay.request(without))

@@ -233,6 +233,7 @@ async def test_save_writes_a_separate_log_whose_request_replays_exactly(
     answer = rerun.turn(1)
     assert answer.assistant is not None
     assert rerun.messages[answer.assistant] == view["rerun"]["assistant"]
+    assert answer.endpoint == f"http://127.0.0.1:{srv.port}"  # the rerun's call, recorded
     outcome = rerun.outcome_of(answer)
     assert outcome is not None
     assert outcome.stop_reason == "tool_use"
