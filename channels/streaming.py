@@ -4,7 +4,8 @@ Deltas build a plain-text preview that is sent once (not before ``preview_after`
 streaming) and then edited at most every ``min_interval`` seconds (platforms rate-limit edits);
 a typing indicator appears once a turn has run ``typing_delay`` seconds and is renewed every
 ``typing_interval`` while it runs. The final text is handed to the platform, which
-renders it (Markdown -> HTML/mrkdwn, split to the platform's limits) and replaces the preview.
+renders it (Markdown -> HTML/mrkdwn, split to the platform's limits) and replaces the preview;
+a reply abandoned instead (:class:`gateway.channel.RetractSink`) has its preview deleted.
 Delivery errors are logged and counted by the platform target, never raised into the turn.
 """
 
@@ -40,6 +41,11 @@ class EditTarget(Protocol):
         """Render and deliver the final text, replacing the preview message if there is one."""
         ...
 
+    async def retract(self, preview: str | None) -> None:
+        """The final text will not come: delete the preview message if there is one (and any
+        typing marker the platform keeps). Never raises: a failure is logged once."""
+        ...
+
 
 @runtime_checkable
 class FileTarget(Protocol):
@@ -70,6 +76,7 @@ class EditStreamer:
         self._last_edit = float("-inf")  # the first preview is never held back
         self._typing_task: asyncio.Task[None] | None = None
         self._done = False
+        self._retracted = False
 
     async def typing(self) -> None:
         # Never awaited on the turn's path: the indicator starts after ``typing_delay``, so a
@@ -114,6 +121,16 @@ class EditStreamer:
     async def fail(self, text: str) -> None:
         await self._stop_typing()
         await self.target.deliver_final(text, self._ref)
+
+    async def retract(self) -> None:
+        """Delete the preview: this turn's final text will not come (another worker answers).
+        Deltas after it are ignored; a second call does nothing."""
+        if self._retracted:
+            return
+        self._retracted = True
+        await self._stop_typing()
+        preview, self._ref = self._ref, None
+        await self.target.retract(preview)
 
     async def send_file(self, file: OutboundFile) -> None:
         """Deliver a file now (the ``send_file`` tool); the text stream goes on after it."""

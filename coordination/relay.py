@@ -8,7 +8,8 @@ reply events into the receiver's inbox list (``{p}inbox:<worker>``, ``RPUSH``) t
 
 Events: ``recorded`` (with the session id, so the request can be acknowledged), ``typing``,
 ``delta`` (batched to one push per :data:`DELTA_INTERVAL`: the final text supersedes them),
-``finish`` and ``fail``. An inbox whose worker died expires after :data:`INBOX_TTL`; the reply
+``retract`` (the serving worker abandoned its reply: the deltas so far are void), ``finish``
+and ``fail``. An inbox whose worker died expires after :data:`INBOX_TTL`; the reply
 is in the session log regardless. Channels without their own sink (Telegram, Slack) need no
 relay: the serving worker opens the channel's sink itself.
 """
@@ -25,7 +26,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from coordination.keys import Keys
-from gateway.channel import ReplySink
+from gateway.channel import ReplySink, RetractSink
 from gateway.tasks import bounded
 
 log = logging.getLogger("gateway.coordination")
@@ -68,6 +69,10 @@ class RelaySink:
             chunk, self._buffer = "".join(self._buffer), []
             await push(self._redis, self._inbox, self._item, "delta", chunk)
 
+    async def retract(self) -> None:
+        self._buffer = []  # deltas not pushed yet belong to the abandoned reply too
+        await push(self._redis, self._inbox, self._item, "retract", "")
+
     async def finish(self, text: str) -> None:
         await push(self._redis, self._inbox, self._item, "finish", text)
 
@@ -87,6 +92,12 @@ async def push(redis: aioredis.Redis, inbox: str, item_id: str, kind: str, text:
         log.warning("relay: could not pass a %s event on (%s)", kind, type(exc).__name__)
 
 
+async def retract(sink: ReplySink) -> None:
+    """Retract on ``sink`` when it can (:class:`gateway.channel.RetractSink`)."""
+    if isinstance(sink, RetractSink):
+        await sink.retract()
+
+
 class _LocalEnd:
     """The receiver's own sink, used directly when the receiver also serves the item."""
 
@@ -100,6 +111,9 @@ class _LocalEnd:
 
     async def delta(self, text: str) -> None:
         await self._sink.delta(text)
+
+    async def retract(self) -> None:
+        await retract(self._sink)
 
     async def finish(self, text: str) -> None:
         self._relay.forget(self._item)
@@ -196,6 +210,8 @@ class Relay:
             await waiter.sink.typing()
         elif kind == "delta":
             await waiter.sink.delta(text)
+        elif kind == "retract":
+            await retract(waiter.sink)
         else:
             self.forget(item_id)
             if kind == "finish":

@@ -94,6 +94,24 @@ class FileSink(Protocol):
     async def send_file(self, file: OutboundFile) -> None: ...
 
 
+@runtime_checkable
+class RetractSink(Protocol):
+    """A reply sink that can take back what it streamed of an answer that will not come.
+
+    Contract: :meth:`retract` is called at most once, instead of :meth:`ReplySink.finish` /
+    :meth:`ReplySink.fail`, when the turn's final reply is abandoned: the worker lost the
+    conversation's lease (or stopped) before the answer was saved, and the conversation's
+    next holder answers instead. It removes the preview of the partial answer (Telegram
+    ``deleteMessage``, Slack ``chat.delete`` and its typing reaction, the web page's
+    streamed bubble), so the person does not read a half answer above the full one. It
+    never raises: a failure to remove is logged once and counted by the channel. With
+    nothing shown it does nothing. Optional: a sink without it (the console: a terminal
+    cannot take printed text back, and one process never loses a lease) leaves the preview.
+    """
+
+    async def retract(self) -> None: ...
+
+
 class Deliver(Protocol):
     """The router's entry point as channels see it (behind access control).
 

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -346,7 +346,11 @@ class Router:
             return True
         conv, sink = prepared
         async with self._slots:
-            await self._turn(conv, item, sink)
+            try:
+                await self._turn(conv, item, sink)
+            except BaseException:
+                sink.abandon()  # no final reply from here (the next holder answers)
+                raise
         if self.shared:
             # The next holder opens the session under a newer token, fencing off whatever
             # this one has not written yet: it is written before the item counts as answered
@@ -356,7 +360,7 @@ class Router:
         return True
 
     async def _prepare(self, claim: Claim, item: QueueItem
-                       ) -> tuple[Conversation, ReplySink] | None:
+                       ) -> tuple[Conversation, Answering] | None:
         """Record the item if it is not yet (``None``: nothing left to run, it was answered)."""
         key, context = item.inbound.key, context_of(item.inbound)
         if item.kind == "new":
@@ -393,7 +397,7 @@ class Router:
         return conv, self._sink(claim, item, conv)
 
     def _sink(self, claim: Claim, item: QueueItem,
-              conv: Conversation | None = None) -> ReplySink:
+              conv: Conversation | None = None) -> Answering:
         """Where the item's reply goes (opened now, as its turn starts), marking the item
         answered the moment its reply is out: the narrowest window there is between a
         platform taking a reply and the gateway knowing it did.
@@ -401,10 +405,23 @@ class Router:
         Several workers: the final reply waits until ``conv``'s entries are in the log
         (:meth:`_saved`). The next holder opens the session under a newer token, which
         drops whatever this one has not written yet; an answer sent before its entries
-        were saved would be answered again by that holder, and be missing from the log."""
-        saved = partial(self._saved, claim, conv) if self.shared and conv is not None else None
-        return Answering(item.sink or self.sink_for(item.inbound),
-                          partial(self.conversations.done, claim, item), saved)
+        were saved would be answered again by that holder, and be missing from the log.
+        A reply abandoned so (or by a turn cut off) has its streamed preview retracted."""
+        sink = item.sink or self.sink_for(item.inbound)
+        answered = partial(self.conversations.done, claim, item)
+        if not self.shared or conv is None:
+            return Answering(sink, answered)
+        return Answering(sink, answered, partial(self._saved, claim, conv), self._spawn)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task of the router's group (a turn's leftover that its
+        cancellation must not cut short); dropped when the router has closed."""
+        try:
+            if self._group is None:
+                raise RuntimeError("the router is closed")
+            self._group.create_task(work)
+        except RuntimeError:
+            work.close()
 
     async def _saved(self, claim: Claim, conv: Conversation) -> None:
         """Wait until the conversation's pending entries are written (the store may be down:

@@ -5,7 +5,8 @@ A reply lives in the person's thread (``thread_ts``): the first delta posts a pl
 preview with ``chat.postMessage``, later deltas edit it with ``chat.update`` (throttled by the
 streamer), and the final Markdown is rendered to mrkdwn chunks of at most 3000 characters
 (:func:`channels.slack.render.render_chunks`): the first chunk replaces the preview, the others
-are posted after it in the thread.
+are posted after it in the thread. A reply abandoned instead (another worker answers) has its
+preview deleted with ``chat.delete``.
 
 Typing: Slack has no typing indicator for bots outside its assistant threads, so the turn
 marks the person's message with an :eyes: reaction instead, removed once the reply is
@@ -118,6 +119,18 @@ class SlackTarget:
             if not delivered:
                 break  # a gap in the middle of a reply reads worse than a cut-off one
             delivered = await self._post(chunk) is not None
+        await self._unreact()
+
+    async def retract(self, preview: str | None) -> None:
+        """``chat.delete`` the preview of a reply that will not be finished here (another
+        worker answers) and take the typing reaction back, so the next holder's own can be
+        added and removed; failures are logged once and counted, never raised."""
+        if preview is not None:
+            await self.calls.attempt("chat.delete", self.calls.client.chat_delete(
+                channel=self.channel, ts=preview))
+        await self._unreact()
+
+    async def _unreact(self) -> None:
         if self._reacted:
             self._reacted = False
             await self.calls.attempt("reactions.remove", self.calls.client.reactions_remove(

@@ -10,6 +10,7 @@ exception texts contain the bot token, so nothing from PTB is logged or re-raise
 actions, a plain-text preview message that is edited while the reply streams, and the final
 text rendered once with :func:`channels.telegram.render.render_chunks` and sent as
 ``parse_mode=HTML``: the preview is edited into the first chunk, later chunks are new messages.
+A reply abandoned instead (another worker answers) has its preview deleted (``deleteMessage``).
 Everything goes into the user's forum topic, and in groups replies to the user's message. A
 chunk Telegram refuses to parse ("can't parse entities") is sent again as its plain text.
 A reply complete within ``preview_after`` seconds of the turn's start is sent once, without
@@ -208,6 +209,23 @@ class TelegramTarget:
             for chunk in rest:
                 if not await self._send_chunk(chunk):
                     return  # later chunks would read out of context without this one
+        finally:
+            if self.on_done is not None:
+                self.on_done()
+
+    async def retract(self, preview: str | None) -> None:
+        """``deleteMessage`` the preview of a reply that will not be finished here (another
+        worker answers); a failure is logged once and counted, never raised."""
+        if preview is None:
+            return  # nothing shown; the typing action fades by itself
+        if self.on_begin is not None:
+            self.on_begin()
+        try:
+            if self._edit is not None:
+                await asyncio.wait([self._edit])  # an edit landing after the delete would fail
+            await self.api.request(lambda: self._bot.delete_message(self.chat_id, int(preview)))
+        except Exception as exc:  # delivery problems are logged, never raised into a turn
+            self.api.failed("deleteMessage (preview)", exc)
         finally:
             if self.on_done is not None:
                 self.on_done()

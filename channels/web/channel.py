@@ -19,6 +19,8 @@ Events instead; every ``data`` line is one JSON object::
 
     event: session  data: {"session": id}
     event: delta    data: {"text": chunk}                  zero or more, as the provider streams
+    event: retract  data: {}                               drop the deltas so far (their worker
+                                                           lost the conversation; another answers)
     event: file     data: {"name", "media_type", "size", "hash", "url"}   a file the agent sent
     event: done     data: {"session": id, "reply": text}   the final text supersedes the deltas
     event: error    data: {"session": id, "error": message, "status": code}
@@ -468,6 +470,8 @@ class WebChannel:
             named = {} if session is None else {"session": session}
             if kind == "delta":
                 await _event(response, "delta", {"text": text})
+            elif kind == "retract":
+                await _event(response, "retract", {})
             elif kind == "file":
                 await _event(response, "file", orjson.loads(text))
             elif kind == "done":

@@ -18,9 +18,11 @@ class WebSink:
 
     Deltas go into :attr:`events` when the request streams; the end of the turn resolves
     :attr:`result` (``(True, text)`` for finish, ``(False, apology)`` for fail) and is also
-    queued as the last event. Files the agent sends are listed in :attr:`files` (and queued
-    as ``file`` events, their JSON as text): the page offers them as download links. Calls
-    after the end are ignored.
+    queued as the last event. A reply abandoned by its worker (the lease went; another worker
+    answers into this same request) queues ``retract``: the page clears the streamed text,
+    and the next holder's deltas start afresh. Files the agent sends are listed in
+    :attr:`files` (and queued as ``file`` events, their JSON as text): the page offers them
+    as download links. Calls after the end are ignored.
     """
 
     def __init__(self, *, stream: bool, conversation: str = "") -> None:
@@ -45,6 +47,10 @@ class WebSink:
     async def delta(self, text: str) -> None:
         if self.stream and not self.result.done():
             self.events.put_nowait(("delta", text))
+
+    async def retract(self) -> None:
+        if self.stream and not self.result.done():
+            self.events.put_nowait(("retract", ""))
 
     async def finish(self, text: str) -> None:
         self._end(True, text)

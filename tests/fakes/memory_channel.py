@@ -27,6 +27,9 @@ class MemorySink:
     async def delta(self, text: str) -> None:
         self._channel.events.append((self._chat, "delta", text))
 
+    async def retract(self) -> None:
+        self._channel.events.append((self._chat, "retract", ""))
+
     async def finish(self, text: str) -> None:
         self._channel.record_final(self._chat, "finish", text)
 

@@ -215,6 +215,7 @@ class FakeSlackServer:
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
+            "chat.delete": self._chat_delete,
             "chat.postEphemeral": self._chat_post_ephemeral,
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
@@ -534,14 +535,19 @@ class FakeSlackServer:
         self.messages[(channel_id, ts)] = message
         return {"channel": channel_id, "ts": ts, "message": message}
 
-    async def _chat_update(self, params: JSONDict) -> JSONDict:
+    def _own_message(self, params: JSONDict, refusal: str) -> tuple[str, str, JSONDict]:
+        """The bot's own message ``params`` name (a bot token changes only its own)."""
         channel_id = self._resolve_channel(params.get("channel"))
         ts = str(params.get("ts") or "")
         message = self.messages.get((channel_id, ts))
         if message is None:
             raise SlackError("message_not_found")
         if message.get("bot_id") != self.bot_id:
-            raise SlackError("cant_update_message")
+            raise SlackError(refusal)
+        return channel_id, ts, message
+
+    async def _chat_update(self, params: JSONDict) -> JSONDict:
+        channel_id, ts, message = self._own_message(params, "cant_update_message")
         _validate_content(params)
         updated = self._bot_message(params, ts)
         for key in ("thread_ts", "parent_user_id", "reply_count"):
@@ -550,6 +556,11 @@ class FakeSlackServer:
         updated["edited"] = {"user": self.bot_user_id, "ts": self.next_ts()}
         self.messages[(channel_id, ts)] = updated
         return {"channel": channel_id, "ts": ts, "text": updated["text"], "message": updated}
+
+    async def _chat_delete(self, params: JSONDict) -> JSONDict:
+        channel_id, ts, _ = self._own_message(params, "cant_delete_message")
+        del self.messages[(channel_id, ts)]
+        return {"channel": channel_id, "ts": ts}
 
     async def _chat_post_ephemeral(self, params: JSONDict) -> JSONDict:
         self._resolve_channel(params.get("channel"))

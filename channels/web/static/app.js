@@ -281,6 +281,8 @@
           showSession(event.data.session);
         } else if (event.name === "delta") {
           appendDelta(bubble, event.data.text);
+        } else if (event.name === "retract") {  // its worker lost the conversation: start over
+          setAnswer(bubble, "");
         } else if (event.name === "file") {  // a file the agent sent: before its answer
           const item = addMessage("assistant", "");
           bubble.before(item);
