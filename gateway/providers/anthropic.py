@@ -10,7 +10,7 @@ SDK's ``MessageCreateParams``) no longer has it, so every call would be rejected
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import anthropic
 
@@ -25,7 +25,7 @@ from gateway.providers.sdk import (
     text_or_none,
     usage_of,
 )
-from gateway.providers.sse import END, SseItems, SseReader, loads
+from gateway.providers.sse import END, SseReader, SseStream, loads
 from sessions.endpoint import origin
 from sessions.records import MessageDict
 from sessions.shapes import Shape
@@ -161,7 +161,7 @@ class AnthropicProvider(SdkProvider):
         await self._client.close()
 
 
-class EventStream(anthropic.AsyncStream[object]):
+class EventStream(SseStream[object], anthropic.AsyncStream[object]):
     """The SDK's ``AsyncStream`` read by :class:`~gateway.providers.sse.SseReader`: the same
     items, errors and observer calls as the SDK's own (``_streaming.py``), less CPU, nothing
     left open.
@@ -172,17 +172,6 @@ class EventStream(anthropic.AsyncStream[object]):
     anything else is yielded as parsed (data that is not JSON raises ``json.JSONDecodeError``).
     Transport failures come out as httpx2 raised them, as from the SDK's stream.
     """
-
-    _items: SseItems | None = None
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        items = self._items
-        if items is None:
-            items = self._items = SseItems(self.response, self._watch())
-        return await items.next(self._item)
 
     def _watch(self) -> Any:
         # The SDK's tracing observer of this response, in the SDKs that have one.
@@ -213,9 +202,7 @@ class EventStream(anthropic.AsyncStream[object]):
         """Close the response (and the body's iterator); safe to call more than once."""
         if (observer := self._watch()) is not None:
             observer.end("closed")
-        if self._items is not None:
-            await self._items.aclose()
-        await self.response.aclose()
+        await super().close()
 
 
 def _block(block: Any) -> MessageDict:

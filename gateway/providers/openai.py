@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal
 
 import httpx2
 import openai
@@ -32,7 +32,7 @@ from gateway.providers.sdk import (
     text_or_none,
     usage_of,
 )
-from gateway.providers.sse import END, SseItems, SseReader, loads
+from gateway.providers.sse import END, SseReader, SseStream, loads
 from sessions.endpoint import origin
 from sessions.records import MessageDict
 from sessions.shapes import Shape
@@ -195,7 +195,7 @@ class OpenAIProvider(SdkProvider):
         await self._client.close()
 
 
-class ChunkStream(openai.AsyncStream[object]):
+class ChunkStream(SseStream[object], openai.AsyncStream[object]):
     """The SDK's ``AsyncStream`` read by :class:`~gateway.providers.sse.SseReader`: the same
     items and errors as the SDK's own (``_streaming.py``), less CPU, nothing left open.
 
@@ -206,23 +206,6 @@ class ChunkStream(openai.AsyncStream[object]):
     parsed. A read that times out raises ``APITimeoutError``, any other transport failure
     ``APIConnectionError``; data that is not JSON raises ``json.JSONDecodeError``.
     """
-
-    _items: SseItems | None = None
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        items = self._items
-        if items is None:
-            items = self._items = SseItems(self.response)
-        return await items.next(self._item)
-
-    async def close(self) -> None:
-        """Close the response (and the body's iterator); safe to call more than once."""
-        if self._items is not None:
-            await self._items.aclose()
-        await self.response.aclose()
 
     async def _item(self, reader: SseReader) -> Any:
         response = self.response

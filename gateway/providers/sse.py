@@ -27,11 +27,12 @@ import json
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 import httpx2
 import orjson
 
+T = TypeVar("T")
 Sse = tuple[str | None, str]
 """One dispatched event: its name (None when it had none) and its data lines joined by LF."""
 
@@ -211,9 +212,8 @@ ItemOf = Callable[[SseReader], Awaitable[Any]]
 
 
 class SseItems:
-    """The iteration both providers' stream classes share (each subclasses its SDK's own
-    ``AsyncStream``, keeping its constructor, attributes and ``async with``, and delegates
-    ``__anext__`` and ``close`` here).
+    """The iteration both providers' stream classes share (through :class:`SseStream`, whose
+    ``__anext__`` and ``close`` delegate here).
 
     :meth:`next` gives the next item (what the SDK's stream yields) or raises
     ``StopAsyncIteration``; at the end, on an error and on :meth:`aclose` (idempotent) the
@@ -264,3 +264,40 @@ class SseItems:
         if self._reader is not None:
             await self._reader.aclose()
         await self._response.aclose()
+
+
+class SseStream(Generic[T]):
+    """The part both providers' stream classes share, put first in their bases (before the
+    SDK's ``AsyncStream``, whose constructor, attributes and ``async with`` they keep):
+    iteration through :class:`SseItems` and a ``close`` that closes the body's iterator and
+    the response. A subclass supplies ``_item`` (:data:`ItemOf`) and, where its SDK traces
+    streams, ``_watch``.
+
+    Generic only because the SDKs read a stream class's item type from its generic bases
+    (``__orig_bases__``) and expect every one of them to be parametrised: subclass
+    ``SseStream[object]``."""
+
+    response: httpx2.Response
+    _items: SseItems | None = None
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        items = self._items
+        if items is None:
+            items = self._items = SseItems(self.response, self._watch())
+        return await items.next(self._item)
+
+    def _watch(self) -> Any:
+        """The SDK's stream observer of this response (None: it has none)."""
+        return None
+
+    async def _item(self, reader: SseReader) -> Any:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Close the response (and the body's iterator); safe to call more than once."""
+        if self._items is not None:
+            await self._items.aclose()
+        await self.response.aclose()

@@ -22,7 +22,7 @@ from app.compose_channels import web_channel
 from app.config import Settings
 from app.server import Gateway
 from channels.web.channel import WebChannel
-from gateway.channel import Accepted, Answer, ReplySink
+from gateway.channel import Accepted, Answer, Deliver, ReplySink
 from gateway.errors import ConfigError, ProviderUnavailable
 from gateway.history import StoreHistory
 from gateway.messages import Inbound
@@ -99,15 +99,7 @@ class Server:
                                     json={**body, "stream": True}) as resp:
             assert resp.status == 200
             assert resp.headers["Content-Type"].startswith("text/event-stream")
-            events: Events = []
-            name = ""
-            async for raw in resp.content:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    name = line.removeprefix("event: ")
-                elif line.startswith("data: "):
-                    events.append((name, orjson.loads(line.removeprefix("data: "))))
-            return events
+            return await sse_events(resp)
 
     def entry_types(self, session: str) -> list[str]:
         data = self.store.path_of("default", session).read_bytes()
@@ -119,6 +111,35 @@ class Server:
         journal = self.store.data_dir / "state" / "delivery.jsonl"
         owed = [journal] if journal.exists() and journal.read_bytes() else []
         return sorted(self.store.data_dir.rglob("sessions/*.jsonl")) + owed
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> Events:
+    """The (event, data) pairs of a Server-Sent Events answer, read to its end."""
+    events: Events = []
+    name = ""
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, orjson.loads(line.removeprefix("data: "))))
+    return events
+
+
+@asynccontextmanager
+async def bare_channel(channel: WebChannel, deliver: Deliver) -> AsyncIterator[str]:
+    """``channel`` alone on an aiohttp server on 127.0.0.1, delivering into ``deliver`` (a
+    stand-in for the router): its ``/api/chat`` URL."""
+    app = web.Application()
+    app.add_routes(channel.routes())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        await channel.start(deliver)
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
+    finally:
+        await runner.cleanup()
 
 
 Start = Callable[..., Awaitable[Server]]
@@ -418,34 +439,16 @@ async def test_a_relayed_reply_that_is_lost_is_found_in_the_log(
 
     channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=30,
                          lost_reply_check=0.05)
-    app = web.Application()
-    app.add_routes(channel.routes())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        await channel.start(deliver)
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
-        body = {"conversation": "c", "text": "hi", "stream": stream}
-        async with aiohttp.ClientSession() as client, asyncio.timeout(20), \
-                client.post(url, json=body) as response:
-            assert response.status == 200
-            if stream:
-                events: Events = []
-                name = ""
-                async for raw in response.content:
-                    line = raw.decode().rstrip("\n")
-                    if line.startswith("event: "):
-                        name = line.removeprefix("event: ")
-                    elif line.startswith("data: "):
-                        events.append((name, orjson.loads(line.removeprefix("data: "))))
-                assert events == [("session", {"session": "s9"}),
-                                  ("done", {"session": "s9", "reply": "from the log"})]
-            else:
-                assert await response.json() == {"session": "s9", "reply": "from the log"}
-    finally:
-        await runner.cleanup()
+    body = {"conversation": "c", "text": "hi", "stream": stream}
+    async with bare_channel(channel, deliver) as url, aiohttp.ClientSession() as client, \
+            asyncio.timeout(20), client.post(url, json=body) as response:
+        assert response.status == 200
+        if stream:
+            assert await sse_events(response) == [
+                ("session", {"session": "s9"}),
+                ("done", {"session": "s9", "reply": "from the log"})]
+        else:
+            assert await response.json() == {"session": "s9", "reply": "from the log"}
     assert looked == [0, 0]  # looked up now and then, never waiting on the store
 
 
@@ -474,22 +477,11 @@ async def test_a_relayed_reply_is_sent_as_soon_as_it_comes(
     tasks: list[asyncio.Task[None]] = []
     channel = WebChannel(history=StoreHistory(JsonlSessionStore(tmp_path)), reply_timeout=3600,
                          lost_reply_check=3600)
-    app = web.Application()
-    app.add_routes(channel.routes())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        await channel.start(deliver)
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
-        body = {"conversation": "c", "text": "hi", "stream": stream}
-        async with aiohttp.ClientSession() as client, asyncio.timeout(30), \
-                client.post(url, json=body) as response:
-            assert response.status == 200
-            text = await response.text()
-    finally:
-        await runner.cleanup()
+    body = {"conversation": "c", "text": "hi", "stream": stream}
+    async with bare_channel(channel, deliver) as url, aiohttp.ClientSession() as client, \
+            asyncio.timeout(30), client.post(url, json=body) as response:
+        assert response.status == 200
+        text = await response.text()
     if stream:
         assert "event: session" in text
         assert "event: done" in text
