@@ -84,9 +84,10 @@ class FileJournal:
                  clock: Callable[[], float] = time.time,
                  sync_file: Callable[[int], None] = os.fsync,
                  write_file: Callable[[int, memoryview], int] = os.write,
+                 truncate_file: Callable[[int, int], None] = os.ftruncate,
                  reserve: Reserve | None = None) -> None:
-        """``sync_file`` and ``write_file`` are the disk's fsync and append (the seams tests
-        use to count, hold or fail them).
+        """``sync_file``, ``write_file`` and ``truncate_file`` are the disk's fsync, append and
+        cut-back after a failed append (the seams tests use to count, hold or fail them).
         ``reserve``: room :meth:`settle` frees when the disk is full at the stop, so the notes
         of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on."""
         self.path = path
@@ -95,6 +96,7 @@ class FileJournal:
         self.clock = clock
         self._sync_file = sync_file
         self._write_file = write_file
+        self._truncate_file = truncate_file
         self._reserve = reserve
         self._owed: dict[str, OwedItem] = {}
         # Owed items queued for their turn (``kept``), in the order they were queued: the order
@@ -106,6 +108,8 @@ class FileJournal:
         self._seen: OrderedDict[str, _Seen] = OrderedDict()  # answered keys, oldest first
         self._paid: dict[str, str | None] = {}  # id -> session, for the keys in _seen
         self._fd: int | None = None
+        self._size = 0  # bytes of whole lines in the file
+        self._torn = False  # a torn tail is past _size and still to be cut
         self._lines = 0
         self._backlog = b""
         self._opened = False
@@ -141,6 +145,7 @@ class FileJournal:
         whole = data.rfind(b"\n") + 1
         if whole != len(data):  # a torn last line: cut it before anything is appended
             os.ftruncate(fd, whole)
+        self._size = whole
         lines = data[:whole].split(b"\n")
         for raw in lines:
             self._apply(raw)
@@ -300,8 +305,13 @@ class FileJournal:
             self._backlog = b""
             self._lines += data.count(b"\n")
             return
-        size = os.fstat(self._fd).st_size
+        # The size of the file's whole lines is kept here, not asked of the kernel before every
+        # append: one system call fewer per line on the event loop's thread, which gives up the
+        # GIL at each one (and may wait to get it back from a worker thread).
         try:
+            if self._torn:  # a failed append's tail that could not be cut back last time
+                self._truncate_file(self._fd, self._size)
+                self._torn = False
             view = memoryview(data)
             done = 0
             while done < len(data):
@@ -310,11 +320,15 @@ class FileJournal:
                     raise OSError(errno.EIO, "write returned 0")
                 done += n
         except OSError:
-            with contextlib.suppress(OSError):  # a torn tail is ignored when the file is read
-                os.ftruncate(self._fd, size)
+            try:
+                self._truncate_file(self._fd, self._size)
+                self._torn = False
+            except OSError:  # cut before the next append, so no line is glued to a torn one
+                self._torn = True
             if keep:
                 self._backlog = data
             raise
+        self._size += len(data)
         self._backlog = b""
         self._lines += data.count(b"\n")
         if data:
@@ -418,6 +432,7 @@ class FileJournal:
             raise
         old, self._fd = self._fd, new
         os.close(old)
+        self._size, self._torn = len(body), False
         self._lines = len(lines)
 
 

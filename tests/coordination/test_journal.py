@@ -177,3 +177,57 @@ async def test_the_stop_writes_the_notes_of_answers_sent_into_the_reserve(
     await reopened.open()
     assert [o.id for o in reopened.owed()] == ([] if room else ["i1"])
     reopened.close()
+
+
+class TornDisk:
+    """Appends that stop half-way (ENOSPC after some bytes), and cut-backs that may fail."""
+
+    def __init__(self) -> None:
+        self.tear = False
+        self.short_written = False
+        self.cut_fails = False
+        self.cuts: list[int] = []
+
+    def write(self, fd: int, data: memoryview) -> int:
+        if self.tear:
+            if not self.short_written:
+                self.short_written = True
+                return os.write(fd, data[:5])  # a short write; the next one finds no room
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+    def truncate(self, fd: int, size: int) -> None:
+        self.cuts.append(size)
+        if self.cut_fails:
+            raise OSError(errno.EIO, "Input/output error")
+        os.ftruncate(fd, size)
+
+
+@pytest.mark.parametrize("cut_fails", [False, True])
+async def test_a_torn_append_is_cut_back_before_the_next_line(tmp_path: Path,
+                                                               cut_fails: bool) -> None:
+    """An append that stops half-way leaves no torn bytes for the next line to be glued to:
+    they are cut at once, or (when that fails too) before the next append. After a compaction
+    the cut goes to the new file's size, not the old one's."""
+    path = tmp_path / "delivery.jsonl"
+    disk = TornDisk()
+    journal = FileJournal(path, write_file=disk.write, truncate_file=disk.truncate)
+    await journal.open()
+    await journal.owe("i1", "c", "k1", "one")
+    await journal.paid("i1", "s1")
+    journal._rewrite()  # compaction: the file now holds one "seen" line
+    whole = path.stat().st_size
+    disk.tear, disk.cut_fails = True, cut_fails
+    with pytest.raises(OSError, match="No space left"):
+        await journal.owe("i2", "c", "k2", "two")
+    assert disk.cuts == [whole]
+    assert path.stat().st_size == (whole + 5 if cut_fails else whole)
+    disk.tear = disk.cut_fails = False
+    await journal.owe("i3", "c", "k3", "three")
+    assert disk.cuts == ([whole, whole] if cut_fails else [whole])
+    journal.close()
+    assert [line[0] for line in lines(path)] == ["seen", "owe"]
+    reopened = FileJournal(path)
+    await reopened.open()
+    assert [o.id for o in reopened.owed()] == ["i3"]
+    reopened.close()
