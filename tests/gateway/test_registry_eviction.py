@@ -6,9 +6,12 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import pytest
+
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
+from sessions.errors import SessionWriteError
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
 from tests.fakes.disk import FaultyDisk
@@ -26,12 +29,19 @@ async def test_a_session_with_unwritten_entries_stays_open_past_max_open(tmp_pat
     first = await registry.get(ada, context("ada"))
     disk.fail(OSError(errno.ENOSPC, "No space left on device"))
     await add(first.recorder.writer, user("written when the disk has room"))
+    # Wait for the write to meet the full disk: the append only queued it for the writer's
+    # thread, which (on a busy machine) could otherwise first try after the disk recovered.
+    with pytest.raises(SessionWriteError, match="kept for the next write"):
+        await first.recorder.writer.flush()
+    assert first.recorder.writer.pending_bytes > 0
     disk.recover()  # room again, but nothing has asked the writer to write since
     await registry.get(bob, context("bob"))
     assert registry.peek(ada) is first  # kept open: its entry is still only in memory
     assert len(registry) == 2
 
-    await add(first.recorder.writer, user("next"))  # the next append writes both
+    # The next append is accepted, reporting the failure it follows; its write takes both.
+    with pytest.raises(SessionWriteError, match="ENOSPC.*kept for the next write"):
+        await add(first.recorder.writer, user("next"))
     await first.recorder.writer.flush()
     await registry.get(cy, context("cy"))  # now it can go
     assert registry.peek(ada) is None
