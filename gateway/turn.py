@@ -199,21 +199,31 @@ class AgentLoop:
 
     async def _end(self, conv: Conversation, sink: ReplySink, status: str, text: str,
                    calls: int) -> TurnResult:
-        """Deliver the turn's final text (or the apology) once the log holds
-        everything the turn recorded, so a gateway restarted after the reply never answers
-        the message again; then make it durable (``sync``, after the reply: no fsync delays
-        it). ``not_recorded``: the log refused the answer or its tool results, and the turn
-        stops with what was said so far."""
+        """Deliver the turn's final text (or the apology) once the log holds everything the
+        turn recorded, so a gateway restarted after the reply never answers the message again;
+        make it durable (``sync``) while the reply is sent, so no fsync delays the reply.
+        ``not_recorded``: the log refused the answer or its tool results, and the turn stops
+        with what was said so far."""
         if (await conv.recorder.flush()).failure == FENCED:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
             raise NotRecordedError(conv.session_id, FENCED)
-        if status == "apologised" or (status == "not_recorded" and not text):
-            text = self.settings.apology
-            await sink.fail(text)
-        else:
-            await sink.finish(text)
-        await conv.recorder.sync()
+        # The fsync starts now, in its thread, and runs while the reply is sent: the reply no
+        # longer waits for it (as before), and neither does the conversation's next message
+        # for the part of it the send already covered.
+        durable = asyncio.ensure_future(conv.recorder.sync())
+        try:
+            if status == "apologised" or (status == "not_recorded" and not text):
+                text = self.settings.apology
+                await sink.fail(text)
+            else:
+                await sink.finish(text)
+        except BaseException:
+            # A turn cancelled mid-send stops waiting, as it did when the fsync came after the
+            # send (the writer still finishes an fsync it began; its close waits for it).
+            durable.cancel()
+            raise
+        await durable
         return TurnResult(status, text, calls)
 
     async def _spec(self, conv: Conversation, turn: TurnHandle, built: BuiltPrompt,

@@ -31,9 +31,11 @@ class MemorySink:
         self._channel.events.append((self._chat, "retract", ""))
 
     async def finish(self, text: str) -> None:
+        await self._channel.sending()
         self._channel.record_final(self._chat, "finish", text)
 
     async def fail(self, text: str) -> None:
+        await self._channel.sending()
         self._channel.record_final(self._chat, "fail", text)
 
     async def send_file(self, file: OutboundFile) -> None:
@@ -53,6 +55,10 @@ class MemoryChannel:
         self._deliver: Deliver | None = None
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
+        self.send_gate: asyncio.Event | None = None
+        """Set: a final reply is held, as if still on its way, until the event is set."""
+        self.holding = asyncio.Event()
+        """Set once a final reply waits at ``send_gate``."""
 
     async def start(self, deliver: Deliver) -> None:
         self._deliver = deliver
@@ -81,6 +87,11 @@ class MemoryChannel:
         )
         result = await self._deliver(inbound)
         return result if isinstance(result, Accepted) else None
+
+    async def sending(self) -> None:
+        if self.send_gate is not None:
+            self.holding.set()
+            await self.send_gate.wait()
 
     def record_final(self, chat: str, kind: str, text: str) -> None:
         self.events.append((chat, kind, text))
