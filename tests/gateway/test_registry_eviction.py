@@ -40,7 +40,7 @@ async def test_a_session_with_unwritten_entries_stays_open_past_max_open(tmp_pat
     assert len(registry) == 2
 
     # The next append is accepted, reporting the failure it follows; its write takes both.
-    with pytest.raises(SessionWriteError, match="ENOSPC.*kept for the next write"):
+    with pytest.raises(SessionWriteError, match=r"ENOSPC.*kept for the next write"):
         await add(first.recorder.writer, user("next"))
     await first.recorder.writer.flush()
     await registry.get(cy, context("cy"))  # now it can go
