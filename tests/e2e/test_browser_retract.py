@@ -1,0 +1,89 @@
+"""The chat page in headless Chromium: a reply its worker abandoned (the lease went to another
+worker, which answers into the same request) is taken back from the page, and only the new
+answer stays. The gateway is real; the ``retract`` event is sent as the router sends it, by
+the web sink of the request (``WebSink.retract``)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, async_playwright, expect
+
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
+from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from tests.e2e.test_browser_chat import ARGS, CHROMIUM, send
+from tests.fakes.scripted_provider import ScriptedProvider
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+
+class Interrupted(ScriptedProvider):
+    """Streams a first attempt, then waits (as a worker that lost its lease would stop) until
+    the test lets the new holder's answer stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        assert on_text is not None
+        await on_text("first attempt, never finished")
+        self.shown.set()
+        await asyncio.wait_for(self.go_on.wait(), 30)
+        self.script("the answer that stays")
+        return await super().complete(request, on_text)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+async def test_a_retracted_reply_is_cleared_and_only_the_new_answer_stays(
+        tmp_path: Path, browser: Browser) -> None:
+    provider = Interrupted()
+    settings = Settings(  # type: ignore[call-arg]  # pydantic-settings init, by variable name
+        _env_file=None, GATEWAY_DATA_DIR=tmp_path, GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
+        GATEWAY_CHANNELS="web", GATEWAY_WEB_TOKEN=None, GATEWAY_SHUTDOWN_GRACE=0.5,
+    )
+    gw: Gateway = build_gateway(settings, provider=provider)
+    await gw.start()
+    try:
+        page = await browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"http://127.0.0.1:{gw.bound_port}/")
+        await send(page, "hello")
+        assistant = page.locator("li.message.assistant")
+        await expect(assistant).to_have_text("first attempt, never finished")
+        await asyncio.wait_for(provider.shown.wait(), 10)
+
+        web = next(c for c in gw.channels if c.name == "web")
+        (pending,) = web._pending.values()  # the one request in flight
+        await pending.sink.retract()
+        await expect(assistant).to_have_text("")
+        await expect(assistant).to_have_class(re.compile(r"\bpending\b"))  # still waiting
+
+        provider.go_on.set()
+        await expect(assistant).to_have_text("the answer that stays")
+        await expect(assistant).not_to_have_class(re.compile(r"\bpending\b"))
+        assert errors == []
+    finally:
+        provider.go_on.set()
+        await gw.aclose()
