@@ -120,6 +120,46 @@ async def test_answer_waits_for_its_entries_and_a_lost_lease_sends_nothing(
     assert transcript(replay) == [("user", "question"), ("assistant", "second answer")]
 
 
+class StallsAfterADelta(ScriptedProvider):
+    """Streams part of an answer, then keeps thinking until its call is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streamed = asyncio.Event()
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        assert on_text is not None
+        await on_text("half an answer")
+        self.streamed.set()
+        await asyncio.sleep(120)  # bounded; the lease guard cancels it long before
+        raise AssertionError("the call outlived the lease")
+
+
+async def test_a_lease_lost_mid_stream_takes_the_preview_back(
+    prefix: str, redis: aioredis.Redis, private_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """The lease passes on while the model is still streaming: the turn is cut off before
+    any final reply, its streamed preview is taken back, and the next holder's answer is the
+    only one the person reads."""
+    first = StallsAfterADelta()
+    second = ScriptedProvider()
+    second.script("the whole answer")
+    async with worker(prefix, private_store, first, tmp_path / "p", ttl=TTL) as a:
+        await a.channel.say("c", "question")
+        await asyncio.wait_for(first.streamed.wait(), 30)
+        await redis.set(Keys(prefix).lease(KEY), "another-worker", px=60_000)
+        await wait_until(lambda: not a.router._workers, 10)  # its renewal notices: cut off
+    events = [e for e in a.channel.events if e[1] != "typing"]
+    await redis.delete(Keys(prefix).lease(KEY))
+    async with worker(prefix, private_store, second, tmp_path / "p", ttl=TTL) as b:
+        await b.channel.wait_replies(1, timeout=30)
+    assert events == [("c", "delta", "half an answer"), ("c", "retract", "")]
+    assert b.channel.replies == [("c", "finish", "the whole answer")]
+    replay = await log_of(private_store, "c")
+    assert transcript(replay) == [("user", "question"), ("assistant", "the whole answer")]
+
+
 async def test_answer_waits_for_its_entries_and_goes_out_once_they_are_saved(
     prefix: str, pg: PrivatePostgres, private_store: PostgresSessionStore, tmp_path: Path,
 ) -> None:
