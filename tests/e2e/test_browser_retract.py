@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from tests.e2e.test_browser_chat import ARGS, CHROMIUM, send
+from tests.e2e.test_browser_chat import CHROMIUM, browser, send
 from tests.fakes.scripted_provider import ScriptedProvider
+
+__all__ = ["browser"]  # the fixture, shared with the chat tests
 
 pytestmark = [
     pytest.mark.browser,
@@ -43,16 +44,6 @@ class Interrupted(ScriptedProvider):
         await asyncio.wait_for(self.go_on.wait(), 30)
         self.script("the answer that stays")
         return await super().complete(request, on_text)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
 
 
 async def test_a_retracted_reply_is_cleared_and_only_the_new_answer_stays(

@@ -240,11 +240,7 @@ async def test_a_streamed_call_leaves_no_generator_to_finalise(api: str) -> None
     the text sink: every async generator it started has ended (the instrument itself is
     checked on a generator dropped on purpose)."""
     async with FakeProviderServer() as srv:
-        provider: AnthropicProvider | OpenAIProvider = (
-            OpenAIProvider("k", "gpt-test", base_url=srv.openai_base_url, max_retries=0)
-            if api == "openai" else
-            AnthropicProvider("k", "claude-test", base_url=srv.anthropic_base_url,
-                              max_retries=0))
+        provider = provider_for(api, srv)
         request = ProviderRequest("system", [{"role": "user", "content": "hi"}], (),
                                   provider.model, provider.params())
 
@@ -272,6 +268,14 @@ async def test_a_streamed_call_leaves_no_generator_to_finalise(api: str) -> None
 # -- errors inside a 200 stream, end to end -------------------------------------------------
 
 
+def provider_for(api: str, srv: FakeProviderServer) -> AnthropicProvider | OpenAIProvider:
+    """The gateway's provider for ``api``, against the fake server, without retries."""
+    if api == "openai":
+        return OpenAIProvider("k", "gpt-test", base_url=srv.openai_base_url, max_retries=0)
+    return AnthropicProvider("k", "claude-test", base_url=srv.anthropic_base_url,
+                             max_retries=0)
+
+
 def anthropic_error(kind: str) -> bytes:
     return (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m"}}\n\n'
             b'event: error\ndata: {"type":"error","error":{"type":"' + kind.encode()
@@ -290,11 +294,7 @@ async def test_error_inside_a_stream(api: str, pieces: list[bytes],
                                      error: type[ProviderError]) -> None:
     """An error the API sends inside a 200 stream becomes the gateway's error for its type."""
     async with FakeProviderServer() as srv:
-        provider: AnthropicProvider | OpenAIProvider = (
-            OpenAIProvider("k", "gpt-test", base_url=srv.openai_base_url, max_retries=0)
-            if api == "openai" else
-            AnthropicProvider("k", "claude-test", base_url=srv.anthropic_base_url,
-                              max_retries=0))
+        provider = provider_for(api, srv)
         srv.script(api, Reply.raw_stream(*pieces))
         request = ProviderRequest("system", [{"role": "user", "content": "hi"}], (),
                                   provider.model, provider.params())
