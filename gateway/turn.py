@@ -208,9 +208,9 @@ class AgentLoop:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
             raise NotRecordedError(conv.session_id, FENCED)
-        # The fsync starts now, in its thread, and runs while the reply is sent: the reply no
-        # longer waits for it (as before), and neither does the conversation's next message
-        # for the part of it the send already covered.
+        # The fsync starts now, in its thread, and runs while the reply is sent (the reply
+        # never waits for it); the conversation's next message then waits only for what of it
+        # the send did not cover.
         durable = asyncio.ensure_future(conv.recorder.sync())
         try:
             if status == "apologised" or (status == "not_recorded" and not text):
