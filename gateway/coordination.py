@@ -283,6 +283,12 @@ class FencedStore(Protocol):
 class FencedWriter(Protocol):
     """A writer whose session was moved on to a newer token for the same holder."""
 
+    @property
+    def fenced_off(self) -> bool:
+        """True once an append was refused as stale: the writer's state counts entries the log
+        never got, so the conversation must be read again, not refenced."""
+        ...
+
     def refenced(self, fence: int) -> None: ...
 
 

@@ -105,14 +105,15 @@ class ConversationRegistry:
     async def _refence(self, key: ConversationKey, fence: int) -> bool:
         """Keep the cached conversation under a new token if it is still the log: it is still
         the conversation's latest session, the session is moved on to ``fence`` and nobody
-        appended since this worker did (same ``next_seq``, nothing pending). False: read it
-        again. Other workers may have held the conversation meanwhile: a ``/new`` there made
-        a newer session, a ``/forget`` (erasure, from any conversation of the person)
-        deleted this one, and the copy here must not be carried on."""
+        appended since this worker did (same ``next_seq``, nothing pending, and no append of
+        its refused as stale). False: read it again. Other workers may have held the
+        conversation meanwhile: a ``/new`` there made a newer session, a ``/forget`` (erasure,
+        from any conversation of the person) deleted this one, and the copy here must not be
+        carried on."""
         conv = self._open[key]
         writer = conv.recorder.writer
-        if writer.pending_bytes:
-            return False
+        if writer.pending_bytes or cast("FencedWriter", writer).fenced_off:
+            return False  # fenced off: refused entries were counted, so next_seq proves nothing
         if await self.store.latest_session(key.tenant, key.label()) != conv.session_id:
             return False
         try:

@@ -130,6 +130,14 @@ class PostgresSessionWriter:
         """The fencing token this writer sends with every append."""
         return self._fence
 
+    @property
+    def fenced_off(self) -> bool:
+        """True once an append was refused because a newer token took the session over: the
+        refused entries were dropped, but the state had counted them, so it is no longer the
+        log's (and ``next_seq`` may agree with the log's by chance, when the new holder wrote
+        as many). Such a writer is never refenced; the session is read again."""
+        return self._stale is not None
+
     def refenced(self, fence: int) -> None:
         """The session was moved on to ``fence`` for this same holder (see
         :meth:`PostgresSessionStore.refence`): append under it from now on."""

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from coordination.keys import Keys
 from gateway.coordination import LeaseLostError
+from gateway.errors import NotRecordedError
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
@@ -94,3 +95,24 @@ async def test_worker_that_loses_its_lease_mid_turn_stops_and_the_turn_is_finish
 async def test_lease_lost_error_is_a_plain_exception() -> None:
     """LeaseLostError is an Exception the router can catch (never a cancellation)."""
     assert issubclass(LeaseLostError, Exception)
+
+
+async def test_a_writer_fenced_off_is_read_again_not_refenced(
+    pg_store: PostgresSessionStore,
+) -> None:
+    """A worker whose append was refused as stale, taking the conversation back, reads the log
+    again: its writer counted the refused entries, and when the other holder wrote as many,
+    the sequence numbers agree although the copy in memory is not the log."""
+    tokens = [await pg_store.next_fence() for _ in range(3)]
+    registry_a = ConversationRegistry(pg_store, Metrics())
+    registry_b = ConversationRegistry(pg_store, Metrics())
+    conv_a = await registry_a.get(KEY, CONTEXT, fence=tokens[0])
+    await conv_a.receive({"role": "user", "content": "from a"}, {"sender": "u"})
+    conv_b = await registry_b.get(KEY, CONTEXT, fence=tokens[1])
+    await conv_b.receive({"role": "user", "content": "from b"}, {"sender": "u"})
+    with pytest.raises(NotRecordedError):
+        await conv_a.receive({"role": "user", "content": "late from a"}, {"sender": "u"})
+    again = await registry_a.get(KEY, CONTEXT, fence=tokens[2])
+    assert [m["content"] for m in again.messages] == ["from a", "from b"]
+    await registry_a.aclose()
+    await registry_b.aclose()
