@@ -59,6 +59,7 @@ from tests.reliability.crash_harness import (
     free_port,
     gateway_env,
     missing,
+    owed_bodies,
     quiesce,
     release_held,
     telegram_input,
@@ -225,7 +226,8 @@ async def test_crash_kill_trials(tmp_path: Path, capsys: pytest.CaptureFixture[s
                 torn_seen += len(logs.torn)
                 trial = Trial(number, mode, input_of(number), killed_after, driver.sent - sent)
                 found += check_prefixes(before, logs.files) + logs.problems
-                found += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
+                found += [f"lost {m}" for m in missing(traffic.acknowledged(), logs,
+                                                       owed_bodies(data_dir))]
                 found += repeated(traffic, tg, slack, logs)
                 trial.findings = [f for f in found if f not in reported]  # new ones only
                 reported.update(found)

@@ -56,6 +56,7 @@ from tests.reliability.crash_harness import (
     gateway_env,
     items_of_tokens,
     missing,
+    owed_bodies,
     paid_items,
     telegram_input,
 )
@@ -182,7 +183,8 @@ async def test_disk_fault_under_load_then_recovery(
                 await driver.settled()
             logs = check_logs(data_dir)
             findings += logs.problems + [f"torn tail left in {p.name}" for p in logs.torn]
-            findings += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
+            findings += [f"lost {m}" for m in missing(traffic.acknowledged(), logs,
+                                                      owed_bodies(data_dir))]
             # Sent again after the restart, as documented: a reply the platform took while the
             # journal could not note it answered (no room), the gateway stopped before it could.
             resent = {t for t, n in answered(tg, slack).items() if n == 2 and t in window}
