@@ -244,7 +244,8 @@ def build_observer(settings: Settings) -> TurnObserver:
 
 def build_persona(settings: Settings) -> PersonaWorkspace:
     """The persona workspace (operator, tenant and memory-scope layers)."""
-    return PersonaWorkspace(settings.persona_root, self_edit=settings.persona_self_edit)
+    return PersonaWorkspace(settings.persona_root, self_edit=settings.persona_self_edit,
+                            rescan_after=settings.persona_rescan)
 
 
 def build_eraser(persona_root: Path, store: SessionStore,

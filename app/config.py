@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     pairing: bool = Field(True, validation_alias=_env("GATEWAY_PAIRING"))
     # Let the model's soul_patch tool edit the operator's SOUL.md (shared by every tenant).
     persona_self_edit: bool = Field(False, validation_alias=_env("GATEWAY_PERSONA_SELF_EDIT"))
+    # Seconds between scans of the operator's and tenants' persona files for edits made by hand
+    # (0: on every prompt build). A person's own memory files are checked on every build.
+    persona_rescan: float = Field(1.0, ge=0, le=3600,
+                                  validation_alias=_env("GATEWAY_PERSONA_RESCAN"))
 
     # -- several workers (see gateway.coordination) -----------------------------------------
     # Redis shared by the workers (redis://[:password@]host:port/db); unset: one process.

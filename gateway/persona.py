@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ class PersonaWorkspace:
     """
 
     def __init__(self, root: Path, *, kb_index_limit: int = 2000, name: str = "Lisa",
-                 self_edit: bool = False) -> None:
+                 self_edit: bool = False, rescan_after: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if kb_index_limit < MIN_KB_INDEX_LIMIT:
             raise ValueError(f"kb_index_limit must be at least {MIN_KB_INDEX_LIMIT}")
         if not name.strip() or len(name) > 100 or "\n" in name:
@@ -122,7 +124,13 @@ class PersonaWorkspace:
         self.name = name.strip()
         self.self_edit = self_edit
         self._counter = new_counter()
-        self._operator = Layer(self.root, OPERATOR_FILES, (SKILLS_DIR, KB_DIR), self._counter)
+        # The operator's and tenants' files are edited by hand: scanned at most once in
+        # ``rescan_after`` seconds (persona_layer). A person's scope layer is scanned on every
+        # build, so an erasure done by another worker is never served from this cache.
+        self.rescan_after = rescan_after
+        self._clock = clock
+        self._operator = Layer(self.root, OPERATOR_FILES, (SKILLS_DIR, KB_DIR), self._counter,
+                               rescan_after=rescan_after, clock=clock)
         self._open_lock = asyncio.Lock()
         self._ready = False
         self._layers: OrderedDict[tuple[str, ...], Layer] = OrderedDict()
@@ -290,7 +298,7 @@ class PersonaWorkspace:
     def _tenant_layer(self, tenant: str) -> Layer:
         return self._cached(("tenant", tenant), lambda: Layer(
             self.root / TENANTS_DIR / segment(tenant), frozenset({TENANT}), (KB_DIR,),
-            self._counter))
+            self._counter, rescan_after=self.rescan_after, clock=self._clock))
 
     def _scope_layer(self, scope: Scope) -> Layer:
         def make() -> Layer:

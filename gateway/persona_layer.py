@@ -1,11 +1,18 @@
 """One layer of the persona: a directory of files, cached in memory, reloaded when they change.
 
-Hot reload: every :meth:`Layer.sync` scans the layer's directories (one ``os.scandir`` each plus
+Hot reload: :meth:`Layer.sync` scans the layer's directories (one ``os.scandir`` each plus
 one ``lstat`` per tracked file) and compares each file's ``(mtime_ns, size, inode)`` stamp with
 the one it last read or wrote. Only changed files are re-read (in a worker thread). A change the
 layer made itself (:meth:`Layer.mutate`, for a tool) records the tool's name as the cause; any
 other difference found on disk records ``file_changed``. Limitation: an in-place edit that keeps
 size and inode within the file system's timestamp granularity is invisible until the next edit.
+
+A layer built with ``rescan_after`` scans at most once in that many seconds (the operator's and
+tenants' layers in ``gateway run``: ``GATEWAY_PERSONA_RESCAN``): those scans were the largest
+single cost of a turn's CPU on the event loop (8-9 % under load, more with a large ``kb/``), and
+an edit made by hand is then seen within that time. The layer's own writes are seen at once,
+and a write always scans first. A person's scope layer keeps ``rescan_after=0``: its files are
+that person's memory, and an erasure done by another worker must never be served from a cache.
 
 Every change takes a new number from the workspace's shared counter (:attr:`Layer.changed_at`),
 so the layers of one prompt can tell which of them changed last (its cause is the prompt's).
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -49,6 +57,8 @@ class Layer:
         *,
         base: Path | None = None,
         on_first_write: Callable[[], None] | None = None,
+        rescan_after: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = root
         self.files = files
@@ -57,6 +67,9 @@ class Layer:
         self.base = base
         self._counter = counter
         self._on_first_write = on_first_write
+        self._rescan_after = rescan_after
+        self._clock = clock
+        self._scanned_at = 0.0
         self._lock = asyncio.Lock()
         self._stamps: dict[str, Stamp] = {}
         self._texts: dict[str, str] = {}
@@ -81,13 +94,19 @@ class Layer:
         """The files of ``directory`` as kb notes, keys prefixed to be unique across layers."""
         return [Note(self._stamps[k][0], prefix + k, self._texts[k]) for k in self.keys(directory)]
 
-    async def sync(self) -> None:
-        """Bring the cache up to date with the disk; cheap (stats only) when nothing changed."""
+    async def sync(self, *, force: bool = False) -> None:
+        """Bring the cache up to date with the disk; cheap (stats only) when nothing changed.
+        Within ``rescan_after`` seconds of the last scan it does nothing, unless ``force``."""
+        now = self._clock()
+        if self._loaded and not force and now - self._scanned_at < self._rescan_after:
+            return
         if self._loaded and scan(self._targets, self.files) == self._stamps:
+            self._scanned_at = now
             return
         async with self._lock:
             # A tool write may have finished while we waited: only what still differs counts.
             current = scan(self._targets, self.files)
+            self._scanned_at = now
             if self._loaded and current == self._stamps:
                 return
             changed = [k for k, st in current.items() if self._stamps.get(k) != st]
@@ -114,7 +133,7 @@ class Layer:
         ``plan`` raises :class:`ToolError` for a request it refuses; a failed write is a
         :class:`ToolError` too (the model is told, the turn goes on).
         """
-        await self.sync()
+        await self.sync(force=True)
         async with self._lock:
             try:
                 key, stamp, text = await asyncio.to_thread(self._apply, plan)

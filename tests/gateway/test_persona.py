@@ -358,3 +358,36 @@ async def test_symlinked_files_are_ignored(ws: PersonaWorkspace, tmp_path: Path)
     secret.write_text("# Secret\n\nhunter2")
     (ws.root / "kb" / "link.md").symlink_to(secret)
     assert "hunter2" not in (await ws.build(WEB)).prompt.text
+
+
+async def test_hand_edits_of_shared_layers_are_seen_within_rescan_after(
+    tmp_path: Path,
+) -> None:
+    """With ``rescan_after`` (GATEWAY_PERSONA_RESCAN), the operator's files are scanned at most
+    once in that time: a hand edit shows up on the first build after it. The model's own
+    writes and a person's own memory files are seen at once, whatever the clock says."""
+    now = [100.0]
+    ws = PersonaWorkspace(tmp_path / "persona", self_edit=True, rescan_after=1.0,
+                          clock=lambda: now[0])
+    tools = ToolRegistry(persona_tools(ws))
+    first = await ws.build(WEB)
+    external_write(ws.root / "SOUL.md", "You are Lisa, now a pirate.\n")
+    now[0] += 0.5
+    assert (await ws.build(WEB)).prompt is first.prompt  # not scanned yet
+    # A person's memory is theirs: scanned on every build (an erasure elsewhere must show).
+    (ws.root / ADA_DIR).mkdir(parents=True)
+    external_write(ws.root / ADA_DIR / "MEMORY.md", "Ada said this by hand.\n")
+    mine = await ws.build(WEB)
+    assert "Ada said this by hand." in mine.prompt.text
+    assert "pirate" not in mine.prompt.text
+    now[0] += 0.5
+    pirate = await ws.build(WEB)
+    assert pirate.cause == "file_changed"
+    assert pirate.prompt.sections[0].text == "You are Lisa, now a pirate."
+    # A tool write to the operator layer scans first and is seen at once.
+    external_write(ws.root / "SOUL.md", "You are Lisa, a sailor.\n")
+    result = await tools.run("soul_patch", {"find": "sailor", "replace": "captain"}, WEB)
+    assert not result.is_error, result.text
+    patched = await ws.build(WEB)
+    assert patched.cause == "soul_patch"
+    assert patched.prompt.sections[0].text == "You are Lisa, a captain."
