@@ -38,7 +38,7 @@ from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.ledger import UsageLedger
 from gateway.limits import Limits, LimitSettings
 from gateway.media.images import IMAGE_LIMITS
-from gateway.media.intake import MediaIntake
+from gateway.media.intake import FetchFile, MediaIntake
 from gateway.media.policy import MediaLimits
 from gateway.media.tool_media import ToolMediaKeeper
 from gateway.media.transcribe import Transcriber
@@ -150,10 +150,11 @@ def media_limits(settings: Settings) -> MediaLimits:
 
 
 def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
-                 transcriber: Transcriber | None) -> MediaIntake:
-    """Attachments are fitted to the limits of the provider's request shape."""
+                 transcriber: Transcriber | None, fetch: FetchFile | None = None) -> MediaIntake:
+    """Attachments are fitted to the limits of the provider's request shape; ``fetch``
+    downloads the files a channel hands in as references (Slack's)."""
     return MediaIntake(blobs, limits=media_limits(settings), images=IMAGE_LIMITS[provider.shape],
-                       transcriber=transcriber)
+                       transcriber=transcriber, fetch=fetch)
 
 
 def build_keeper(settings: Settings, provider: Provider, blobs: BlobStore) -> ToolMediaKeeper:
@@ -473,7 +474,10 @@ def build_gateway(
                           "(PostgreSQL: GATEWAY_STORE_URL)")
     provider = provider or build_provider(settings)
     transcriber = transcriber or build_transcriber(settings, provider)
-    intake = build_intake(settings, provider, blobs, transcriber)
+    gateway: Gateway
+    intake = build_intake(settings, provider, blobs, transcriber,
+                          fetch=lambda channel, attachment: gateway.fetch_file(channel,
+                                                                               attachment))
     workspace = build_persona(settings) if prompts is None or tools is None else None
     fallbacks = list(fallbacks) if fallbacks is not None else build_fallbacks(settings)
     ledger = build_ledger(settings, store)
@@ -491,11 +495,10 @@ def build_gateway(
                           rerun_store(settings.data_dir))
     handlers = {FORGET.name: ForgetCommand(eraser, close).run,
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
-    gateway: Gateway
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     conversations=coordinator.conversations, handlers=handlers,
-                    wait_for_channels=True)
+                    wait_for_channels=True, take_in=intake.prepare)
     chosen = (list(channels) if channels is not None
               else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -28,11 +29,11 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from app.http_errors import json_api_errors
 from app.server_limits import InternalAccess, application, runner_options
-from gateway.channel import Channel, Deliver, HttpChannel, ReplySink
+from gateway.channel import Channel, Deliver, FetchChannel, HttpChannel, ReplySink
 from gateway.coordination import Coordinator
 from gateway.errors import ConfigError
 from gateway.http_limits import DEFAULT_TIMEOUT
-from gateway.messages import Inbound
+from gateway.messages import Attachment, Inbound
 from gateway.metrics import Metrics
 from gateway.observe import NO_OBSERVER, TurnObserver
 from gateway.providers.base import Provider
@@ -105,6 +106,15 @@ class Gateway:
             if channel.name == inbound.key.channel:
                 return channel.reply_sink(inbound)
         raise LookupError(f"no channel named {inbound.key.channel!r}")
+
+    async def fetch_file(self, channel_name: str, attachment: Attachment) -> Attachment:
+        """Download a file the named channel handed in as a reference (a Slack file, as its
+        message's turn starts); one no running channel can fetch comes back refused."""
+        for channel in self.channels:
+            if channel.name == channel_name and isinstance(channel, FetchChannel):
+                return await channel.fetch_file(attachment)
+        log.warning("no channel named %r fetches files; one is not downloaded", channel_name)
+        return dataclasses.replace(attachment, problem="download-failed")
 
     @property
     def bound_port(self) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.coordination import QueueItem
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 
 DEFAULT_PREFIX = "gw:"
 
@@ -87,9 +87,12 @@ def encode_item(item: QueueItem, origin: str) -> str:
         "received_at": inbound.received_at,
         "meta": dict(inbound.meta),
     }
-    # Attachments are taken in (stored as blobs) before a message is queued; only their
-    # references travel, never their bytes.
-    assert not inbound.attachments, "attachments are taken in before queueing"
+    # Attachments are taken in (stored as blobs) before a message is queued, and only their
+    # references travel, never their bytes; except files fetched after the acknowledgement
+    # (gateway.messages.deferred), which travel as what the channel said of them, so that
+    # whoever serves the item (a restarted process, another worker) can still fetch them.
+    if inbound.attachments:
+        body["attachments"] = [_attachment(a) for a in inbound.attachments]
     if inbound.parts:
         body["parts"] = [dict(p) for p in inbound.parts]
     if inbound.notice is not None:
@@ -111,8 +114,30 @@ def decode_item(raw: str, *, resumed: bool = False) -> WireItem:
         chat_type=body.get("chat_type", "private"),
         received_at=float(body.get("received_at") or 0.0),
         meta=body.get("meta") or {},
+        attachments=tuple(_attachment_of(a) for a in body.get("attachments") or ()),
         parts=tuple(body.get("parts") or ()),
         notice=body.get("notice"),
     )
     item = QueueItem(inbound, kind=body.get("kind", "message"), id=item_id, resumed=resumed)
     return WireItem(item, str(body.get("origin", "")), bool(body.get("relay")))
+
+
+def _attachment(attachment: Attachment) -> dict[str, Any]:
+    # Only files fetched after the acknowledgement are queued before they are taken in.
+    assert not attachment.data, "an attachment's bytes never travel"
+    assert attachment.fetch is None, "a file fetched before recording is taken in first"
+    return {"name": attachment.name, "media_type": attachment.media_type,
+            "kind": attachment.kind, "size": attachment.size, "problem": attachment.problem,
+            "ref": None if attachment.ref is None else dict(attachment.ref)}
+
+
+def _attachment_of(raw: dict[str, Any]) -> Attachment:
+    ref = raw.get("ref")
+    size = raw.get("size")
+    return Attachment(str(raw.get("name") or "file"),
+                      str(raw.get("media_type") or "application/octet-stream"),
+                      kind=str(raw.get("kind") or "file"),
+                      size=size if isinstance(size, int) else None,
+                      problem=raw.get("problem"),
+                      ref={str(k): str(v) for k, v in ref.items()}
+                      if isinstance(ref, dict) else None)

@@ -2,9 +2,11 @@
 
 A message is recorded the moment it arrives (``records_on_receipt``): first as owed in the
 journal (:mod:`coordination.journal`, which is also the one duplicate check), then in its
-session; then it is queued in a per-conversation deque and served by the one task the claim
-starts; the claim ends, with no await in between, when the deque is empty. An item leaves the
-journal when it is answered (``done``). Items still owed when the process stopped (killed,
+session (except one with files still to fetch, :func:`gateway.messages.deferred`: recorded as
+its turn starts, the journal holding it and its files' references until then); then it is
+queued in a per-conversation deque and served by the one task the claim starts; the claim
+ends, with no await in between, when the deque is empty. An item leaves the journal when it
+is answered (``done``). Items still owed when the process stopped (killed,
 or shut down with a queue) come back on the next start through :meth:`adoptions`, marked
 ``resumed``, in the order they were queued (then any never queued, in arrival order).
 """

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from gateway.messages import Inbound, OutboundFile
+from gateway.messages import Attachment, Inbound, OutboundFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,22 @@ class RetractSink(Protocol):
     """
 
     async def retract(self) -> None: ...
+
+
+@runtime_checkable
+class FetchChannel(Protocol):
+    """A channel whose files are downloaded after the message is acknowledged.
+
+    Contract: it hands such files in as attachments with a ``ref`` (plain data saying where
+    the file is; see :class:`gateway.messages.Attachment`), and :meth:`fetch_file` downloads
+    one when the message's turn starts, possibly in a later run of the gateway (the ref was
+    kept with the owed message). It returns the attachment with its bytes, or with a
+    ``problem`` (``download-failed``, ``too-large``) when it could not be fetched, so the
+    person is told; it never raises for a failed download. Optional: channels without it
+    download before the message is recorded (``Attachment.fetch``).
+    """
+
+    async def fetch_file(self, attachment: Attachment) -> Attachment: ...
 
 
 class Deliver(Protocol):

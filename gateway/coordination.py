@@ -104,7 +104,8 @@ class ConversationQueue(Protocol):
     :meth:`adoptions`.
 
     ``records_on_receipt`` is True when this process is the only writer of every session, so
-    the router records a message in its session as it arrives; False when only the
+    the router records a message in its session as it arrives (unless its files are still to
+    be fetched); False when only the
     conversation's holder may write, so messages are recorded as their turn starts.
     """
 

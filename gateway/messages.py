@@ -43,6 +43,13 @@ class Attachment:
     ``fetch``, when set, downloads the file (returning the attachment with its bytes, or with
     a ``problem``). Channels hand files in this way so that nothing is downloaded before the
     access gate has let the sender through: the intake, behind the gate, calls it.
+
+    ``ref``, when set, says where the channel can fetch the file later (plain data, such as
+    Slack's ``url_private_download``): the file is downloaded only *after* the message is
+    acknowledged, as its turn starts, by the channel's
+    :meth:`~gateway.channel.FetchChannel.fetch_file`. Such a message is owed with its
+    attachments as they are (references, never bytes: see :func:`deferred`), so a restart
+    after the acknowledgement still has what it needs to fetch them.
     """
 
     name: str
@@ -53,6 +60,7 @@ class Attachment:
     problem: str | None = None
     fetch: Callable[[], Awaitable[Attachment]] | None = field(default=None, repr=False,
                                                               compare=False)
+    ref: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,8 @@ class Inbound:
     the inbound then carries ``parts`` instead, the content blocks recorded with the text
     (references by hash, notes about files that were refused), and ``notice``, the sentence
     the person is told about refused files. ``text`` may be empty when files came alone.
+    Files to fetch after the acknowledgement (:func:`deferred`) are the exception: they stay
+    in ``attachments`` while the message is owed, and are taken in as its turn starts.
 
     ``refusal`` marks a message the channel will not pass on (a kind it cannot read, a text over
     the limit): access control decides on its sender first, as on any message, and only a
@@ -84,6 +94,13 @@ class Inbound:
     parts: tuple[Mapping[str, Any], ...] = ()
     notice: str | None = None
     refusal: str | None = None
+
+
+def deferred(inbound: Inbound) -> bool:
+    """Whether ``inbound`` carries files to fetch after its acknowledgement (an attachment
+    with a ``ref``): then it is owed with its attachments as references and taken in
+    (downloaded, checked, stored) as its turn starts, not before it is recorded."""
+    return any(a.ref is not None for a in inbound.attachments)
 
 
 @dataclass(frozen=True, slots=True)

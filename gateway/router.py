@@ -9,6 +9,13 @@ when the store (or Redis) cannot record it, ``deliver`` raises
 :class:`~gateway.errors.UnavailableError` and the channel does not acknowledge it (503, or the
 Telegram offset held), so the platform delivers it again.
 
+A message with files to fetch after the acknowledgement (:func:`~gateway.messages.deferred`:
+Slack's, whose Events API wants its answer within 3 seconds) is owed with their references
+and recorded in its session only as its turn starts, once ``take_in`` (the media intake) has
+downloaded and stored them: until then the owed item alone holds it (as it holds a message
+queued behind a ``/new``, or every message where several workers share the queue), and a
+restart or another worker fetches the files again from those references.
+
 **Serving.** A conversation with queued items has exactly one worker task, which answers them
 one by one in arrival order (each gets its own turn; they are not merged) and exits when the
 queue is empty, so an idle conversation holds no task. Conversations run concurrently up to
@@ -33,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -63,13 +70,14 @@ from gateway.messages import (
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
 from gateway.speakers import context_of, user_message
-from gateway.takeover import locate, prepare_rerun
+from gateway.takeover import as_recorded, locate, prepare_rerun
 from gateway.turn import AgentLoop
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 
 log = logging.getLogger("gateway.router")
 
 SinkFactory = Callable[[Inbound], ReplySink]
+TakeIn = Callable[[Inbound], Awaitable[Inbound]]
 
 NOT_HERE = "That command is not available here."
 
@@ -97,9 +105,13 @@ class Router:
         handlers: Mapping[str, CommandHandler] | None = None,
         retry_delay: float = RETRY_DELAY,
         wait_for_channels: bool = False,
+        take_in: TakeIn | None = None,
     ) -> None:
         """``wait_for_channels``: owed conversations are served only once
-        :meth:`channels_started` is called (their replies need the channels running)."""
+        :meth:`channels_started` is called (their replies need the channels running).
+        ``take_in``: takes a deferred message's files in as its turn starts (the media
+        intake's ``prepare``)."""
+        self.take_in = take_in
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
@@ -186,9 +198,10 @@ class Router:
             return Accepted(session_id=entered.session_id, duplicate=True,
                             earlier=partial(self._earlier, inbound.key, entered.original))
         key = inbound.key
-        # Behind a queued /new, a message waits to be recorded in the new session.
+        # Behind a queued /new, a message waits to be recorded in the new session; one with
+        # files still to fetch is recorded once they are (as its turn starts).
         now = (self.conversations.records_on_receipt and item.kind == "message"
-               and not self.conversations.rotation_pending(key))
+               and not inbound.attachments and not self.conversations.rotation_pending(key))
         try:
             if now:
                 await self._record_on_receipt(item)  # counts as receiving once opened
@@ -377,10 +390,14 @@ class Router:
             data = await self.registry.store.read_log(key.tenant, conv.session_id)
             found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
         if found is None:
+            if item.inbound.attachments:  # fetched after the acknowledgement: now
+                item.inbound = await self._take_in(item.inbound)
             item.index = await conv.receive(user_message(item.inbound), meta_of(item))
         elif found.status == "interrupted":
             if found.started:
                 log.info("%s: finishing a turn that was cut off", key.label())
+            if item.inbound.attachments:  # taken in before the stop: as the log holds them
+                item.inbound = as_recorded(item.inbound, found)
             item.index = found.index
             await prepare_rerun(conv, found)
         else:  # answered before it was marked so: send the answer again, record nothing
@@ -395,6 +412,11 @@ class Router:
         item.session = conv.session_id
         await self.conversations.recorded(item, conv.session_id)
         return conv, self._sink(claim, item, conv)
+
+    async def _take_in(self, inbound: Inbound) -> Inbound:
+        if self.take_in is None:  # a wiring bug: the item is answered with the apology
+            raise RuntimeError("a message with files to fetch, and no intake to take them in")
+        return await self.take_in(inbound)
 
     def _sink(self, claim: Claim, item: QueueItem,
               conv: Conversation | None = None) -> Answering:

@@ -11,13 +11,16 @@ the message a second time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Literal
 
 from gateway.conversation import Conversation
+from gateway.messages import Inbound
 from gateway.turn import CAPPED
 from gateway.window import has_tool_use
 from sessions.messages import find_item
+from sessions.records import MessageDict
 from sessions.scan import message_text
 
 Status = Literal["answered", "apologised", "capped", "interrupted"]
@@ -37,6 +40,10 @@ class Found:
     """Tool calls of the last answer that have no results (the worker died running them)."""
     started: bool = True
     """Whether its turn had begun (False: it was queued, recorded but never answered)."""
+    message: MessageDict | None = field(default=None, compare=False)
+    """The item's message as recorded (its attachment references, once taken in)."""
+    notice: str | None = field(default=None, compare=False)
+    """The sentence recorded about files that were refused, if any."""
 
 
 def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
@@ -57,7 +64,19 @@ def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
     if after and after[-1].get("role") == "assistant":
         open_uses = tuple(str(b.get("id")) for b in after[-1]["content"]
                           if isinstance(b, dict) and b.get("type") == "tool_use")
-    return Found(trace.index, "interrupted", "", open_uses, trace.started)
+    notice = trace.meta.get("notice")
+    return Found(trace.index, "interrupted", "", open_uses, trace.started, trace.message,
+                 notice if isinstance(notice, str) else None)
+
+
+def as_recorded(inbound: Inbound, found: Found) -> Inbound:
+    """A deferred inbound (files still as references) as its log records it: taken in before
+    the stop, so its attachment references and its notice come from the recorded message,
+    and nothing is downloaded again."""
+    content = found.message.get("content") if found.message is not None else None
+    refs = tuple(dict(b) for b in content if isinstance(b, dict)
+                 and b.get("type") == "attachment") if isinstance(content, list) else ()
+    return dataclasses.replace(inbound, attachments=(), parts=refs, notice=found.notice)
 
 
 async def prepare_rerun(conv: Conversation, found: Found) -> None:

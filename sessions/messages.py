@@ -9,7 +9,7 @@ that know how message entries look.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessions.encoding import loads_entry
@@ -98,6 +98,10 @@ class ItemTrace:
     failed: bool
     started: bool = True
     """Whether a call of its turn was recorded (False: queued, never begun)."""
+    message: MessageDict | None = field(default=None, compare=False)
+    """The item's message as recorded."""
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The ``meta`` recorded with it (sender, platform id, the notice about refused files)."""
 
 
 def find_item(data: bytes, item_id: str) -> ItemTrace | None:
@@ -105,6 +109,7 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
     is no such message."""
     index = -1
     at: int | None = None
+    recorded: dict[str, Any] = {}  # the item's message entry
     ours: set[int] = set()  # the item's message and its turn's tool results
     calls: set[int] = set()
     after: list[MessageDict] = []
@@ -118,6 +123,7 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
             if at is None:
                 if _item_of(entry) == item_id:
                     at = index
+                    recorded = entry
                     ours.add(index)
             elif expect == "answer" and message.get("role") == "assistant":
                 after.append(message)
@@ -139,7 +145,9 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
             break  # the turn ended with an apology
     if at is None:
         return None
-    return ItemTrace(at, tuple(after), failed, bool(calls))
+    meta = recorded.get("meta")
+    return ItemTrace(at, tuple(after), failed, bool(calls), recorded["message"],
+                     dict(meta) if isinstance(meta, dict) else {})
 
 
 def _window_end(entry: dict[str, Any]) -> int | None:

@@ -21,9 +21,14 @@ Redeliveries: Slack retries an event it thinks we missed (``X-Slack-Retry-Num``)
 events after a Socket Mode reconnect, and sends two events (``app_mention`` and ``message``)
 for one mention. All share the ``platform_id`` ``team:channel:ts``, which the router's one
 duplicate check recognises (across restarts, and across workers): a twin that arrives while
-the first is being recorded waits for it, so its 200 also means "recorded". Files are fetched
-before that check: a redelivery (rare) downloads them again, and content addressing stores
-them once.
+the first is being recorded waits for it, so its 200 also means "recorded".
+
+Files are not downloaded before the acknowledgement (a large one would hold it past Slack's 3
+seconds, and Slack would retry the event): the message is owed with references to them
+(:mod:`channels.slack.files`), and the core calls :meth:`SlackChannel.fetch_file` as the
+message's turn starts, so the download is part of the turn, and a crash after the
+acknowledgement leaves the references in the owed journal for the next start to fetch. A
+download that fails then gets the person a reply saying the file could not be downloaded.
 
 Several workers (``GATEWAY_REDIS_URL``): in Socket Mode only the elected leader holds the
 socket; the others take over when its lease lapses. The Events API over HTTP is served by
@@ -67,7 +72,7 @@ from channels.slack.convert import (
     to_inbound,
 )
 from channels.slack.events import EVENTS_PATH, EventsEndpoint, build_app
-from channels.slack.files import with_files
+from channels.slack.files import fetch, with_files
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import TYPING_DELAY, EditStreamer
@@ -302,17 +307,21 @@ class SlackChannel:
                         "valid id")
             return
         named = await self._with_names(inbound)
-        await deliver(await self._with_files(named, files or []))
+        await deliver(with_files(named, files or []))
 
-    async def _with_files(self, inbound: Inbound,
-                          files: list[SlackFile | Attachment]) -> Inbound:
-        """The event's files, fetched behind the access gate (a redelivery fetches them again;
-        stored once)."""
+    async def fetch_file(self, attachment: Attachment) -> Attachment:
+        """Download a file this channel handed in as a reference (see the module docstring);
+        never raises for a failed download."""
         session = self.client.session
-        if not files or session is None:
-            return inbound
-        return await with_files(session, self._bot_token, inbound, files,
-                                self.max_attachment_bytes)
+        if session is not None and not session.closed:
+            return await fetch(session, self._bot_token, attachment,
+                               max_bytes=self.max_attachment_bytes,
+                               api_base_url=self._api_base_url)
+        # Closed already (a turn finishing during the stop): a session of its own.
+        async with aiohttp.ClientSession() as own:
+            return await fetch(own, self._bot_token, attachment,
+                               max_bytes=self.max_attachment_bytes,
+                               api_base_url=self._api_base_url)
 
     async def _stop_tasks(self) -> None:
         group, self._group = self._group, None

@@ -14,7 +14,8 @@ checks before reading the body, and the body's limits, are on :class:`EventsEndp
 
 The app runs with ``process_before_response=True``: bolt answers once the listener has
 returned, and ours awaits ``on_event``, which records the message (the answer waits on that
-session write, never on a turn), so Slack's 200 (or the Socket Mode ack) means "recorded".
+session write, or for a message with files on its owed journal line, never on a turn or a
+download), so Slack's 200 (or the Socket Mode ack) means "recorded".
 When ``on_event`` could not take the event (the gateway is shutting down, the store or Redis
 is down) the answer is a 503 with ``Retry-After`` and ``{"error": <why>}``, which Slack retries
 (over Socket Mode: no ack, so Slack resends).

@@ -1,46 +1,68 @@
-"""Downloading the files of a Slack message with the bot token (I/O only).
+"""The files of a Slack message: handed in as references, downloaded with the bot token as the
+message's turn starts (after Slack got its acknowledgement).
+
+Slack wants its answer to an event within 3 seconds and retries the event when it is late; a
+large or slow file would hold the acknowledgement past that. So :func:`with_files` only
+describes the files (an :class:`~gateway.messages.Attachment` with a ``ref``, the URL), the
+message is owed and acknowledged with those references, and the core calls
+:meth:`channels.slack.adapter.SlackChannel.fetch_file`, i.e. :func:`fetch`, when the turn starts,
+in this run or, after a crash or a stop, in the next one.
 
 Which files, and from where, is decided by :func:`channels.slack.convert.files_of` (pure),
-which only hands over URLs that :func:`~channels.slack.convert.token_allowed` accepts. Here the
-token is sent as an ``Authorization`` header to exactly that URL: redirects are not followed
-(a redirect could lead anywhere, the token with it), and an HTML answer for a file that is not
+which only hands over URLs that :func:`~channels.slack.convert.token_allowed` accepts; the
+URL is checked again before the download (it comes back from the owed journal). The token is
+sent as an ``Authorization`` header to exactly that URL: redirects are not followed (a
+redirect could lead anywhere, the token with it), and an HTML answer for a file that is not
 HTML is Slack's sign-in page, not the file. A body larger than the limit is cut off, not read
-to the end. A file that cannot be fetched is handed on with a ``problem`` (the core tells the
+to the end. A file that cannot be fetched comes back with a ``problem`` (the core tells the
 person), never dropped.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Sequence
 from typing import Final
 
 import aiohttp
 
-from channels.slack.convert import SlackFile
+from channels.slack.convert import SlackFile, token_allowed
 from gateway.messages import Attachment, Inbound
 
 log = logging.getLogger("channels.slack")
 
 DOWNLOAD_TIMEOUT: Final = 60.0
 _CHUNK: Final = 256 * 1024
+REF_URL: Final = "url"
+"""The key of an attachment's ``ref`` that holds the file's download URL."""
 
 
-async def with_files(session: aiohttp.ClientSession, token: str, inbound: Inbound,
-                     wanted: Sequence[SlackFile | Attachment], max_bytes: int) -> Inbound:
-    """``inbound`` with ``wanted`` as attachments (in the event's order), each fetched only
-    when the core takes it in (after the access gate: a stranger's files are never
-    downloaded)."""
+def with_files(inbound: Inbound, wanted: Sequence[SlackFile | Attachment]) -> Inbound:
+    """``inbound`` with ``wanted`` as attachments (in the event's order): the files to download
+    as references (fetched after the acknowledgement, and after the access gate: a stranger's
+    files are never downloaded), the others with their ``problem``."""
     if not wanted:
         return inbound
     attachments = [
         item if isinstance(item, Attachment)
         else Attachment(item.name, item.media_type, kind=item.kind, size=item.size,
-                        fetch=functools.partial(download, session, token, item, max_bytes))
+                        ref={REF_URL: item.url})
         for item in wanted]
     return dataclasses.replace(inbound, attachments=tuple(attachments))
+
+
+async def fetch(session: aiohttp.ClientSession, token: str, attachment: Attachment, *,
+                max_bytes: int, api_base_url: str | None) -> Attachment:
+    """The file an attachment from :func:`with_files` refers to, downloaded (or with a
+    ``problem`` saying why not)."""
+    url = (attachment.ref or {}).get(REF_URL)
+    if not url or not token_allowed(url, api_base_url):
+        log.warning("slack: a file reference was not downloaded (not a Slack file URL)")
+        return dataclasses.replace(attachment, problem="download-failed")
+    wanted = SlackFile(url, attachment.name, attachment.media_type, attachment.kind,
+                       attachment.size)
+    return await download(session, token, wanted, max_bytes)
 
 
 async def download(session: aiohttp.ClientSession, token: str, wanted: SlackFile,

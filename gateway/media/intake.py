@@ -16,8 +16,15 @@ stored. For each file, in order:
 
 The result is the same inbound with ``attachments`` emptied and ``parts`` (reference blocks and
 notes about refused files) and ``notice`` (the sentence for the person) set. A fault on one file
-(a failed transcription, a blob store error) refuses that file with a notice; nothing here
-raises for bad input. CPU work (sniffing, Pillow) runs in a worker thread.
+(a failed transcription, a blob store error, a failed download) refuses that file with a
+notice; nothing here raises for bad input. CPU work (sniffing, Pillow) runs in a worker thread.
+
+Files a channel fetches only after the acknowledgement (Slack's: its Events API wants an
+answer within 3 seconds, and a download can take longer) carry a ``ref``
+(:func:`gateway.messages.deferred`). :meth:`MediaIntake.wrap` lets such a message through
+untouched, so it is owed with its references; the router calls :meth:`MediaIntake.prepare`
+as its turn starts, which fetches each through ``fetch`` (the channel's
+:meth:`~gateway.channel.FetchChannel.fetch_file`, looked up by channel name).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +51,7 @@ from gateway.media.policy import (
 )
 from gateway.media.sniff import sniff
 from gateway.media.transcribe import Transcriber
-from gateway.messages import Attachment, Inbound
+from gateway.messages import Attachment, Inbound, deferred
 from sessions.attachments import BlobRef, category, ref_block
 from sessions.blobs import BlobStore
 from sessions.errors import BlobWriteError
@@ -58,6 +66,10 @@ _CHANNEL_PROBLEMS: dict[str, Reason] = {
 }
 
 
+FetchFile = Callable[[str, Attachment], Awaitable[Attachment]]
+"""Download a deferred attachment (one with a ``ref``) through the named channel."""
+
+
 @dataclass(frozen=True, slots=True)
 class Examined:
     """An attachment judged fit to store: the bytes to store and send, and what they are."""
@@ -70,16 +82,22 @@ class MediaIntake:
     """See the module docstring. One per gateway; holds no per-conversation state."""
 
     def __init__(self, blobs: BlobStore, *, limits: MediaLimits, images: ImageLimits,
-                 transcriber: Transcriber | None) -> None:
+                 transcriber: Transcriber | None, fetch: FetchFile | None = None) -> None:
+        """``fetch``: how a deferred attachment is downloaded (without it, such a file is
+        refused as not downloadable)."""
         self.blobs = blobs
         self.limits = limits
         self.images = images
         self.transcriber = transcriber
+        self.fetch = fetch
 
     def wrap(self, deliver: Deliver) -> Deliver:
-        """``deliver`` with the intake in front of it (what the access gate calls)."""
+        """``deliver`` with the intake in front of it (what the access gate calls). A message
+        with deferred files passes untouched: it is taken in as its turn starts."""
 
         async def deliver_prepared(inbound: Inbound, sink: ReplySink | None = None) -> object:
+            if deferred(inbound):
+                return await deliver(inbound, sink)
             return await deliver(await self.prepare(inbound), sink)
 
         return deliver_prepared
@@ -97,6 +115,8 @@ class MediaIntake:
                 continue
             if attachment.fetch is not None:  # downloaded only now, behind the access gate
                 attachment = await attachment.fetch()
+            elif attachment.ref is not None and attachment.problem is None:
+                attachment = await self._fetch_deferred(inbound.key.channel, attachment)
             taken = await self._take(inbound.key.tenant, name, attachment)
             if isinstance(taken, Refusal):
                 refusals.append(taken)
@@ -109,6 +129,19 @@ class MediaIntake:
             parts=(*refs, *(note_block(r) for r in refusals)),
             notice=notice(refusals),
         )
+
+    async def _fetch_deferred(self, channel: str, attachment: Attachment) -> Attachment:
+        """A deferred file downloaded through its channel; one that cannot be (no channel
+        can fetch it, or fetching it failed) comes back with a ``problem``."""
+        failed = dataclasses.replace(attachment, problem="download-failed")
+        if self.fetch is None:
+            log.warning("%s: no channel can fetch a deferred attachment", channel)
+            return failed
+        try:
+            return await self.fetch(channel, attachment)
+        except Exception:  # a fetcher's bug: the person is told, the turn goes on
+            log.exception("%s: fetching a deferred attachment failed", channel)
+            return failed
 
     async def _take(self, tenant: str, name: str,
                     attachment: Attachment) -> dict[str, Any] | Refusal:

@@ -71,3 +71,43 @@ async def test_one_worker_polls_and_the_other_takes_over(
     assert fake.texts_to(ALICE) == ["ok"] * 8
     assert conflicts == [0, 0]
     assert [line for line in log.splitlines() if b'"role":"user"' in line].__len__() == 8
+
+
+async def test_a_slack_file_is_fetched_by_the_worker_serving_its_message(
+    prefix: str, schema: str, tmp_path: Path
+) -> None:
+    """Two workers: a Slack message with a file is acknowledged while the download is held,
+    owed in the database with the file's reference, and answered once with the file by
+    whichever worker serves it."""
+    from channels.slack.adapter import SlackChannel
+    from tests.channels.test_slack_gateway import events_url, slack_settings, thread_texts
+    from tests.fakes import media
+    from tests.fakes.slack_api import FakeSlackServer
+
+    photo = media.jpeg(64, 48)
+    providers = [ScriptedProvider(), ScriptedProvider()]
+    async with FakeSlackServer() as slack:
+        gateways = [build_gateway(slack_settings(
+            slack, tmp_path / f"w{n}", GATEWAY_REDIS_URL=REDIS_URL, GATEWAY_REDIS_PREFIX=prefix,
+            GATEWAY_STORE_URL=PG_URL, GATEWAY_STORE_SCHEMA=schema), provider=providers[n])
+            for n in range(2)]
+        try:
+            for gateway in gateways:
+                await gateway.start()
+            assert all(isinstance(g.channels[0], SlackChannel) for g in gateways)
+            slack.downloads.close()
+            hosted = slack.add_file(photo, "cat.jpg", "image/jpeg")
+            envelope = slack.file_event(slack.im_channel_for("U1"), "U1", [hosted], "what?")
+            ack = await slack.deliver_event(events_url(gateways[0]), envelope, timeout=10)
+            await wait_until(lambda: slack.downloads.waiting == 1)
+            slack.downloads.open()
+            event = envelope["event"]
+            await wait_until(lambda: thread_texts(slack, event["channel"], event["ts"]) != [])
+        finally:
+            for gateway in gateways:
+                await gateway.aclose()
+    assert ack == (200, "")
+    assert thread_texts(slack, event["channel"], event["ts"]) == ["ok"]
+    [body] = [body for provider in providers for body in provider.bodies]
+    assert body["messages"][-1]["content"][0]["type"] == "image"
+    assert len(slack.files_served) == 1

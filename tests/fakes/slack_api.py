@@ -13,7 +13,8 @@ increasing message ``ts``, signed event deliveries (``v0`` HMAC-SHA256) with ret
 headers, two events (``app_mention`` + ``message``) for one channel mention, and a
 Socket Mode WebSocket that greets with ``hello`` and expects envelope acks. Files: hosted
 at ``url_private_download`` (``/files-pri/...``; without the bot token a redirect to the
-sign-in page, as Slack answers), every download recorded with the token it carried, file
+sign-in page, as Slack answers), every download recorded with the token it carried (and held
+while ``downloads`` is closed, for tests of what happens meanwhile), file
 events (:meth:`FakeSlackServer.file_event`), and the upload v2 flow
 (``files.getUploadURLExternal``, the upload URL, ``files.completeUploadExternal``).
 """
@@ -204,6 +205,10 @@ class FakeSlackServer:
         self.outbound = OutboundHold(frozenset({
             "chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"}))
         """Hold replies (see :mod:`tests.fakes.hold`)."""
+        self.downloads = OutboundHold(frozenset({"file"}))
+        """Hold file downloads (``/files-pri/``): a held one waits after it is recorded in
+        ``file_downloads``; one dropped is answered 502 (see :mod:`tests.fakes.hold`)."""
+        self.files_served: list[str] = []  # paths whose bytes were sent
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._calls_pulse = _Pulse()
@@ -701,9 +706,14 @@ class FakeSlackServer:
             raise web.HTTPFound(f"{self.root_url}/signin?redir=/files-pri/{path}")
         if path in self.moved:
             raise web.HTTPFound(f"{self.root_url}/files-pri/{self.moved[path]}")
+        try:
+            await self.downloads.passage("file")
+        except Dropped:
+            return web.Response(status=502, text="dropped")
         data = self.hosted.get(path)
         if data is None:
             raise web.HTTPNotFound()
+        self.files_served.append(path)
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _handle_upload(self, request: web.Request) -> web.StreamResponse:

@@ -16,7 +16,7 @@ from gateway.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.ledger import UsageLedger
 from gateway.limits import Limits, LimitSettings
 from gateway.media.images import IMAGE_LIMITS
-from gateway.media.intake import MediaIntake
+from gateway.media.intake import FetchFile, MediaIntake
 from gateway.media.policy import MediaLimits
 from gateway.media.transcribe import Transcriber
 from gateway.metrics import Metrics
@@ -74,11 +74,12 @@ async def running_core(
     fallbacks: Sequence[Provider] = (),
     ledger: UsageLedger | None = None,
     budgets: LimitSettings | None = None,
+    fetch: FetchFile | None = None,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
-    front of the router) and expanded at send time. ``conversations``: a queue over an owed
-    journal on disk (opened and closed here), for tests across restarts; by default one in
-    memory."""
+    front of the router, and the router's ``take_in`` for files with a ``ref``, which ``fetch``
+    downloads) and expanded at send time. ``conversations``: a queue over an owed journal on
+    disk (opened and closed here), for tests across restarts; by default one in memory."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
@@ -99,12 +100,15 @@ async def running_core(
     await queue.open()
     handlers = ({USAGE.name: UsageCommand(ledger, budgets or LimitSettings()).run}
                 if ledger is not None else None)
+    intake = (MediaIntake(blobs, limits=limits or MediaLimits(),
+                          images=IMAGE_LIMITS[provider.shape], transcriber=transcriber,
+                          fetch=fetch)
+              if blobs is not None else None)
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
-                    conversations=queue, handlers=handlers)
+                    conversations=queue, handlers=handlers,
+                    take_in=intake.prepare if intake is not None else None)
     deliver = router.deliver
-    if blobs is not None:
-        intake = MediaIntake(blobs, limits=limits or MediaLimits(),
-                             images=IMAGE_LIMITS[provider.shape], transcriber=transcriber)
+    if intake is not None:
         deliver = intake.wrap(router.deliver)  # type: ignore[assignment]
     try:
         async with router:
