@@ -32,8 +32,9 @@ time (v3: the ``call`` entry, written just before the request; v1/v2: the assist
 the only time recorded); the end is start plus the recorded latency, else left out.
 
 ``jsonl`` (:func:`jsonl_record`) is a self-contained request/response record per call:
-``session, tenant, call, ts, provider, model, params, system, messages, tools, response,
-outcome`` (``outcome`` as in ``gateway replay --json``).
+``session, tenant, call, ts, provider, model, endpoint, params, system, messages, tools,
+response, outcome`` (``endpoint`` and ``outcome`` as in ``gateway replay --json``: the
+recorded ``scheme://host:port``, ``null`` when the call entry has none).
 """
 
 from __future__ import annotations
@@ -48,15 +49,15 @@ from sessions.endpoint import server
 from sessions.names import DEFAULT_TENANT
 from sessions.otlp import SPAN_KIND_CLIENT, Span, traces_data
 from sessions.replay import Replay, Turn
-from sessions.replay_json import outcome_json
+from sessions.replay_json import endpoint_json, outcome_json
 
 SERVICE = "gateway"
 SCOPE = "gateway.export"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 JSONL_KEYS: tuple[str, ...] = (
-    "session", "tenant", "call", "ts", "provider", "model", "params", "system", "messages",
-    "tools", "response", "outcome",
+    "session", "tenant", "call", "ts", "provider", "model", "endpoint", "params", "system",
+    "messages", "tools", "response", "outcome",
 )
 
 
@@ -180,6 +181,7 @@ def jsonl_record(replay: Replay, turn: Turn, tenant: str | None = None) -> dict[
         "ts": turn.ts,
         "provider": turn.provider or _header_str(replay, "provider"),
         "model": turn.model or _header_str(replay, "model"),
+        "endpoint": endpoint_json(turn),
         "params": dict(turn.params) if turn.params is not None else None,
         "system": turn.prompt.text if turn.prompt is not None else None,
         "messages": replay.sent(turn) if turn.window is not None else None,

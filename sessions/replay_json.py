@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sessions.endpoint import origin
 from sessions.replay import Outcome, PromptVersion, Replay, Turn
 
 
@@ -24,6 +25,13 @@ def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
         "responseModel": outcome.response_model,
         "costUsd": outcome.cost_usd,
     }
+
+
+def endpoint_json(turn: Turn) -> str | None:
+    """The endpoint the call entry records (``scheme://host:port``), or None when it records
+    none (logs written before it was, in-process providers). Read through
+    :func:`sessions.endpoint.origin` again, so only an origin ever comes out of a log."""
+    return origin(turn.endpoint)
 
 
 def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
@@ -42,6 +50,7 @@ def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
         "assistant": replay.messages[turn.assistant] if turn.assistant is not None else None,
         "provider": turn.provider,
         "model": turn.model,
+        "endpoint": endpoint_json(turn),
         "params": turn.params,
         "tools": list(tools) if tools is not None else None,
         "outcome": outcome_json(replay.outcome_of(turn)),
@@ -105,6 +114,7 @@ def replay_json(replay: Replay) -> dict[str, Any]:
                 "call": t.call,
                 "provider": t.provider,
                 "model": t.model,
+                "endpoint": endpoint_json(t),
                 "params": t.params,
                 "tools": t.tools_fingerprint,
                 "outcome": outcome_json(replay.outcome_of(t)),

@@ -162,6 +162,32 @@ async def test_endpoint_recorded_beside_the_body_and_exported(tmp_path: Path, ap
                         "server.port": {"intValue": str(port)}}] * len(requests)
 
 
+@pytest.mark.parametrize("api", API)
+async def test_endpoint_in_replay_json_and_the_jsonl_export(tmp_path: Path, api: str) -> None:
+    """The endpoint a call entry records is in `gateway replay --json` (every turn), in
+    `--call N --json` and in each record of `gateway export --format jsonl`."""
+    async with FakeProviderServer() as srv:
+        async with gateway_for(tmp_path, make_provider(api, srv)) as gateway:
+            reply = await chat(gateway, "x", "hello")
+        calls = len(srv.requests_for(api))
+        endpoint = f"http://127.0.0.1:{srv.port}"
+    data = tmp_path / "data"
+    code, whole = await asyncio.to_thread(replay_cli, data, reply["session"], "--json")
+    assert code == 0
+    code, one = await asyncio.to_thread(replay_cli, data, reply["session"], "--call", "1",
+                                        "--json")
+    assert code == 0
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = await asyncio.to_thread(cli_main, ["export", "--data-dir", str(data),
+                                                  reply["session"], "--format", "jsonl"])
+    assert code == 0
+    exported = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [t["endpoint"] for t in orjson.loads(whole)["turns"]] == [endpoint] * calls
+    assert orjson.loads(one)["endpoint"] == endpoint
+    assert [r["endpoint"] for r in exported] == [endpoint] * calls
+
+
 async def test_provider_error_apology_recorded_and_replayed(tmp_path: Path) -> None:
     """A 529 ends the turn with an apology; replay shows the call and its error outcome."""
     async with FakeProviderServer() as srv:

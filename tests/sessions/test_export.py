@@ -28,6 +28,7 @@ from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Outcome
 from sessions.replay import Replay, replay_bytes
+from sessions.replay_json import replay_json, turn_json
 from tests.sessions.helpers import (
     PROMPT_A,
     PROMPT_B,
@@ -347,6 +348,57 @@ async def test_server_address_and_port_from_the_recorded_endpoint(tmp_path: Path
     assert [(a.get("server.address"), a.get("server.port")) for a in spans] == [
         ("api.anthropic.com", 443), ("::1", 8080), (None, None)]
     assert not any(key.startswith("server.") for key in spans[2])
+
+
+async def endpoint_session(tmp_path: Path) -> bytes:
+    """A log of three calls: to Anthropic's default endpoint, to a proxy given with a key in
+    its URL (the writer keeps only its origin), and to an in-process provider (none)."""
+    store = JsonlSessionStore(tmp_path / "data", durability="none")
+    writer = await store.create(channel="web", conversation="c", session_id="s1")
+    await add(writer, Q)
+    request = call_request(PROMPT_A, ((0, 1),))
+    await persist_call(writer, replace(request, endpoint="https://api.anthropic.com"))
+    await persist_call(writer, replace(request, provider="openai",
+                                       endpoint="http://key@[::1]:8080/v1?api_key=sk"))
+    await persist_call(writer, request)
+    await writer.aclose()
+    return writer.path.read_bytes()
+
+
+ENDPOINTS = ["https://api.anthropic.com:443", "http://[::1]:8080", None]
+
+
+async def test_jsonl_records_and_replay_json_carry_the_endpoint(tmp_path: Path) -> None:
+    """`endpoint` is in every jsonl record and every turn of the replay JSON: the recorded
+    origin, or null for a call entry without one."""
+    replay = replay_bytes(await endpoint_session(tmp_path))
+    assert [r["endpoint"] for r in records(replay, "jsonl")] == ENDPOINTS
+    assert [t["endpoint"] for t in replay_json(replay)["turns"]] == ENDPOINTS
+    assert [turn_json(replay, t)["endpoint"] for t in replay.turns] == ENDPOINTS
+
+
+async def test_an_endpoint_edited_into_a_log_comes_out_as_an_origin_only(
+        tmp_path: Path) -> None:
+    """A log whose call entry was edited to hold a whole URL (a key in it) still gives out only
+    its origin; one that is no http(s) URL gives null."""
+    data = await endpoint_session(tmp_path)
+    data = data.replace(b'"https://api.anthropic.com:443"',
+                        b'"https://sk-secret@api.anthropic.com/v1?key=sk-2"', 1)
+    data = data.replace(b'"http://[::1]:8080"', b'"file:///etc/passwd"', 1)
+    assert b"sk-secret" in data
+    assert b"/etc/passwd" in data
+    replay = replay_bytes(data)
+    assert [r["endpoint"] for r in records(replay, "jsonl")] == [
+        "https://api.anthropic.com:443", None, None]
+    assert [t["endpoint"] for t in replay_json(replay)["turns"]] == [
+        "https://api.anthropic.com:443", None, None]
+
+
+def test_seed_v2_calls_have_a_null_endpoint() -> None:
+    """Logs written before endpoints were recorded: the key is there, null."""
+    seed = replay_bytes((SEED_DIR / "v2-prompt-timeline.jsonl").read_bytes())
+    assert [r["endpoint"] for r in records(seed, "jsonl")] == [None] * 3
+    assert [t["endpoint"] for t in replay_json(seed)["turns"]] == [None] * 3
 
 
 def test_seed_turn_before_first_prompt_has_no_system_instructions() -> None:
