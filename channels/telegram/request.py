@@ -21,11 +21,15 @@ upload still ends); ``sock_read`` bounds each wait for the answer.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue  # PTB's own transports use these two
 from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
+
+FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
 ODVFloat = ODVInput[float]
 
@@ -94,7 +98,13 @@ class AiohttpRequest(BaseRequest):
             sock_connect=connect,
             sock_read=read,
         )
-        data: aiohttp.FormData | dict[str, str] | None = params
+        # Encoded here as PTB's httpx transport does; a dict handed to aiohttp would be wrapped
+        # in a FormData, which draws a multipart boundary (uuid4: a getrandom call) per request.
+        data: aiohttp.FormData | bytes | None = None
+        headers = None
+        if params and not files:
+            data = urlencode(params).encode()
+            headers = FORM_HEADERS
         if files:
             form = aiohttp.FormData()
             for name, value in (params or {}).items():
@@ -103,8 +113,8 @@ class AiohttpRequest(BaseRequest):
                 form.add_field(name, content, filename=filename, content_type=mimetype)
             data = form
         try:
-            async with session.request(method, url, data=data, timeout=timeout,
-                                       allow_redirects=False) as response:
+            async with session.request(method, url, data=data, headers=headers,
+                                       timeout=timeout, allow_redirects=False) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise TimedOut from exc
