@@ -142,6 +142,11 @@ class Poller:
                     break
                 hold = self.backoff
                 self.offset = update.update_id + 1
+            if updates:
+                # Let the turns just started take their first step (up to their provider
+                # request) before the next getUpdates is built: a person's answer is what
+                # waits, while the next poll only acknowledges what is already recorded.
+                await asyncio.sleep(0)
 
     async def _fetch(self) -> tuple[Update, ...]:
         async with asyncio.timeout(self.stall_seconds):

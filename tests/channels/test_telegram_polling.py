@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -292,3 +293,42 @@ async def test_redelivered_update_after_restart_not_answered_twice(
     assert fake.texts_to(BOB) == ["one", "two"]
     assert dropped == 1
     assert (tmp_path / "state" / "delivery.jsonl").exists()  # the owed journal remembers it
+
+
+async def test_a_turn_reaches_its_provider_before_the_next_poll_is_built(
+    fake: FakeTelegramServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After handling a batch, the poller yields once before building the next getUpdates, so
+    the turns it started send their provider requests first (the person's answer is what
+    waits; the next poll only acknowledges). The order is the event loop's, not a timing."""
+    from channels.telegram import polling
+
+    events: list[str] = []
+    fetch = polling.Poller._fetch
+
+    async def counted(self: polling.Poller) -> Any:
+        events.append("poll")
+        return await fetch(self)
+
+    monkeypatch.setattr(polling.Poller, "_fetch", counted)
+
+    class Noted(ScriptedProvider):
+        async def complete(self, request: Any, on_text: Any = None) -> Any:
+            events.append("provider")
+            return await super().complete(request, on_text)
+
+    provider = Noted()
+    provider.script(whole("one"), whole("two"))
+    # Typing as in `gateway run` (after a delay), not at once as elsewhere in these tests.
+    # A long poll that cannot time out between the two messages (that would add a poll).
+    settings = telegram_settings(fake, tmp_path, GATEWAY_TYPING_DELAY=5,
+                                 TELEGRAM_POLL_TIMEOUT=30, TELEGRAM_STALL_SECONDS=60)
+    async with running(settings, provider) as gateway:
+        fake.user_message(ALICE, "hi")  # the first turn loads the persona (a thread hop)
+        await settled(gateway, 1)
+        # The first poll brought "hi"; the second is waiting and will bring the next one.
+        await wait_until(lambda: events.count("poll") == 2)
+        del events[:]
+        fake.user_message(ALICE, "and again")
+        await settled(gateway, 2)
+    assert events[:2] == ["provider", "poll"], events
