@@ -12,6 +12,11 @@ under an older token is moved on to the new one without reading it when the log 
 since this worker last wrote it (nobody else held it in between) and it is still the
 conversation's latest session (not rotated by ``/new`` or erased by ``/forget`` on another
 worker); otherwise it is read again.
+
+Under one token a cached copy is handed out as it is: a holder only learns that another worker
+took the conversation over (Redis lost the leases, and both held it for a moment) when the
+store refuses its next write. A log index read off the store is therefore used only on a copy
+that is that log (:meth:`ConversationRegistry.read_log`): a copy behind it is dropped.
 """
 
 from __future__ import annotations
@@ -125,6 +130,31 @@ class ConversationRegistry:
         cast("FencedWriter", writer).refenced(fence)
         self._fences[key] = fence
         return True
+
+    async def read_log(self, key: ConversationKey, conv: Conversation) -> bytes | None:
+        """The log of ``conv``'s session, read now (a resumed item is looked up in it), or
+        ``None`` when the copy is no longer that log, and then the copy is dropped: the log
+        holds messages the copy lacks, the copy's writer had an append refused as stale (see
+        :meth:`_refence`), or the session was erased. Another worker wrote the session under a
+        newer token since this one read it (or erased it), so an index found in the log is
+        past the copy's end or another message's there. The caller opens the conversation
+        again under its token, which the store refuses once a newer token wrote."""
+        try:
+            data: bytes | None = await self.store.read_log(key.tenant, conv.session_id)
+        except SessionNotFoundError:  # erased (a /forget served elsewhere)
+            data = None
+        if data is not None and not self._behind(key, conv, data):
+            return data
+        if self._open.get(key) is conv:
+            await self.forget(key)
+        return None
+
+    def _behind(self, key: ConversationKey, conv: Conversation, data: bytes) -> bool:
+        # Memory never runs ahead of the log but by what is pending, and never behind it: the
+        # log holding more messages means another writer appended.
+        if key in self._fences and cast("FencedWriter", conv.recorder.writer).fenced_off:
+            return True
+        return len(read_messages(data).messages) > len(conv.messages)
 
     async def rotate(self, key: ConversationKey, context: ChannelContext,
                      fence: int | None = None) -> Conversation:

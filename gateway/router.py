@@ -387,7 +387,12 @@ class Router:
             return conv, self._sink(claim, item, conv)  # recorded on receipt
         found = None
         if item.resumed:
-            data = await self.registry.store.read_log(key.tenant, conv.session_id)
+            data = await self.registry.read_log(key, conv)
+            if data is None:  # the copy is not the log: open it again, under our token
+                conv = await self._fenced(claim, context)
+                data = await self.registry.read_log(key, conv)
+            if data is None:
+                raise LeaseLostError(f"{key.label()}: the session moved on under this holder")
             found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
         if found is None:
             if item.inbound.attachments:  # fetched after the acknowledgement: now

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from coordination.redis_coordinator import RedisCoordinator
 from gateway.commands import CommandHandler
-from gateway.coordination import QueueItem, SharedInbox, lease_hook
+from gateway.coordination import ConversationQueue, QueueItem, SharedInbox, lease_hook
 from gateway.hooks import prompt_persist_hook
 from gateway.messages import ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
@@ -78,11 +78,14 @@ class Worker:
 async def worker(prefix: str, store: SessionStore, provider: Provider, persona: Path, *,
                  ttl: float = 1.0, sessions: SessionStore | None = None,
                  handlers: Callable[[ConversationRegistry], Mapping[str, CommandHandler]]
-                 | None = None) -> AsyncIterator[Worker]:
+                 | None = None,
+                 queue: Callable[[ConversationQueue], ConversationQueue] | None = None,
+                 ) -> AsyncIterator[Worker]:
     """One gateway worker without HTTP: deliveries through ``worker.channel.say``.
 
     ``sessions``: the store its registry opens sessions in (default ``store``, whose inbox
-    the coordinator uses); ``handlers``: chat-command handlers, made from its registry."""
+    the coordinator uses); ``handlers``: chat-command handlers, made from its registry;
+    ``queue``: wraps the coordinator's queue (a test's hook at that seam)."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
@@ -92,8 +95,11 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
                                 lease_ttl=ttl) as coord:
+        conversations: ConversationQueue = coord.conversations
         router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
-                        metrics=metrics, conversations=coord.conversations,
+                        metrics=metrics,
+                        conversations=queue(conversations) if queue is not None
+                        else conversations,
                         handlers=handlers(registry) if handlers is not None else None)
         async with router:
             await channel.start(router.deliver)

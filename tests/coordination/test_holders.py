@@ -1,13 +1,13 @@
 """Holders of a conversation and what they may do: a final answer goes out only once its
 entries are saved (or not at all if the lease goes first), a holder whose lease passed on
-hands the conversation back instead of raising its token, and ``/forget`` served by one worker
-reaches a worker that cached the person's conversation."""
+hands the conversation back instead of raising its token (or finding its copy behind the log),
+and ``/forget`` served by one worker reaches a worker that cached the person's conversation."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,19 +15,30 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from coordination.keys import Keys
+from coordination.keys import Keys, member
 from gateway.commands import FORGET, CommandHandler
+from gateway.coordination import Claim, ConversationQueue, QueueItem
 from gateway.erasure import Eraser
 from gateway.forget import DONE_REPLY, ForgetCommand
 from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from gateway.registry import ConversationRegistry
+from gateway.router import meta_of
 from gateway.scopes import Scope, scope_of
+from gateway.speakers import user_message
 from sessions.postgres import schema as pg_schema
+from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore
 from sessions.store import SessionStore
-from tests.coordination.harness import coordinator, log_of, transcript, wait_until, worker
+from tests.coordination.harness import (
+    Worker,
+    coordinator,
+    log_of,
+    transcript,
+    wait_until,
+    worker,
+)
 from tests.coordination.private_services import PrivatePostgres
 from tests.fakes.providers import content_text
 from tests.fakes.scripted_provider import ScriptedProvider
@@ -308,3 +319,158 @@ async def test_new_served_elsewhere_is_not_undone_by_a_cached_copy(
     assert len(await pg_store.list_sessions("default")) == 2
     replay = await log_of(pg_store, "c")
     assert transcript(replay) == [("user", "after"), ("assistant", "after")]
+
+
+class HeldFirst(Recalling):
+    """A :class:`Recalling` model whose first call answers only once ``go`` is set
+    (``reached`` says it got there): the test queues the next message meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        if not self.reached.is_set():
+            self.reached.set()
+            await self.go.wait()
+        return await super().complete(request, on_text)
+
+
+class BetweenItems:
+    """A worker's queue (our seam, over the real one): before its holder looks for the item
+    after its first, ``meanwhile`` runs (what another worker does at that moment)."""
+
+    def __init__(self, inner: ConversationQueue,
+                 meanwhile: Callable[[], Awaitable[None]]) -> None:
+        self.inner = inner
+        self.meanwhile = meanwhile
+        self.asked = 0
+        self.ran = False
+
+    async def next(self, claim: Claim) -> QueueItem | None:
+        self.asked += 1
+        if self.asked == 2:
+            await self.meanwhile()
+            self.ran = True
+        return await self.inner.next(claim)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def between_items(meanwhile: Callable[[], Awaitable[None]], queues: list[BetweenItems]
+                  ) -> Callable[[ConversationQueue], ConversationQueue]:
+    def wrap(inner: ConversationQueue) -> ConversationQueue:
+        queues.append(BetweenItems(inner, meanwhile))
+        return cast(ConversationQueue, queues[-1])
+
+    return wrap
+
+
+async def two_messages(a: Worker, provider: HeldFirst, queue: BetweenItems) -> None:
+    """``first`` and, queued while A answers it, ``second``; until A's holder has ended."""
+    await a.channel.say("c", "first")
+    async with asyncio.timeout(10):
+        await provider.reached.wait()  # A holds the lease; the next message waits for it
+    await a.channel.say("c", "second")
+    provider.go.set()
+    await wait_until(lambda: queue.ran and not a.router._workers, 10)
+
+
+async def test_holder_whose_copy_is_behind_the_log_hands_the_item_back(
+    prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """Redis loses A's lease between two of its items and B takes the conversation and records
+    the next item under its newer token; A, whose guard still trusts its lease, then takes the
+    same item (marked resumed) and finds it in the log past the end of its cached copy: it
+    hands the conversation back and sends nothing (the old code looked the log's index up in
+    that copy, IndexError in Conversation.begin, and sent the apology as the item's answer)."""
+    provider = HeldFirst()
+    lease = Keys(prefix).lease(KEY)
+    queues: list[BetweenItems] = []
+    async with coordinator(prefix, pg_store, ttl=60) as b:
+        registry_b = ConversationRegistry(pg_store, Metrics())
+        taken: list[QueueItem] = []
+
+        async def takeover() -> None:  # as after FLUSHDB: B takes the lease and the head
+            await redis.delete(lease)
+            [claim] = await b.conversations.sweep()
+            claim.token = await b.conversations.inbox.next_fence()
+            head = await b.conversations.next(claim)
+            assert head is not None
+            conv = await registry_b.get(KEY, CONTEXT, fence=claim.token)
+            await conv.receive(user_message(head.inbound), meta_of(head))
+            taken.append(head)
+
+        # Long leases: no renewal (every 20 s) tells A about the takeover during the test.
+        async with worker(prefix, pg_store, provider, tmp_path / "p", ttl=60,
+                          queue=between_items(takeover, queues)) as a:
+            await two_messages(a, provider, queues[0])
+            holder = await redis.get(lease)
+        status = await b.conversations.inbox.status(taken[0].id)
+        await registry_b.aclose()
+    assert finals(list(a.channel.events)) == [("c", "finish", "first")]
+    assert len(provider.requests) == 1
+    assert holder == b.worker
+    assert status == (False, None)  # still B's to answer
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "first"), ("assistant", "first"), ("user", "second")]
+
+
+async def test_forget_served_elsewhere_between_a_holders_items(
+    prefix: str, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """The person's ``/forget`` is served by another worker while A holds their conversation,
+    between two items; the second was taken by a holder before (it comes back resumed). A
+    looks it up in a new session, not in its copy of the erased one, and the model sees none
+    of the erased history (the old code failed to read the erased log, and tried again for as
+    long as it held the lease: the message was never answered)."""
+    provider = HeldFirst()
+    inbox = PostgresInbox(pg_store)
+    queues: list[BetweenItems] = []
+
+    async def forget() -> None:
+        conv = a.registry.peek(KEY)
+        assert conv is not None
+        await Eraser(pg_store).erase(scope_of(conv.context), requested_by="self")
+        assert await inbox.head(KEY.tenant, member(KEY)) is not None  # an earlier holder's
+
+    async with worker(prefix, pg_store, provider, tmp_path / "p", ttl=60,
+                      queue=between_items(forget, queues)) as a:
+        await two_messages(a, provider, queues[0])
+    assert finals(list(a.channel.events)) == [("c", "finish", "first"),
+                                              ("c", "finish", "second")]
+    assert len(await pg_store.list_sessions("default")) == 1
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "second"), ("assistant", "second")]
+
+
+async def test_a_copy_whose_writes_were_dropped_is_not_handed_the_log(
+    pg: PrivatePostgres, private_store: PostgresSessionStore,
+) -> None:
+    """A's message accepted while the database was down is dropped when B's newer token
+    refuses it: the log then holds as many messages as A's copy, but not the same ones, so
+    the copy is not handed the log (an index found there would be another message's in it)."""
+    store = private_store
+    tokens = [await store.next_fence() for _ in range(2)]
+    registry_a = ConversationRegistry(store, Metrics(), persist_timeout=1.0)
+    registry_b = ConversationRegistry(store, Metrics())
+    conv_a = await registry_a.get(KEY, CONTEXT, fence=tokens[0])
+    await conv_a.receive({"role": "user", "content": "from a"}, {"sender": "u"})
+    await pg.stop()
+    try:  # accepted, kept to be written ahead of the next append
+        await conv_a.receive({"role": "user", "content": "late from a"}, {"sender": "u"})
+    finally:
+        await pg.start()
+    conv_b = await registry_b.get(KEY, CONTEXT, fence=tokens[1])
+    await conv_b.receive({"role": "user", "content": "from b"}, {"sender": "u"})
+    await conv_a.recorder.flush()  # refused as stale: dropped
+    replay = await log_of(store, "c")
+    assert len(conv_a.messages) == len(replay.messages) == 2
+    assert await registry_a.read_log(KEY, conv_a) is None
+    assert registry_a.peek(KEY) is None
+    assert await registry_b.read_log(KEY, conv_b) is not None  # B's copy is the log
+    await registry_a.aclose()
+    await registry_b.aclose()
