@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -41,6 +42,13 @@ message anyway (as a person would; the answer is checked in the log, not here)."
 PROVIDER_DELAY = 0.1
 """How long each fake model call takes: long enough that a pause or an outage finds turns
 in the middle of a call."""
+FAILURE_STATUS = 502
+"""The status of a stream's ``error`` event that carries the gateway's failure reply (the
+apology), not an answer: a finding in every trial (the fake models never fail). A 504 says
+only that the answer was not at hand on the request in time."""
+FAILED_TURN = re.compile(r"gateway\.router: .*(turn failed|turn stopped|could not serve a message)")
+"""A worker's log line saying a turn failed and its failure reply was sent (or would have
+been: a web request that had its answer already drops a later reply, a platform does not)."""
 _MESSAGE = re.compile(r"message (\d+) in (c\d+)")
 _arrived: contextvars.ContextVar[float] = contextvars.ContextVar("arrived")
 
@@ -148,6 +156,8 @@ class RetryingClient:
                 return
             if event == "error":
                 sent.error = str(data.get("error"))
+                if data.get("status") == FAILURE_STATUS:
+                    sent.failed = sent.error
                 return
 
 
@@ -212,6 +222,11 @@ class Figures:
     no_reply: int = 0
     """Acknowledged messages whose request did not carry the answer (it ended early, timed
     out or said 504): the answer is in the history, not on the request."""
+    apologised: int = 0
+    """Acknowledged messages whose request got the gateway's failure reply instead of an
+    answer (counted as answered by the log, which does not hold the apology)."""
+    turns_failed: int = 0
+    """Turns the workers' logs say failed (each one answered with the failure reply)."""
     notes: str = ""
     problems: list[str] = field(default_factory=list)
     recorded_calls: Counter[str] = field(default_factory=Counter)
@@ -224,7 +239,8 @@ class Figures:
                 f"never answered {self.never_answered}, recorded {self.recorded}, "
                 f"lost {self.lost}; recorded twice {self.recorded_twice}, out of order "
                 f"{len(self.out_of_order)}, attempts refused {self.refused}, answers not on "
-                f"their request {self.no_reply}"
+                f"their request {self.no_reply}, apologies {self.apologised}, turns failed "
+                f"{self.turns_failed}"
                 + (f"; {self.notes}" if self.notes else ""))
 
 
@@ -248,7 +264,8 @@ async def tally(trial: str, url: str, schema: str,
                 _read(replay, order, answers, steps)
                 _count_calls(replay, figures.recorded_calls)
             before = (figures.recorded_twice, figures.answered_twice, figures.never_answered,
-                      figures.lost, len(figures.out_of_order), figures.unacked_answered_twice)
+                      figures.lost, len(figures.out_of_order), figures.unacked_answered_twice,
+                      figures.apologised)
             times = Counter(order)
             figures.recorded_twice += sum(1 for n in times.values() if n > 1)
             sent_order = [s.client_id for s in items]
@@ -262,6 +279,7 @@ async def tally(trial: str, url: str, schema: str,
                     continue
                 figures.acknowledged += 1
                 figures.no_reply += sent.reply is None
+                figures.apologised += sent.failed is not None
                 figures.recorded += sent.client_id in times
                 figures.lost += sent.client_id not in times
                 n = answers[sent.client_id]
@@ -269,16 +287,24 @@ async def tally(trial: str, url: str, schema: str,
                 figures.answered_twice += n > 1
                 figures.never_answered += n == 0
             after = (figures.recorded_twice, figures.answered_twice, figures.never_answered,
-                     figures.lost, len(figures.out_of_order), figures.unacked_answered_twice)
+                     figures.lost, len(figures.out_of_order), figures.unacked_answered_twice,
+                     figures.apologised)
             if after != before:
                 lost = [s.client_id for s in items if s.acked and s.client_id not in times]
                 rows = [f"{uid}: {await _inbox_row(store, uid)}" for uid in lost]
+                apologies = [f"{s.client_id}: apology" for s in items if s.failed is not None]
                 figures.problems.append("; ".join([
                     f"{conv}: {' '.join(steps)}", f"sessions {by_conv.get(f'web:{conv}')}",
-                    *rows]))
+                    *rows, *apologies]))
     finally:
         await store.aclose()
     return figures
+
+
+def failed_turns(logs: list[Path]) -> int:
+    """Turns the workers' logs say failed (:data:`FAILED_TURN`)."""
+    return sum(len(FAILED_TURN.findall(log.read_text(errors="replace"))) for log in logs
+               if log.exists())
 
 
 async def _inbox_row(store: PostgresSessionStore, client_id: str) -> str:

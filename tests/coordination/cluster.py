@@ -155,6 +155,8 @@ class Sent:
     acked: bool = False
     reply: str | None = None
     error: str | None = None
+    failed: str | None = None
+    """The gateway's failure reply (its apology), when that is what the request got."""
     attempts: list[str] = field(default_factory=list)
     died: bool = False
     """A request carrying it broke off with a worker (connection reset mid-way)."""
