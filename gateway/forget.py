@@ -6,9 +6,11 @@ their one-to-one sessions, a tombstone: :mod:`gateway.erasure`), after closing t
 conversations so no open session keeps writing. With several workers only the serving
 worker's copies are closed here; another worker's cached copy is never carried on, since a
 worker reopens a conversation from the store when its session is no longer the latest
-(:meth:`gateway.registry.ConversationRegistry.get`). In a group it erases nothing and says to
-write in private: a group's log and memory belong to the chat. The confirmation needs no
-state between the two messages, so it works the same when several workers serve the chat.
+(:meth:`gateway.registry.ConversationRegistry.get`), and a holder whose session is erased
+while it holds the conversation drops its copy at its next write or log read. In a group it
+erases nothing and says to write in private: a group's log and memory belong to the chat. The
+confirmation needs no state between the two messages, so it works the same when several
+workers serve the chat.
 """
 
 from __future__ import annotations

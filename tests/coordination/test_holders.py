@@ -270,7 +270,8 @@ async def test_forget_reaches_a_worker_that_cached_the_conversation(
     """B served a person, A serves their ``/forget confirm``, then B serves them again: B
     opens the conversation from the store (a new session, nothing of the erased history),
     instead of trying to carry on its cached copy of a deleted session (the old code retried
-    that forever: the message was never answered)."""
+    that forever: the message was never answered). It finds out as it takes the conversation
+    back, before any write (not by a write to the erased session being refused)."""
     handlers = forget_handler(pg_store)
     provider = Recalling()
     # Long leases: the sweeps (every 5 to 15 s) do not take a conversation over meanwhile.
@@ -288,6 +289,7 @@ async def test_forget_reaches_a_worker_that_cached_the_conversation(
         await wait_until(lambda: not a.router._workers)
         await b.channel.say("c", "what is my secret?", platform_id="p3")
         await b.channel.wait_replies(2, timeout=20)
+    assert persist_failures(b.router.metrics) == 0
     assert done == DONE_REPLY.format(memory="0 files", sessions="1 conversation")
     assert b.channel.replies == [("c", "finish", "my secret is 42"),
                                  ("c", "finish", "what is my secret?")]
