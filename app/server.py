@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -193,6 +194,7 @@ class Gateway:
                 loop.add_signal_handler(sig, self._stop.set)
         try:
             await self.start()
+            freeze_heap()
             await self._stop.wait()
             log.info("stopping: finishing in-flight turns (up to %.0f s)", self.shutdown_grace)
         finally:
@@ -228,3 +230,16 @@ async def _quietly(work: Any, what: str) -> None:
         await work
     except Exception as exc:  # shutdown goes on; one line per failed step
         log.warning("shutdown: %s failed to close (%s)", what, type(exc).__name__)
+
+
+def freeze_heap() -> None:
+    """Move what start-up built out of the cyclic collector's generations (``gc.freeze``).
+
+    Modules, clients, settings and compiled schemas (several hundred thousand objects) live as
+    long as the process, yet every full collection walked them all again: one took 126 ms in
+    the middle of the Telegram benchmark's closed loop, on the event loop's thread. Frozen,
+    they are never scanned; what turns allocate is collected as before. Start-up's own
+    garbage is collected first, so none of it is kept forever.
+    """
+    gc.collect()
+    gc.freeze()

@@ -147,6 +147,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     from app import logs
     from app.compose import build_gateway
     from app.config import Settings
+    from app.server import freeze_heap
 
     settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
         _env_file=None,
@@ -159,6 +160,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     gateway = build_gateway(settings, provider=provider_override(cfg))
     try:
         await gateway.start()
+        freeze_heap()  # as `gateway run` does once started
         ready({"port": gateway.bound_port})
         await stop.wait()
     finally:

@@ -119,6 +119,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     from app import logs
     from app.compose import build_gateway
     from app.config import Settings
+    from app.server import freeze_heap
 
     settings = Settings(  # type: ignore[call-arg]  # _env_file: pydantic-settings init option
         _env_file=None,
@@ -132,6 +133,7 @@ async def serve_gateway(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) ->
     gateway = build_gateway(settings, provider=provider_override(cfg))
     try:
         await gateway.start()
+        freeze_heap()  # as `gateway run` does once started
         ready({"port": gateway.bound_port})
         await stop.wait()
     finally:
