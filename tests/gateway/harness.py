@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +76,14 @@ async def running_core(
     ledger: UsageLedger | None = None,
     budgets: LimitSettings | None = None,
     fetch: FetchFile | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
     front of the router, and the router's ``take_in`` for files with a ``ref``, which ``fetch``
     downloads) and expanded at send time. ``conversations``: a queue over an owed journal on
-    disk (opened and closed here), for tests across restarts; by default one in memory."""
+    disk (opened and closed here), for tests across restarts; by default one in memory.
+    ``clock``: the wall clock of the registry (the time a turn starts at, which budgets and
+    rate limits read), the accounting and ``/usage`` (which UTC day a call counts for)."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
@@ -89,16 +93,16 @@ async def running_core(
                               prompt_cache=prompt_cache,
                               compaction=CompactionSettings(enabled=compaction)),
         fallbacks=fallbacks,
-        accounting=Accounting(metrics, ledger=ledger),
+        accounting=Accounting(metrics, ledger=ledger, clock=clock),
         limits=Limits(budgets, ledger) if budgets is not None and ledger is not None else None,
         observer=observer,
         blobs=blobs,
     )
-    registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout)
+    registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout, clock=clock)
     channel = MemoryChannel()
     queue = conversations if conversations is not None else LocalConversations()
     await queue.open()
-    handlers = ({USAGE.name: UsageCommand(ledger, budgets or LimitSettings()).run}
+    handlers = ({USAGE.name: UsageCommand(ledger, budgets or LimitSettings(), clock).run}
                 if ledger is not None else None)
     intake = (MediaIntake(blobs, limits=limits or MediaLimits(),
                           images=IMAGE_LIMITS[provider.shape], transcriber=transcriber,

@@ -83,8 +83,11 @@ async def test_a_refused_turn_reaches_no_provider_and_is_recorded(tmp_path: Path
     provider call, a refusal entry in the log, the counter; the message itself is kept."""
     provider = ScriptedProvider()
     ledger = MemoryLedger()
+    # One day for the whole test: on the wall clock, a first call counted just before a UTC
+    # midnight left the next day's budget untouched, and the second message went through.
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            ledger=ledger, budgets=LimitSettings(user_tokens=1)) as core:
+                            ledger=ledger, budgets=LimitSettings(user_tokens=1),
+                            clock=lambda: NOON) as core:
         accepted = await core.channel.say("c1", "hello")
         await core.channel.wait_replies(1)
         await core.channel.say("c1", "and again")
@@ -97,7 +100,7 @@ async def test_a_refused_turn_reaches_no_provider_and_is_recorded(tmp_path: Path
     entries = [orjson.loads(line) for line in data.splitlines()]
     [refusal] = [e for e in entries if e["type"] == "refusal"]
     assert refusal["limit"] == "user_budget"
-    assert refusal["until"].endswith("T00:00:00.000Z")
+    assert refusal["until"] == "2026-12-02T00:00:00.000Z"
     texts = [e["message"]["content"] for e in entries if e["type"] == "message"]
     assert texts[-1] == "and again"
     assert 'gateway_limited_total{limit="user_budget",tenant="default"} 1.0' in metrics
@@ -117,9 +120,11 @@ async def test_usage_command_shows_your_own_and_this_chat(tmp_path: Path) -> Non
     """/usage answers with the person's and the chat's totals (and the allowance), records
     nothing, and never shows another person's."""
     provider = ScriptedProvider()
+    # Pinned: on the wall clock, calls counted before a UTC midnight and /usage asked after it
+    # answered "nothing yet".
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            ledger=MemoryLedger(),
-                            budgets=LimitSettings(user_tokens=1000)) as core:
+                            ledger=MemoryLedger(), budgets=LimitSettings(user_tokens=1000),
+                            clock=lambda: NOON) as core:
         await core.channel.say("c1", "hello", sender="ada")
         await core.channel.wait_replies(1)
         await core.channel.say("c2", "hi", sender="bob")
@@ -127,9 +132,8 @@ async def test_usage_command_shows_your_own_and_this_chat(tmp_path: Path) -> Non
         await core.channel.say("c1", "/usage", sender="ada")
         replies = await core.channel.wait_replies(3)
     answer = replies[2][2].splitlines()
-    assert answer[0].startswith("Usage today (")
-    assert answer[0].endswith(", UTC):")
-    assert answer[1:] == ["- you: 1 model call, 2 tokens, $0.0000",
-                          "- your daily allowance: 1,000 tokens (0% used)",
-                          "- this chat: 1 model call, 2 tokens, $0.0000"]
+    assert answer == ["Usage today (2026-12-01, UTC):",
+                      "- you: 1 model call, 2 tokens, $0.0000",
+                      "- your daily allowance: 1,000 tokens (0% used)",
+                      "- this chat: 1 model call, 2 tokens, $0.0000"]
     assert len(provider.bodies) == 2  # the command reached no provider
