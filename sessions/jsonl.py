@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ from sessions.names import (
     DEFAULT_TENANT,
     create_with_fresh_id,
     new_session_id,
-    utc_now_iso,
+    utc_iso,
     validate_session_id,
     validate_tenant,
 )
@@ -78,14 +79,17 @@ class JsonlSessionStore:
                  folder: str | None = None,
                  new_id: Callable[[], str] = new_session_id,
                  stall_after: float = 2.0, ops: FileOps | None = None,
-                 reserve: Reserve | None = None) -> None:
+                 reserve: Reserve | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
         instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``).
         ``new_id`` draws the ids of sessions created without one (tests force collisions).
         ``stall_after``: seconds after which a write the disk has not finished is reported as
         ``STALLED`` (the gateway passes its persist timeout). ``ops``: the disk operations
         (tests pass a disk that fails or hangs). ``reserve``: room a close may free when the
-        disk is full, so it writes what it would otherwise drop (:mod:`sessions.reserve`)."""
+        disk is full, so it writes what it would otherwise drop (:mod:`sessions.reserve`).
+        ``clock``: the Unix time entries are stamped with (``ts``, a header's ``startedAt``);
+        tests pin it to a day of their choosing."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}")
         self.data_dir = Path(data_dir)
@@ -102,6 +106,7 @@ class JsonlSessionStore:
         self._stall_after = stall_after
         self._writers: dict[Path, JsonlSessionWriter] = {}  # open writers, by file
         self._reserve = reserve
+        self._clock = clock
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -184,7 +189,7 @@ class JsonlSessionStore:
         try:
             self._lock(fd, sid)
             head = entries.header(
-                sid, utc_now_iso(), tenant=tenant, channel=channel,
+                sid, utc_iso(self._clock()), tenant=tenant, channel=channel,
                 conversation=conversation, extra=extra,
             )
             await writer.append([head])
@@ -238,7 +243,7 @@ class JsonlSessionStore:
         writer = JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability,
                                     lane=self._lane, ops=self._ops,
                                     stall_after=self._stall_after, on_close=self._closed,
-                                    reserve=self._reserve)
+                                    reserve=self._reserve, clock=self._clock)
         self._writers[path] = writer
         return writer
 

@@ -25,6 +25,7 @@ import asyncio
 import errno
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 from sessions import entries
 from sessions.disk_lane import DiskLane, FileOps
 from sessions.errors import SessionWriteError
-from sessions.names import utc_now_iso
+from sessions.names import utc_iso
 from sessions.reserve import FULL_KINDS, Reserve
 from sessions.store import Durability, SessionState
 
@@ -67,7 +68,8 @@ class JsonlSessionWriter:
                  size: int, durability: Durability, *, lane: DiskLane, ops: FileOps,
                  stall_after: float = 2.0,
                  on_close: Callable[[JsonlSessionWriter], None] | None = None,
-                 reserve: Reserve | None = None) -> None:
+                 reserve: Reserve | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._path = path
         self._session_id = session_id
         self._tenant = tenant
@@ -78,6 +80,7 @@ class JsonlSessionWriter:
         self._stall_after = stall_after
         self._on_close = on_close
         self._reserve = reserve  # room a close may free when the disk is full
+        self._clock = clock  # what each entry's ts reads (the store's; tests pin it)
         self._closed = False  # the loop's side: no appends after aclose() began
         self._closing: asyncio.Future[None] | None = None  # done once aclose() has finished
         self._kick: asyncio.TimerHandle | None = None  # the pending WRITE_DELAY wake-up
@@ -128,7 +131,7 @@ class JsonlSessionWriter:
             raise SessionWriteError(self._session_id, "CLOSED", "writer is closed")
         if self._broken:
             raise SessionWriteError(self._session_id, "BROKEN", "earlier entries were lost")
-        ts = utc_now_iso()
+        ts = utc_iso(self._clock())
         seq = self._state.next_seq
         # Encoding comes before acceptance: an entry that cannot be encoded refuses the batch.
         data = b"".join(entries.encode_line(item, seq + n, ts) + b"\n"

@@ -75,15 +75,19 @@ async def create_with_fresh_id(create: Callable[[str], Awaitable[T]],
 _second_cache: tuple[int, str] = (-1, "")
 
 
-def utc_now_iso() -> str:
-    """Timestamp used in every entry: ISO 8601, UTC, millisecond precision, ``Z`` suffix.
+def utc_iso(moment: float) -> str:
+    """A Unix time as every entry's timestamp: ISO 8601, UTC, millisecond precision, ``Z``.
 
     Called for every append, so the date-time part is formatted once per second.
     """
     global _second_cache
-    now = time.time()
-    second = int(now)
+    second = int(moment)
     if _second_cache[0] != second:
         _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    millis = min(int((now - second) * 1000), 999)
+    millis = min(int((moment - second) * 1000), 999)
     return f"{_second_cache[1]}.{millis:03d}Z"
+
+
+def utc_now_iso() -> str:
+    """Timestamp used in every entry, now: :func:`utc_iso` of the wall clock."""
+    return utc_iso(time.time())

@@ -495,3 +495,17 @@ async def test_read_log_returns_exact_bytes(store: JsonlSessionStore) -> None:
     with writer.path.open("ab") as fh:
         fh.write(b'{"ty')
     assert await store.read_log("default", "s1") == writer.path.read_bytes()
+
+
+async def test_entries_are_stamped_by_the_store_clock(data_dir: Path) -> None:
+    """The header's start and every entry's ts read the store's clock (tests pin a day)."""
+    now = [1_781_524_800.25]  # 2026-06-15T12:00:00.250Z
+    store = JsonlSessionStore(data_dir, durability="none", clock=lambda: now[0])
+    writer = await store.create(channel="console", conversation="c", session_id="s1")
+    now[0] += 86_400.5
+    await writer.append([entries.message(user("hi"))])
+    await writer.aclose()
+    lines = [json.loads(line) for line in writer.path.read_bytes().splitlines()]
+    assert [(e["type"], e["ts"]) for e in lines] == [
+        ("session", "2026-06-15T12:00:00.250Z"), ("message", "2026-06-16T12:00:00.750Z")]
+    assert lines[0]["startedAt"] == "2026-06-15T12:00:00.250Z"
