@@ -27,6 +27,7 @@ import asyncio
 import logging
 import math
 import posixpath
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -153,7 +154,8 @@ class AdminSite:
 
     def __init__(self, source: SessionSource, access: Access, *,
                  inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None,
-                 blobs: BlobStore | None = None) -> None:
+                 blobs: BlobStore | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.source = source
         self.blobs = blobs
         """Attachment bytes (thumbnails, exact request bodies); None: shown by hash only."""
@@ -161,6 +163,8 @@ class AdminSite:
         self.prices = prices or PriceTable()
         self.throttle = LoginThrottle()
         self.inline_budget = inline_budget
+        self.clock = clock
+        """Wall clock: the usage page's last day is today's, in UTC (tests pin it)."""
         folder = resources.files("app.admin") / "static"
         # two small files, read once when the gateway is composed, never per request
         self._assets = {name: (folder / name).read_bytes() for name in _ASSETS}
@@ -391,7 +395,7 @@ class AdminSite:
         span = _int(request.query.get("days"), "days", DEFAULT_USAGE_DAYS)
         if span > MAX_USAGE_DAYS:
             raise Refused(400, f"days must be at most {MAX_USAGE_DAYS}")
-        today = datetime.now(UTC).date()
+        today = datetime.fromtimestamp(self.clock(), UTC).date()
         since = datetime.combine(today - timedelta(days=span - 1), datetime.min.time(), UTC)
         logs: list[bytes] = []
         for info in await self.source.list_sessions(None if tenant == ALL_TENANTS else tenant):

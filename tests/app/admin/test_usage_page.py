@@ -14,6 +14,13 @@ from tests.app.admin.helpers import serve, site_for
 from tests.sessions.helpers import PROMPT_A, PROMPT_B, add, assistant, call_request, user
 
 PLAN = CachePlan(system=1)
+NOON = datetime(2026, 6, 15, 12, 0, tzinfo=UTC).timestamp()
+"""When the usage page's sessions are written and read: on the wall clock, calls recorded
+before a UTC midnight and a page asked for after it put them on yesterday's bar."""
+
+
+def clock() -> float:
+    return NOON
 
 
 def planned(request: CallRequest) -> CallRequest:
@@ -24,7 +31,7 @@ def planned(request: CallRequest) -> CallRequest:
 async def costly_session(data_dir: Path, session_id: str, costs: list[float], *,
                          tenant: str = "default") -> None:
     """One call per cost; the prompt changes (memory) at the second call."""
-    store = JsonlSessionStore(data_dir)
+    store = JsonlSessionStore(data_dir, clock=clock)
     writer = await store.create(tenant=tenant, channel="web", conversation=f"web:{session_id}",
                                 session_id=session_id)
     try:
@@ -62,19 +69,18 @@ async def test_usage_page_charts_days_and_lists_sessions_by_cost(tmp_path: Path)
     await costly_session(tmp_path, "cheap", [0.5])
     await costly_session(tmp_path, "dear", [1.0, 2.0])
     await costly_session(tmp_path, "theirs", [9.0], tenant="other")
-    today = datetime.now(UTC).date().isoformat()
-    async with serve(site_for(tmp_path)) as viewer:
+    async with serve(site_for(tmp_path, clock=clock)) as viewer:
         status, page = await viewer.get("/admin/usage?days=7")
         _, everyone = await viewer.get("/admin/usage?tenant=*")
     assert status == 200
     assert "Last 7 days: $3.5000 for 3 calls" in page
     assert len(re.findall(r'<rect[^>]*class="bar"', page)) == 7
-    bar = re.search(rf'<title>{today}: \$3\.5000, 3 calls[^<]*</title>', page)
+    bar = re.search(r'<title>2026-06-15: \$3\.5000, 3 calls[^<]*</title>', page)
     assert bar is not None
     listed = re.findall(r'href="/admin/session/([^"?]+)[^"]*"', page.split('id="sessions-cost"')[1])
     assert listed == ["dear", "cheap"]
     assert "Last 30 days: $12.5000 for 4 calls" in everyone
-    async with serve(site_for(tmp_path, pinned="other")) as viewer:
+    async with serve(site_for(tmp_path, pinned="other", clock=clock)) as viewer:
         _, pinned = await viewer.get("/admin/usage")
     assert "$9.0000 for 1 calls" in pinned
     assert "dear" not in pinned
