@@ -7,6 +7,7 @@ import asyncio
 import csv
 import io
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from app.cli import main
 from app.compose import build_gateway
 from app.config import Settings
 from gateway.providers.anthropic import AnthropicProvider
+from sessions.jsonl import JsonlSessionStore
 from sessions.pricing import DEFAULT_PRICES
 from tests.fakes.providers import FakeProviderServer
 
@@ -37,10 +39,15 @@ class Recorded:
 
 async def _record(tmp_path: Path) -> Recorded:
     data = tmp_path / "data"
+    # Every entry stamped with the moment the recording began: on the wall clock, calls that
+    # straddled a UTC midnight made two rows of --by day. (--since 1d still reads the real
+    # clock: these calls are a moment old.)
+    started = time.time()
     async with FakeProviderServer() as srv:
         provider = AnthropicProvider("k", MODEL, base_url=srv.anthropic_base_url, max_retries=0)
         settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data), GATEWAY_PORT=0)
-        gateway = build_gateway(settings, provider=provider)
+        store = JsonlSessionStore(data, clock=lambda: started)
+        gateway = build_gateway(settings, store=store, provider=provider)
         await gateway.start()
         base = f"http://127.0.0.1:{gateway.bound_port}"
         try:
