@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from telegram.request import BaseRequest, HTTPXRequest
 
 from channels.telegram.request import AiohttpRequest
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.ports import refusing_port
 
 
 async def calls_through(request: BaseRequest) -> tuple[list[tuple[str, Any]], list[Any], bytes]:
@@ -60,14 +60,11 @@ async def test_a_read_timeout_is_timed_out() -> None:
 
 
 async def test_a_refused_connection_is_a_network_error_without_the_token() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     token = "123456:SECRET-token-value"
     request = AiohttpRequest(1)
     await request.initialize()
     try:
-        with pytest.raises(NetworkError) as caught:
+        with refusing_port() as port, pytest.raises(NetworkError) as caught:
             await request.post(f"http://127.0.0.1:{port}/bot{token}/getMe")
     finally:
         await request.shutdown()

@@ -17,6 +17,7 @@ from gateway.providers.openai import OpenAIProvider, has_reasoning
 from sessions.records import CachePlan, MessageDict
 from sessions.shapes import encode_body, request_body
 from tests.fakes.providers import FakeProviderServer, Reply
+from tests.ports import refusing_port
 
 STABLE = ("You are Nova. " * 400).strip()  # about 1,400 tokens at the fakes' 4 bytes a token
 SECTIONS = (STABLE, "## Mood\ncalm")
@@ -173,17 +174,14 @@ async def test_malformed_answer_is_a_provider_error(
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 async def test_refused_connection_is_unavailable_not_a_timeout(api: str) -> None:
     """Nothing listening: ProviderUnavailable at once, though the transport calls it a timeout."""
-    import socket
-
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
-    provider = (AnthropicProvider("k", "m", base_url=base, max_retries=0, timeout=5)
-                if api == "anthropic"
-                else OpenAIProvider("k", "m", base_url=f"{base}/v1", max_retries=0, timeout=5))
-    with pytest.raises(ProviderError) as caught:
-        await provider.complete(ProviderRequest("s", grown(0), [], "m", provider.params()))
-    await provider.aclose()
+    with refusing_port() as port:  # held: a port let go could be answered by whoever took it
+        base = f"http://127.0.0.1:{port}"
+        provider = (AnthropicProvider("k", "m", base_url=base, max_retries=0, timeout=5)
+                    if api == "anthropic"
+                    else OpenAIProvider("k", "m", base_url=f"{base}/v1", max_retries=0,
+                                        timeout=5))
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(ProviderRequest("s", grown(0), [], "m", provider.params()))
+        await provider.aclose()
     assert type(caught.value) is ProviderUnavailable
     assert str(caught.value) == f"{api}: could not connect"

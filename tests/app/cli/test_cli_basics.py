@@ -16,6 +16,7 @@ import pytest
 from app.cli import build_parser, main, version
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.slack_api import FakeSlackServer
+from tests.ports import refusing_port
 from tests.sessions.helpers import add, user
 
 Run = Callable[..., tuple[int, str, str]]
@@ -139,15 +140,12 @@ def test_busy_port_is_one_line_exit_2(here: Path, run: Run) -> None:
 def test_unreachable_telegram_is_one_line_exit_2(here: Path, run: Run,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """getMe against a platform that does not answer: one line, exit 2, no token shown."""
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    port = holder.getsockname()[1]
-    holder.close()  # nothing listens there now
     token = "123456:very-secret-token"
-    monkeypatch.setenv("GATEWAY_CHANNELS", "telegram")
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)
-    monkeypatch.setenv("TELEGRAM_API_BASE_URL", f"http://127.0.0.1:{port}/bot")
-    code, out, err = run("run", "--port", "0", "--data-dir", str(here / "d"))
+    with refusing_port() as port:  # held: a port let go could be answered by whoever took it
+        monkeypatch.setenv("GATEWAY_CHANNELS", "telegram")
+        monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)
+        monkeypatch.setenv("TELEGRAM_API_BASE_URL", f"http://127.0.0.1:{port}/bot")
+        code, out, err = run("run", "--port", "0", "--data-dir", str(here / "d"))
     assert (code, out) == (2, "")
     assert err.startswith("gateway run: telegram: getMe failed")
     assert err.count("\n") == 1
