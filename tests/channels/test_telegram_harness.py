@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,11 +17,12 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from channels.telegram.adapter import TelegramChannel
-from gateway.errors import ChannelError
+from gateway.errors import ChannelError, ConfigError
 from gateway.providers.base import Provider
 from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer, SentCall
+from tests.ports import PORT_TRIES, address_in_use, free_port
 
 ALICE = 1001
 BOB = 1002
@@ -71,10 +71,27 @@ def channel_of(gateway: Gateway) -> TelegramChannel:
     return channel
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@asynccontextmanager
+async def running_on_a_named_port(settings_for: Callable[[int], Settings],
+                                  provider: Provider | None = None) -> AsyncIterator[Gateway]:
+    """:func:`running`, for a gateway that must know its port before it starts (a webhook URL
+    names it): ``settings_for(port)`` on a free port, then on another while the one found was
+    taken before the gateway bound it (:data:`tests.ports.PORT_TRIES` times)."""
+    for _ in range(PORT_TRIES):
+        gateway = build_gateway(settings_for(free_port()), provider=provider or ScriptedProvider())
+        try:
+            await gateway.start()
+        except ConfigError as exc:
+            await gateway.aclose()
+            if address_in_use(str(exc)):
+                continue  # taken since free_port() found it: another one
+            raise
+        try:
+            yield gateway
+        finally:
+            await gateway.aclose()
+        return
+    raise RuntimeError(f"the gateway found no free port in {PORT_TRIES} tries")
 
 
 def metric(gateway: Gateway, name: str, **labels: str) -> float:

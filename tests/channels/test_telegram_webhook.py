@@ -11,14 +11,15 @@ import aiohttp
 import pytest
 
 from app.compose import build_gateway
+from app.config import Settings
 from app.server import Gateway
 from gateway.errors import ConfigError
 from tests.channels.test_telegram_harness import (
     ALICE,
     channel_of,
-    free_port,
     metric,
     running,
+    running_on_a_named_port,
     sessions,
     settled,
     telegram_settings,
@@ -46,13 +47,16 @@ def url_of(gateway: Gateway) -> str:
 
 async def test_webhook_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> None:
     """setWebhook is called with the secret at start; Telegram's pushes are answered."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/telegram/webhook"
     provider = ScriptedProvider()
     provider.script("Hi **there**")
-    settings = telegram_settings(fake, tmp_path, GATEWAY_PORT=port,
+
+    def settings_for(port: int) -> Settings:
+        url = f"http://127.0.0.1:{port}/telegram/webhook"
+        return telegram_settings(fake, tmp_path, GATEWAY_PORT=port,
                                  **webhook_env(TELEGRAM_WEBHOOK_URL=url))
-    async with running(settings, provider) as gateway:
+
+    async with running_on_a_named_port(settings_for, provider) as gateway:
+        url = url_of(gateway)
         assert fake.webhook is not None
         assert (fake.webhook.url, fake.webhook.secret_token) == (url, SECRET)
         assert fake.webhook.allowed_updates == ["message"]
