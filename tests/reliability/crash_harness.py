@@ -16,7 +16,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -27,11 +26,13 @@ from typing import Any
 
 import aiohttp
 import orjson
+import psutil
 
 from sessions.replay import replay_bytes
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.ports import PORT_TRIES, address_in_use, free_port
 from tests.reliability.web_client import WEB_CONVERSATIONS, WebMessage
 
 TOKEN = re.compile(r"tok\d{5}")
@@ -44,12 +45,6 @@ GENERAL = "C0FAKEGEN"
 READY_TIMEOUT = 60.0  # a cold `python -m gateway` on a loaded 2-core machine: generous
 WEBHOOK_SECRET = "crash-trial-secret"
 _PASSED_ENV = re.compile(r"GATEWAY_|TELEGRAM_|SLACK_|ANTHROPIC_|OPENAI_")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SlowEcho:
@@ -222,30 +217,62 @@ class GatewayProcess:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> None:
-        self.runs += 1
-        log = (self.log_dir / f"gateway-{self.runs}.log").open("wb")
-        with log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway", "run", cwd=self.cwd, env=self.env,
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log)
-        await self._wait_ready()
+    @property
+    def log(self) -> Path:
+        """This run's output."""
+        return self.log_dir / f"gateway-{self.runs}.log"
 
-    async def _wait_ready(self) -> None:
+    async def start(self) -> None:
+        """Start ``gateway run`` on :attr:`port`; when that port was taken meanwhile (by
+        anyone, while this process held it not: found free, or let go by a killed run), on a
+        fresh one, :data:`PORT_TRIES` times. The webhook URL follows the port; the driver
+        reads :attr:`base` for every request, so it follows too."""
+        for _ in range(PORT_TRIES):
+            self.runs += 1
+            with self.log.open("wb") as log:
+                self.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "gateway", "run", cwd=self.cwd, env=self.env,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log)
+            if await self._wait_ready():
+                return
+            self._move_to(free_port())
+        raise RuntimeError(f"gateway found no free port in {PORT_TRIES} tries; see {self.log}")
+
+    def _move_to(self, port: int) -> None:
+        old = self.base
+        self.port = port
+        self.env["GATEWAY_PORT"] = str(port)
+        if "TELEGRAM_WEBHOOK_URL" in self.env:
+            self.env["TELEGRAM_WEBHOOK_URL"] = self.env["TELEGRAM_WEBHOOK_URL"].replace(
+                old, self.base)
+
+    async def _wait_ready(self) -> bool:
+        """True once this run answers /healthz on :attr:`port`; False when it exited because
+        the port was taken. Only our own process listening there counts: whoever took the
+        port may answer /healthz too (another gateway's tests)."""
         assert self.proc is not None
         deadline = time.monotonic() + READY_TIMEOUT
         async with aiohttp.ClientSession() as http:
             while time.monotonic() < deadline:
                 if self.proc.returncode is not None:
+                    if address_in_use(self.log.read_text(errors="replace")):
+                        return False
                     raise RuntimeError(f"gateway exited with {self.proc.returncode}; see "
-                                       f"{self.log_dir}/gateway-{self.runs}.log")
+                                       f"{self.log}")
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with http.get(self.base + "/healthz",
                                         timeout=aiohttp.ClientTimeout(total=1)) as response:
-                        if response.status == 200:
-                            return
+                        if response.status == 200 and self._listening():
+                            return True
                 await asyncio.sleep(0.05)
         raise TimeoutError(f"gateway not healthy within {READY_TIMEOUT} s")
+
+    def _listening(self) -> bool:
+        assert self.proc is not None
+        with contextlib.suppress(psutil.Error):
+            return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                       for c in psutil.Process(self.proc.pid).net_connections("tcp"))
+        return False
 
     @property
     def running(self) -> bool:

@@ -49,6 +49,7 @@ import pytest
 from tests.fakes.providers import FakeProviderServer
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.ports import free_port
 from tests.reliability.crash_driver import TABLE_HEAD, Driver, Row, final_run, repeated, tally
 from tests.reliability.crash_harness import (
     GatewayProcess,
@@ -56,7 +57,6 @@ from tests.reliability.crash_harness import (
     Traffic,
     check_logs,
     check_prefixes,
-    free_port,
     gateway_env,
     missing,
     owed_bodies,

@@ -45,6 +45,7 @@ import pytest
 from tests.fakes.providers import FakeProviderServer
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.ports import free_port
 from tests.reliability.crash_driver import TABLE_HEAD, Driver, Row, final_run, repeated, tally
 from tests.reliability.crash_harness import (
     GatewayProcess,
@@ -52,7 +53,6 @@ from tests.reliability.crash_harness import (
     Traffic,
     answered,
     check_logs,
-    free_port,
     gateway_env,
     items_of_tokens,
     missing,
