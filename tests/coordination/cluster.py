@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,17 +24,10 @@ import orjson
 
 from gateway.persona import seed_if_empty
 from tests.coordination.services import REDIS_URL
+from tests.ports import PORT_TRIES, address_in_use, free_port
 from tests.sessions.pg import PG_URL
 
 ROOT = Path(__file__).resolve().parents[2]
-PORT_TRIES = 5
-"""Launches of one worker before a busy port counts as a failure."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -119,7 +111,7 @@ async def _healthy(http: aiohttp.ClientSession, worker: WorkerProcess) -> Worker
                             return worker
                 await asyncio.sleep(0.1)
         text = worker.log.read_bytes()[worker.log_from:].decode(errors="replace")
-        if "address already in use" not in text:
+        if not address_in_use(text):
             raise RuntimeError(f"{worker.name} exited: {text[-2000:]}")
         worker = await _launch(worker.name, worker.env, worker.cwd, worker.log)
     raise RuntimeError(f"{worker.name}: no free port in {PORT_TRIES} tries")

@@ -26,7 +26,7 @@ from typing import NoReturn
 import pytest
 import redis as redis_sync
 
-from tests.coordination.cluster import free_port
+from tests.ports import PORT_TRIES, address_in_use, free_port
 
 READY_TIMEOUT = 60.0
 """Seconds a server gets to come up (generous: the machine may be busy)."""
@@ -75,18 +75,25 @@ class PrivatePostgres:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def create(self) -> None:
-        """initdb, then start on a free port (another one if that one was taken meanwhile)."""
+        """initdb, then start on a free port (another one if that one was taken meanwhile,
+        :data:`PORT_TRIES` times; any other failure at once, with the server's log)."""
         self._run([self._initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust",
                    "--no-sync", "-E", "UTF8"])
-        for _ in range(5):
+        for _ in range(PORT_TRIES):
             self.port = free_port()
+            logged = self._log_size()
             try:
                 self._run(self._start_args())
                 self.up = True
                 return
-            except subprocess.CalledProcessError:
-                continue  # the port was taken between free_port() and the bind: another one
-        raise RuntimeError(f"private PostgreSQL did not start: {self.log_tail()}")
+            except subprocess.CalledProcessError as exc:
+                if not address_in_use(self._log_since(logged)):
+                    raise RuntimeError(f"private PostgreSQL did not start: "
+                                       f"{exc.stderr.decode(errors='replace')}\n"
+                                       f"{self.log_tail()}") from exc
+                # the port was taken between free_port() and the bind: another one
+        raise RuntimeError(f"private PostgreSQL found no free port in {PORT_TRIES} tries: "
+                           f"{self.log_tail()}")
 
     def _start_args(self) -> list[str]:
         # fsync off: a crash of the machine is not what these trials are about, speed is.
@@ -117,6 +124,21 @@ class PrivatePostgres:
             return self.logfile.read_text(errors="replace")[-2000:]
         except OSError:
             return "(no server log)"
+
+    def _log_size(self) -> int:
+        try:
+            return self.logfile.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        """What the server logged past ``offset`` (pg_ctl appends every start to one log)."""
+        try:
+            with self.logfile.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _run(self, args: list[str]) -> None:
         # cwd: a directory the postgres user may enter (not the checkout, maybe not theirs)
@@ -153,13 +175,19 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def create(self) -> None:
-        for _ in range(5):
+        """Start on a free port (another one if that one was taken meanwhile,
+        :data:`PORT_TRIES` times; any other failure at once, with the server's log)."""
+        for _ in range(PORT_TRIES):
             self.port = free_port()
             self._spawn()
             if self._wait_ready():
                 return
-            self._kill()  # most likely the port was taken meanwhile: another one
-        raise RuntimeError(f"private Redis did not start: {self.log_tail()}")
+            self._kill()
+            if not address_in_use(self.log_tail()):
+                raise RuntimeError(f"private Redis did not start: {self.log_tail()}")
+            # the port was taken between free_port() and the bind: another one
+        raise RuntimeError(f"private Redis found no free port in {PORT_TRIES} tries: "
+                           f"{self.log_tail()}")
 
     async def kill(self) -> None:
         """SIGKILL: every connection drops, every key is gone."""
@@ -191,6 +219,9 @@ class PrivateRedis:
                 stdout=out, stderr=out, stdin=subprocess.DEVNULL)
 
     def _wait_ready(self) -> bool:
+        """True once our server answers on :attr:`port`. Only ours counts: whoever took the
+        port may be a Redis too (the machine's other test servers), and the trials flush and
+        kill what they think is theirs."""
         client = redis_sync.Redis(port=self.port, socket_connect_timeout=1, socket_timeout=2)
         try:
             deadline = time.monotonic() + READY_TIMEOUT
@@ -198,7 +229,7 @@ class PrivateRedis:
                 if self.proc is None or self.proc.poll() is not None:
                     return False
                 with contextlib.suppress(redis_sync.RedisError, OSError):
-                    if client.ping():
+                    if client.info("server").get("process_id") == self.proc.pid:
                         return True
                 time.sleep(0.05)
             return False
