@@ -23,8 +23,11 @@ def header(
     tenant: str,
     channel: str,
     conversation: str,
+    generation: int | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``generation``: the session's place among its conversation's (:mod:`sessions.order`);
+    every store gives one, ``None`` leaves the field out."""
     body: dict[str, Any] = {
         "type": "session",
         "version": FORMAT_VERSION,
@@ -34,6 +37,8 @@ def header(
         "conversation": conversation,
         "tenant": tenant,
     }
+    if generation is not None:
+        body["generation"] = generation
     if extra:
         for key, value in extra.items():
             body.setdefault(key, value)

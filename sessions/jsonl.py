@@ -60,6 +60,13 @@ from sessions.names import (
     validate_session_id,
     validate_tenant,
 )
+from sessions.order import (
+    SessionKey,
+    generation_of,
+    newest_first,
+    next_generation,
+    session_key,
+)
 from sessions.reserve import Reserve
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
@@ -96,9 +103,12 @@ class JsonlSessionStore:
         self.folder = folder
         self.new_id = new_id
         self.durability: Durability = durability
-        # tenant -> conversation label -> newest session id; built from headers on first use.
-        self._latest: dict[str, dict[str, tuple[str, str]]] = {}
-        self._created: dict[str, dict[str, tuple[str, str]]] = {}  # created before the index
+        # tenant -> conversation label -> key of its latest session (sessions.order); built
+        # from the headers on first use, then kept up to date by this store's creations.
+        self._latest: dict[str, dict[str, SessionKey]] = {}
+        self._created: dict[str, dict[str, SessionKey]] = {}  # created while it was rebuilt
+        # (tenant, conversation) -> the highest generation handed to a creation in progress.
+        self._creating: dict[tuple[str, str], int] = {}
         self._index_locks: dict[str, asyncio.Lock] = {}
         self._reported: set[tuple[str, str]] = set()  # (tenant, file name) skipped by the index
         self._ops: FileOps = ops or OsFileOps()
@@ -174,6 +184,23 @@ class JsonlSessionStore:
             # Made again once there is room (tried at most every retry_after while full).
             await asyncio.to_thread(self._reserve.ensure)
         path = directory / f"{sid}.jsonl"
+        # The new session comes after the conversation's latest and after any creation of it
+        # still under way here (read and counted with no await in between, so creations that
+        # overlap are numbered in the order they got here).
+        latest = (await self._index(tenant)).get(conversation)
+        slot = (tenant, conversation)
+        generation = max(next_generation(latest), self._creating.get(slot, 0) + 1)
+        self._creating[slot] = generation
+        try:
+            return await self._create_file(directory, path, sid, tenant, channel, conversation,
+                                           generation, extra)
+        finally:
+            if self._creating.get(slot) == generation:
+                del self._creating[slot]
+
+    async def _create_file(self, directory: Path, path: Path, sid: str, tenant: str,
+                           channel: str, conversation: str, generation: int,
+                           extra: Mapping[str, Any] | None) -> JsonlSessionWriter:
         # The header is written under a temporary name and the file linked into place with it:
         # a session without its header is no session, and a crash must not leave one behind
         # (os.link refuses an existing name, as O_EXCL would).
@@ -190,7 +217,7 @@ class JsonlSessionStore:
             self._lock(fd, sid)
             head = entries.header(
                 sid, utc_iso(self._clock()), tenant=tenant, channel=channel,
-                conversation=conversation, extra=extra,
+                conversation=conversation, generation=generation, extra=extra,
             )
             await writer.append([head])
             await writer.flush()  # the header is in the file before the file has its name
@@ -200,9 +227,9 @@ class JsonlSessionStore:
                 raise SessionExistsError(f"session {sid} already exists") from exc
             except OSError as exc:
                 raise SessionWriteError(sid, errno_kind(exc), "create") from exc
-            # Remember it even while the header index is still being built (the scan may have
-            # listed the directory before this file existed).
-            self._note_latest(tenant, conversation, (head["startedAt"], sid))
+            # Remember it even while the header index is being rebuilt (after an erasure: the
+            # scan may have listed the directory before this file existed).
+            self._note_latest(tenant, conversation, (generation, head["startedAt"], sid))
         except BaseException:
             await writer.abandon()
             raise
@@ -264,6 +291,15 @@ class JsonlSessionStore:
         return self.path_of(tenant, session_id).is_file()
 
     async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        found = (await self._index(tenant)).get(conversation)
+        if found is not None and not self.path_of(tenant, found[2]).is_file():
+            # Erased (maybe by another process: ``gateway forget``): look again from the disk.
+            self._latest.pop(tenant, None)
+            return await self.latest_session(tenant, conversation)
+        return found[2] if found else None
+
+    async def _index(self, tenant: str) -> dict[str, SessionKey]:
+        """conversation -> key of its latest session, built from the headers on first use."""
         index = self._latest.get(tenant)
         if index is None:
             # One scan per tenant, however many conversations ask at once.
@@ -275,27 +311,22 @@ class JsonlSessionStore:
                         if conv not in index or index[conv] < key:
                             index[conv] = key
                     self._latest[tenant] = index
-        found = index.get(conversation)
-        if found is not None and not self.path_of(tenant, found[1]).is_file():
-            # Erased (maybe by another process: ``gateway forget``): look again from the disk.
-            self._latest.pop(tenant, None)
-            return await self.latest_session(tenant, conversation)
-        return found[1] if found else None
+        return index
 
-    def _note_latest(self, tenant: str, conversation: str, key: tuple[str, str]) -> None:
+    def _note_latest(self, tenant: str, conversation: str, key: SessionKey) -> None:
         index = self._latest.get(tenant)
         if index is None:
             index = self._created.setdefault(tenant, {})
         if conversation not in index or index[conversation] < key:
             index[conversation] = key
 
-    def _index_headers(self, tenant: str) -> dict[str, tuple[str, str]]:
-        """conversation -> (start time, id) of its newest session, from the header lines.
+    def _index_headers(self, tenant: str) -> dict[str, SessionKey]:
+        """conversation -> key of its latest session (:mod:`sessions.order`), from the headers.
 
         A file that is not a readable session log (not a regular file, no JSON object header,
         an absurd first line) is skipped and reported once, with the reason: one bad file
         must not keep a tenant's conversations from starting or resuming."""
-        index: dict[str, tuple[str, str]] = {}
+        index: dict[str, SessionKey] = {}
         directory = self.sessions_dir(tenant)
         for path in _session_paths(directory):
             try:
@@ -308,11 +339,10 @@ class JsonlSessionStore:
             if head is None:
                 self._skipped(tenant, path, "its first line is not a session header")
                 continue
-            conv, started = head.get("conversation"), head.get("startedAt")
-            if isinstance(conv, str) and isinstance(started, str):
-                key = (started, path.stem)
-                if conv not in index or index[conv] < key:
-                    index[conv] = key
+            conv, key = head.get("conversation"), session_key(head, path.stem)
+            if isinstance(conv, str) and key is not None and (conv not in index
+                                                              or index[conv] < key):
+                index[conv] = key
         return index
 
     def _skipped(self, tenant: str, path: Path, reason: str) -> None:
@@ -344,8 +374,7 @@ class JsonlSessionStore:
                 info = _info(path, name)
                 if info is not None:
                     infos.append(info)
-        infos.sort(key=lambda i: (i.started_at or "", i.modified), reverse=True)
-        return infos
+        return newest_first(infos)
 
     async def message_page(
         self, tenant: str, session_id: str, offset: int = 0, limit: int = 50
@@ -506,4 +535,5 @@ def _info(path: Path, tenant: str) -> SessionInfo | None:
         torn=summary.torn,
         error=None if summary.header else "no readable header",
         scope=head.get("scope") if isinstance(head.get("scope"), dict) else None,
+        generation=generation_of(head),
     )

@@ -62,6 +62,8 @@ class SessionInfo:
     error: str | None = None
     scope: Mapping[str, Any] | None = None
     """The header's ``scope`` (whose memory scope the conversation has), if it names one."""
+    generation: int = 0
+    """The header's ``generation`` (:mod:`sessions.order`); 0 for sessions written before it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +151,13 @@ class SessionStore(Protocol):
     async def exists(self, tenant: str, session_id: str) -> bool: ...
 
     async def latest_session(self, tenant: str, conversation: str) -> str | None:
-        """Id of the newest session whose header names ``conversation``, if any."""
+        """Id of the newest session whose header names ``conversation``, if any: the one
+        created last (:mod:`sessions.order`), whatever the start times say."""
         ...
 
     async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
-        """Sessions of one tenant (``None``: every tenant), newest first."""
+        """Sessions of one tenant (``None``: every tenant), newest first; a conversation's
+        own in creation order (:func:`sessions.order.newest_first`)."""
         ...
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:

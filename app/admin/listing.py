@@ -10,6 +10,7 @@ from app.admin import urls
 from app.admin.auth import ALL_TENANTS
 from app.admin.markup import Markup, join, tag
 from app.admin.pages import Frame, layout
+from sessions.order import newest_first
 from sessions.store import SessionInfo
 
 PER_PAGE = 50
@@ -52,8 +53,7 @@ def matches(info: SessionInfo, query: ListQuery) -> bool:
 def select(infos: Sequence[SessionInfo], query: ListQuery,
            per_page: int = PER_PAGE) -> tuple[list[SessionInfo], int, int]:
     """This page's rows, the number of matches and the number of pages (newest first)."""
-    hits = [i for i in infos if matches(i, query)]
-    hits.sort(key=lambda i: (i.started_at or "", i.modified), reverse=True)
+    hits = newest_first(i for i in infos if matches(i, query))
     pages = max(1, math.ceil(len(hits) / per_page))
     start = (query.page - 1) * per_page
     return hits[start:start + per_page], len(hits), pages

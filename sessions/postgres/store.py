@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -64,10 +65,11 @@ from sessions.names import (
     DEFAULT_TENANT,
     create_with_fresh_id,
     new_session_id,
-    utc_now_iso,
+    utc_iso,
     validate_session_id,
     validate_tenant,
 )
+from sessions.order import GENERATION, newest_first
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
@@ -90,6 +92,11 @@ __all__ = [
 
 CLOSE_TIMEOUT = 10.0
 """Seconds :meth:`PostgresSessionStore.aclose` waits for busy connections before cutting them."""
+
+_GENERATION = (  # a header's generation as sessions.order reads it: 0 unless a whole number > 0
+    f"CASE WHEN jsonb_typeof(header->'{GENERATION}') = 'number' AND header->>'{GENERATION}'"
+    f" ~ '^[1-9][0-9]{{0,17}}$' THEN (header->>'{GENERATION}')::bigint ELSE 0 END"
+)
 
 
 class StoreUnavailableError(SessionError, OSError):
@@ -137,10 +144,13 @@ class PostgresSessionStore:
         connect_timeout: float = 10.0,
         command_timeout: float | None = 30.0,
         new_id: Callable[[], str] = new_session_id,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        """``new_id`` draws the ids of sessions created without one (tests force collisions)."""
+        """``new_id`` draws the ids of sessions created without one (tests force collisions).
+        ``clock``: the Unix time entries are stamped with (``ts``, a header's ``startedAt``)."""
         self._url = url
         self.new_id = new_id
+        self._clock = clock
         self.schema = pg_schema.validate_schema(schema)
         self._pool_args: dict[str, Any] = {
             "min_size": min_size, "max_size": max_size, "timeout": connect_timeout,
@@ -231,7 +241,8 @@ class PostgresSessionStore:
 
     def _writer(self, sid: str, tenant: str, state: SessionState,
                 fence: int) -> PostgresSessionWriter:
-        return PostgresSessionWriter(self.pool, self._q, sid, tenant, state, fence)
+        return PostgresSessionWriter(self.pool, self._q, sid, tenant, state, fence,
+                                     clock=self._clock)
 
     async def create(
         self,
@@ -257,11 +268,20 @@ class PostgresSessionStore:
                       extra: Mapping[str, Any] | None,
                       fence: int | None) -> PostgresSessionWriter:
         wanted = None if fence is None else _token(fence)
-        now = utc_now_iso()
-        head = entries.header(sid, now, tenant=tenant, channel=channel,
-                              conversation=conversation, extra=extra)
-        line = entries.encode_line(head, 0, now)
-        async with self._writing(sid) as conn:
+        async with self._writing(sid) as conn, conn.transaction():
+            # The creations of one conversation take turns, on every worker: each counts on
+            # from the latest session the one before committed (sessions.order). (A tenant
+            # name holds no '/'; the schema is in the text for pg_stat_activity.)
+            await conn.execute(f"SELECT pg_advisory_xact_lock(hashtextextended("
+                               f"'{self.schema}.sessions/' || $1, 0))", f"{tenant}/{conversation}")
+            latest = await conn.fetchval(
+                f"SELECT max({_GENERATION}) FROM {self._q}.sessions"
+                " WHERE tenant = $1 AND conversation = $2", tenant, conversation)
+            now = utc_iso(self._clock())
+            head = entries.header(sid, now, tenant=tenant, channel=channel,
+                                  conversation=conversation, generation=int(latest or 0) + 1,
+                                  extra=extra)
+            line = entries.encode_line(head, 0, now)
             token = wanted if wanted is not None else int(await conn.fetchval(
                 f"SELECT nextval('{self._q}.fences')"))
             try:
@@ -415,8 +435,8 @@ class PostgresSessionStore:
         async with self._reading() as conn:
             found = await conn.fetchval(
                 f"SELECT id FROM {self._q}.sessions WHERE tenant = $1 AND conversation = $2"
-                ' AND started_at IS NOT NULL ORDER BY started_at COLLATE "C" DESC,'
-                ' id COLLATE "C" DESC LIMIT 1',
+                f" AND started_at IS NOT NULL ORDER BY {_GENERATION} DESC,"
+                ' started_at COLLATE "C" DESC, id COLLATE "C" DESC LIMIT 1',
                 tenant, conversation,
             )
         return None if found is None else str(found)
@@ -429,21 +449,23 @@ class PostgresSessionStore:
                 "SELECT tenant, id, started_at, channel, conversation, version, message_count,"
                 " first_user_text, size_bytes, extract(epoch FROM modified_at)::float8 AS mtime,"
                 " CASE WHEN jsonb_typeof(header->'scope') = 'object'"
-                " THEN (header->'scope')::text END AS scope"
+                " THEN (header->'scope')::text END AS scope,"
+                f" {_GENERATION} AS generation"
                 f" FROM {self._q}.sessions WHERE $1::text IS NULL OR tenant = $1"
                 " ORDER BY coalesce(started_at, '') COLLATE \"C\" DESC, modified_at DESC",
                 tenant,
             )
-        return [
+        return newest_first([
             SessionInfo(
                 session_id=r["id"], tenant=r["tenant"], started_at=r["started_at"],
                 channel=r["channel"], conversation=r["conversation"], version=r["version"],
                 message_count=int(r["message_count"]), first_user_text=r["first_user_text"],
                 size_bytes=int(r["size_bytes"]), modified=float(r["mtime"]),
                 scope=None if r["scope"] is None else orjson.loads(r["scope"]),
+                generation=int(r["generation"]),
             )
             for r in rows
-        ]
+        ])
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:
         validate_tenant(tenant)

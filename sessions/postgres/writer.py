@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -17,7 +18,7 @@ import asyncpg
 
 from sessions import entries
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
-from sessions.names import utc_now_iso
+from sessions.names import utc_iso
 from sessions.scan import message_text
 from sessions.store import SessionState
 
@@ -92,9 +93,12 @@ class PostgresSessionWriter:
     """Writer of one session, fenced by a token. See :class:`sessions.store.SessionWriter`."""
 
     def __init__(self, pool: PoolSource, schema_sql: str, session_id: str, tenant: str,
-                 state: SessionState, fence: int) -> None:
-        """``pool`` gives the store's pool; ``schema_sql`` is the quoted schema name."""
+                 state: SessionState, fence: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``pool`` gives the store's pool; ``schema_sql`` is the quoted schema name;
+        ``clock`` what each entry's ``ts`` reads (the store's)."""
         self._pool = pool
+        self._clock = clock
         self._sql_append = (
             f"SELECT status, cur_fence, cur_next FROM {schema_sql}.append_entries("
             "$1, $2, $3, $4, $5::text[], $6::bytea[], $7, $8)"
@@ -158,7 +162,7 @@ class PostgresSessionWriter:
             raise SessionWriteError(self._session_id, self._broken, "writer gave up earlier")
         if not items:
             return 0
-        ts = utc_now_iso()
+        ts = utc_iso(self._clock())
         batch = Batch(self._state.next_seq)
         for offset, item in enumerate(items):
             batch.lines.append(entries.encode_line(item, batch.first_seq + offset, ts))

@@ -48,6 +48,7 @@ from sessions.names import (
     validate_session_id,
     validate_tenant,
 )
+from sessions.order import generation_of, newest_first, session_key
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import MessagePage, SessionInfo, SessionState
 
@@ -222,8 +223,11 @@ class FaultyStore:
         key = (validate_tenant(tenant), sid)
         if key in self._logs:
             raise SessionExistsError(f"session {sid} already exists")
+        generation = 1 + max((generation_of(log.header) for (t, _), log in self._logs.items()
+                              if t == tenant and log.header.get("conversation") == conversation),
+                             default=0)
         head = entries.header(sid, utc_now_iso(), tenant=tenant, channel=channel,
-                              conversation=conversation, extra=extra)
+                              conversation=conversation, generation=generation, extra=extra)
         log = _Log(header=head)
         self._logs[key] = log
         writer = FaultyWriter(self, log, sid, tenant, SessionState())
@@ -244,9 +248,10 @@ class FaultyStore:
         return (tenant, session_id) in self._logs
 
     async def latest_session(self, tenant: str, conversation: str) -> str | None:
-        found = [(log.header.get("startedAt", ""), sid) for (t, sid), log in self._logs.items()
-                 if t == tenant and log.header.get("conversation") == conversation]
-        return max(found)[1] if found else None
+        found = [key for (t, sid), log in self._logs.items()
+                 if t == tenant and log.header.get("conversation") == conversation
+                 and (key := session_key(log.header, sid)) is not None]
+        return max(found)[2] if found else None
 
     async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
         infos = []
@@ -258,9 +263,9 @@ class FaultyStore:
             infos.append(SessionInfo(sid, t, head.get("startedAt"), head.get("channel"),
                                      head.get("conversation"), head.get("version"),
                                      summary.message_count, summary.first_user_text,
-                                     len(log.data), 0.0, summary.torn))
-        infos.sort(key=lambda i: i.started_at or "", reverse=True)
-        return infos
+                                     len(log.data), 0.0, summary.torn,
+                                     generation=generation_of(head)))
+        return newest_first(infos)
 
     async def read_log(self, tenant: str, session_id: str) -> bytes:
         return bytes(self._log(tenant, session_id).data)

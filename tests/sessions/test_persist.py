@@ -43,7 +43,8 @@ def store(tmp_path: Path) -> JsonlSessionStore:
 
 
 async def test_new_session_header_declares_version_3(store: JsonlSessionStore) -> None:
-    """A new session's first line is a v3 header naming channel, conversation and tenant."""
+    """A new session's first line is a v3 header naming channel, conversation and tenant, and
+    its generation (the conversation's first session: 1)."""
     writer = await store.create(
         tenant="acme", channel="telegram", conversation="chat-42", session_id="s1"
     )
@@ -57,6 +58,7 @@ async def test_new_session_header_declares_version_3(store: JsonlSessionStore) -
         "channel": "telegram",
         "conversation": "chat-42",
         "tenant": "acme",
+        "generation": 1,
     }
     assert ISO_MS.fullmatch(head["ts"])
     assert ISO_MS.fullmatch(head["startedAt"])

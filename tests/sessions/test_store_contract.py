@@ -173,14 +173,17 @@ async def test_resume_continues_seq_and_writes_nothing_twice(store: SessionStore
 
 
 async def test_create_header_carries_extra_keys(store: SessionStore) -> None:
-    """The header names id, channel, conversation and tenant, plus extra keys it lacks."""
+    """The header names id, channel, conversation, tenant and generation, plus extra keys it
+    lacks."""
     writer = await store.create(tenant="acme", channel="slack", conversation="T1:C1",
-                                session_id="s1", extra={"model": "m", "channel": "ignored"})
+                                session_id="s1", extra={"model": "m", "channel": "ignored",
+                                                        "generation": 7})
     await writer.aclose()
     head = orjson.loads((await store.read_log("acme", "s1")).splitlines()[0])
     assert {k: v for k, v in head.items() if k not in ("ts", "startedAt")} == {
         "type": "session", "seq": 0, "version": entries.FORMAT_VERSION, "id": "s1",
-        "channel": "slack", "conversation": "T1:C1", "tenant": "acme", "model": "m",
+        "channel": "slack", "conversation": "T1:C1", "tenant": "acme", "generation": 1,
+        "model": "m",
     }
 
 
@@ -241,8 +244,7 @@ async def test_latest_session_is_the_newest_of_its_conversation(store: SessionSt
     for sid, conv in (("a1", "c"), ("a2", "other"), ("a3", "c")):
         writer = await store.create(tenant="default", channel="web", conversation=conv,
                                     session_id=sid)
-        await writer.aclose()
-        await asyncio.sleep(0.01)
+        await writer.aclose()  # (no pause needed: the order is creation order)
     assert [await store.latest_session("default", c) for c in ("c", "other", "none")] == [
         "a3", "a2", None,
     ]

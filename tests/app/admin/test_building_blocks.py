@@ -1,4 +1,5 @@
-"""The viewer's pure parts: escaping builder, section diff, drift chart, access rule."""
+"""The viewer's pure parts: escaping builder, section diff, drift chart, access rule, list
+order."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 from app.admin.auth import ALL_TENANTS, COOKIE_TTL, Access, Refused
 from app.admin.chart import drift_chart, nice_ceiling
 from app.admin.diff import DiffLine, diff_versions, line_diff
+from app.admin.listing import ListQuery, select
 from app.admin.markup import Markup, esc, join, tag
 from gateway.hosts import host_of
 from sessions.drift import DriftPoint
 from sessions.replay import PromptVersion, SectionRef
+from sessions.store import SessionInfo
 
 
 def version(number: int, *sections: tuple[str, str | None]) -> PromptVersion:
@@ -193,3 +196,19 @@ def test_tool_results_show_server_duration_and_outcome() -> None:
     assert '<code>&lt;desk&gt;: slow</code> <span class="muted">1500 ms</span> ' \
            '<span class="badge warn">timeout</span>' in html
     assert "desk: lookup" not in str(message_view(message, index=3))
+
+
+# -- session list ------------------------------------------------------------------------------
+
+
+def test_session_list_keeps_a_conversations_sessions_in_creation_order() -> None:
+    """Newest first, but the sessions of one conversation in the order they were created (the
+    header's generation), though a worker's clock put the later one's start earlier; another
+    conversation's row stays where its start time puts it."""
+    def row(sid: str, conversation: str, second: int, generation: int) -> SessionInfo:
+        return SessionInfo(sid, "default", f"2026-09-01T09:00:0{second}.000Z", "web",
+                           conversation, 3, 1, "hi", 10, float(second), generation=generation)
+
+    rows = [row("s1", "c", 2, 1), row("x", "d", 1, 1), row("s2", "c", 0, 2)]
+    page, total, pages = select(rows, ListQuery(tenant="default", home="default"))
+    assert ([i.session_id for i in page], total, pages) == (["s2", "x", "s1"], 3, 1)
