@@ -19,15 +19,10 @@ restart or another worker fetches the files again from those references.
 **Serving.** A conversation with queued items has exactly one worker task, which answers them
 one by one in arrival order (each gets its own turn; they are not merged) and exits when the
 queue is empty, so an idle conversation holds no task. Conversations run concurrently up to
-``max_concurrent_turns``. Per item: ``/new`` starts a fresh session (in arrival order: later
-messages go to the new session); a message not in its session yet is recorded (one that an
-earlier run or a dead worker may have started, ``resumed``, is first looked up in the log,
-:mod:`gateway.takeover`, so it is recorded and answered once); its turn runs; the session's
-pending writes are flushed; then the item is marked answered (with several workers its final
-reply itself waits until they are written, for as long as the lease holds, so a message is
-never answered by two holders). An item whose session cannot be
-opened or written before its turn (the store is down) is tried again with a backoff, never
-dropped or apologised for.
+``max_concurrent_turns``. How each item is served (recorded or looked up in the log, its
+turn run, its reply fenced) is :mod:`gateway.serving`'s; the item is then marked answered.
+An item whose session cannot be opened or written before its turn (the store is down) is
+tried again with a backoff, never dropped or apologised for.
 
 Where the queue lives and who serves a conversation is the coordinator's: in one process an
 in-memory deque over the owed journal; shared by several workers, PostgreSQL and Redis leases
@@ -37,19 +32,15 @@ in-memory deque over the owed journal; shared by several workers, PostgreSQL and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any
 
 from gateway import commands
-from gateway.answering import Answering
 from gateway.channel import Accepted, Answer, ReplySink, RouterClosedError
-from gateway.commands import CommandCall, CommandHandler
-from gateway.conversation import Conversation
+from gateway.commands import CommandHandler
 from gateway.coordination import (
     Claim,
     ConversationQueue,
@@ -59,36 +50,25 @@ from gateway.coordination import (
     current_lease,
 )
 from gateway.episodes import Episode
-from gateway.errors import NotRecordedError, UnavailableError, kind_of
-from gateway.media.notice import with_notice
-from gateway.messages import (
-    ChannelContext,
-    ConversationKey,
-    Inbound,
-    answerable,
-)
+from gateway.errors import UnavailableError, kind_of
+from gateway.messages import ConversationKey, Inbound
 from gateway.metrics import Metrics
 from gateway.registry import ConversationRegistry
+from gateway.serving import (
+    MAX_RETRY_DELAY,
+    NOT_HERE,
+    RETRY_DELAY,
+    STORE_FAULTS,
+    ItemServer,
+    SinkFactory,
+    TakeIn,
+    meta_of,
+)
 from gateway.speakers import context_of, user_message
-from gateway.takeover import as_recorded, locate, prepare_rerun
+from gateway.takeover import locate
 from gateway.turn import AgentLoop
-from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 
 log = logging.getLogger("gateway.router")
-
-SinkFactory = Callable[[Inbound], ReplySink]
-TakeIn = Callable[[Inbound], Awaitable[Inbound]]
-
-NOT_HERE = "That command is not available here."
-
-STORE_FAULTS: tuple[type[Exception], ...] = (OSError, SessionError, NotRecordedError)
-"""What opening, reading or writing a session raises when the store is down or refuses."""
-GONE = "NOT_FOUND"
-"""The kind of a write refused because the session was deleted (erased) meanwhile."""
-RETRY_DELAY = 0.5
-MAX_RETRY_DELAY = 10.0
-"""Backoff (seconds) while the store cannot take an item's writes: doubled up to this."""
-
 
 class Router:
     """Routes inbound messages to turns. Use as an async context manager (owns its tasks)."""
@@ -111,7 +91,6 @@ class Router:
         :meth:`channels_started` is called (their replies need the channels running).
         ``take_in``: takes a deferred message's files in as its turn starts (the media
         intake's ``prepare``)."""
-        self.take_in = take_in
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
@@ -120,7 +99,11 @@ class Router:
         self.handlers: Mapping[str, CommandHandler] = dict(handlers or {})
         """Chat commands that need the gateway's services, by name (``forget``)."""
         self.retry_delay = retry_delay
-        self._slots = asyncio.Semaphore(max_concurrent_turns)
+        self._items = ItemServer(registry=registry, loop=loop, sink_for=sink_for,
+                                 metrics=metrics, conversations=conversations,
+                                 handlers=self.handlers, spawn=self._spawn,
+                                 max_concurrent_turns=max_concurrent_turns,
+                                 retry_delay=retry_delay, take_in=take_in)
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         # Deliveries between registry.get() and their worker's start, per conversation: the
         # registry must not close the session in that window (the message would be lost and
@@ -133,7 +116,6 @@ class Router:
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
         self._unrecorded = Episode(log, "recording inbound messages")
-        self._unwritable = Episode(log, "serving messages (session store)")
         registry.is_busy = self.is_busy
 
     @property
@@ -285,16 +267,6 @@ class Router:
             else:
                 self._start(claim)
 
-    async def _command(self, inbound: Inbound, sink: ReplySink) -> None:
-        """A command with a handler (:mod:`gateway.commands`): run it, answer, record nothing."""
-        command = commands.parse(inbound.text)
-        handler = self.handlers.get(command.name) if command is not None else None
-        if handler is None:
-            await sink.finish(NOT_HERE)
-            return
-        call = CommandCall(inbound, context_of(inbound), commands.arguments(inbound.text))
-        await sink.finish(await handler(call))
-
     async def _work(self, claim: Claim) -> None:
         key = claim.key
         me = asyncio.current_task()
@@ -304,7 +276,7 @@ class Router:
             async with self.conversations.holding(claim):
                 delay = self.retry_delay
                 while (item := await self.conversations.next(claim)) is not None:
-                    if not await self._serve(claim, item):
+                    if not await self._items.serve(claim, item):
                         await asyncio.sleep(delay)  # the store is down: the same item again
                         delay = min(delay * 2, MAX_RETRY_DELAY)
                         continue
@@ -328,118 +300,6 @@ class Router:
                     await self.registry.forget(key, fence=claim.token)
                 await self.conversations.release(claim)
 
-    async def _serve(self, claim: Claim, item: QueueItem) -> bool:
-        """One item: prepare it (record, or find how far it got), run its turn, make its
-        writes durable. False when the store failed before the turn: try again later."""
-        try:
-            prepared = await self._prepare(claim, item)
-        except LeaseLostError:
-            raise
-        except StaleWriterError as exc:  # a worker with a newer token serves it now
-            raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
-        except NotRecordedError as exc:
-            if exc.fenced:
-                raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
-            if exc.kind == GONE and self.shared:
-                # Erased under this holder (a /forget of the person served elsewhere): the
-                # retry opens the conversation from the store again, not this copy.
-                await self.registry.forget(item.inbound.key)
-            self._unwritable.failed(exc.kind)
-            return False
-        except STORE_FAULTS as exc:
-            self._unwritable.failed(kind_of(exc))
-            return False
-        except Exception:  # a bug: answer with the apology once rather than loop on it
-            log.exception("%s: could not serve a message", item.inbound.key.label())
-            with contextlib.suppress(Exception):
-                await self._sink(claim, item).fail(self.loop.settings.apology)
-            return True
-        self._unwritable.ok()
-        if prepared is None:
-            return True
-        conv, sink = prepared
-        async with self._slots:
-            try:
-                await self._turn(conv, item, sink)
-            except BaseException:
-                sink.abandon()  # no final reply from here (the next holder answers)
-                raise
-        if self.shared:
-            # The next holder opens the session under a newer token, fencing off whatever
-            # this one has not written yet: it is written before the item counts as answered
-            # (the final reply waited for it already, _saved; this covers a turn that ended
-            # without one). One process keeps it, written ahead of the next append or at close.
-            await self._flush(conv)
-        return True
-
-    async def _prepare(self, claim: Claim, item: QueueItem
-                       ) -> tuple[Conversation, Answering] | None:
-        """Record the item if it is not yet (``None``: nothing left to run, it was answered)."""
-        key, context = item.inbound.key, context_of(item.inbound)
-        if item.kind == "new":
-            await self._rotate(claim, item, context)
-            return None
-        if item.kind == "command":
-            await self._command(item.inbound, self._sink(claim, item))
-            return None
-        conv = await self._fenced(claim, context)
-        if item.index is not None and item.session == conv.session_id:
-            return conv, self._sink(claim, item, conv)  # recorded on receipt
-        found = None
-        if item.resumed:
-            data = await self.registry.read_log(key, conv)
-            if data is None:  # the copy is not the log: open it again, under our token
-                conv = await self._fenced(claim, context)
-                data = await self.registry.read_log(key, conv)
-            if data is None:
-                raise LeaseLostError(f"{key.label()}: the session moved on under this holder")
-            found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
-        if found is None:
-            if item.inbound.attachments:  # fetched after the acknowledgement: now
-                item.inbound = await self._take_in(item.inbound)
-            item.index = await conv.receive(user_message(item.inbound), meta_of(item))
-        elif found.status == "interrupted":
-            if found.started:
-                log.info("%s: finishing a turn that was cut off", key.label())
-            if item.inbound.attachments:  # taken in before the stop: as the log holds them
-                item.inbound = as_recorded(item.inbound, found)
-            item.index = found.index
-            await prepare_rerun(conv, found)
-        else:  # answered before it was marked so: send the answer again, record nothing
-            item.session = conv.session_id
-            await self.conversations.recorded(item, conv.session_id)
-            sink = self._sink(claim, item, conv)
-            if found.status == "apologised":
-                await sink.fail(self.loop.settings.apology)
-            else:
-                await sink.finish(found.text)
-            return None
-        item.session = conv.session_id
-        await self.conversations.recorded(item, conv.session_id)
-        return conv, self._sink(claim, item, conv)
-
-    async def _take_in(self, inbound: Inbound) -> Inbound:
-        if self.take_in is None:  # a wiring bug: the item is answered with the apology
-            raise RuntimeError("a message with files to fetch, and no intake to take them in")
-        return await self.take_in(inbound)
-
-    def _sink(self, claim: Claim, item: QueueItem,
-              conv: Conversation | None = None) -> Answering:
-        """Where the item's reply goes (opened now, as its turn starts), marking the item
-        answered the moment its reply is out: the narrowest window there is between a
-        platform taking a reply and the gateway knowing it did.
-
-        Several workers: the final reply waits until ``conv``'s entries are in the log
-        (:meth:`_saved`). The next holder opens the session under a newer token, which
-        drops whatever this one has not written yet; an answer sent before its entries
-        were saved would be answered again by that holder, and be missing from the log.
-        A reply abandoned so (or by a turn cut off) has its streamed preview retracted."""
-        sink = item.sink or self.sink_for(item.inbound)
-        answered = partial(self.conversations.done, claim, item)
-        if not self.shared or conv is None:
-            return Answering(sink, answered)
-        return Answering(sink, answered, partial(self._saved, claim, conv), self._spawn)
-
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in a task of the router's group (a turn's leftover that its
         cancellation must not cut short); dropped when the router has closed."""
@@ -449,109 +309,6 @@ class Router:
             self._group.create_task(work)
         except RuntimeError:
             work.close()
-
-    async def _saved(self, claim: Claim, conv: Conversation) -> None:
-        """Wait until the conversation's pending entries are written (the store may be down:
-        retried with a backoff, for as long as the lease holds), then check the lease once
-        more. A lost lease ends the wait by :class:`LeaseLostError` (or the guard's cancel),
-        and nothing is sent: the new holder finds the message unanswered and answers it."""
-        await self._flush(conv)
-        self.conversations.check(claim)
-
-    async def _rotate(self, claim: Claim, item: QueueItem, context: ChannelContext) -> None:
-        """``/new``: the conversation continues in a fresh session, from this point on."""
-        conv = await self._fenced(claim, context, rotate=not item.resumed)
-        if item.resumed and conv.messages:  # the rotation had not happened before the stop
-            conv = await self._fenced(claim, context, rotate=True)
-        item.session = conv.session_id
-        await self.conversations.recorded(item, conv.session_id)
-        await self._sink(claim, item, conv).finish(
-            f"Started a new conversation (session {conv.session_id}).")
-
-    async def _fenced(self, claim: Claim, context: ChannelContext, *,
-                      rotate: bool = False) -> Conversation:
-        """The conversation under the claim's token, raising the token once if the session
-        holds a higher one (it was written before this deployment shared its store). The
-        coordinator confirms the lease first: a holder whose lease passed on to the worker
-        that wrote that token gets :class:`LeaseLostError` and hands the conversation back."""
-        for attempt in (1, 2):
-            try:
-                if rotate:
-                    return await self.registry.rotate(claim.key, context, fence=claim.token)
-                return await self.registry.get(claim.key, context, fence=claim.token)
-            except StaleWriterError as exc:
-                if attempt == 2 or claim.token is None or exc.token != claim.token:
-                    raise
-                try:
-                    await self.conversations.refence(claim, exc.current + 1)
-                except LeaseLostError:
-                    # A copy cached here is behind the new holder's log: never reuse it.
-                    await self.registry.forget(claim.key)
-                    raise
-        raise AssertionError("unreachable")
-
-    async def _turn(self, conv: Conversation, item: QueueItem, sink: ReplySink) -> None:
-        assert item.index is not None, "recorded before its turn"
-        key = item.inbound.key
-        conv.context = context_of(item.inbound)
-        if notice_only(item.inbound):
-            # Every file was refused and there is no text: the notice (recorded with the
-            # message) is the whole answer. The message joins the conversation in its turn's
-            # place, like any other, but no provider call is made.
-            conv.begin(item.index)
-            await sink.finish(item.inbound.notice or "")
-            self.metrics.turns.labels(channel=key.channel, outcome="refused").inc()
-            return
-        sink = with_notice(sink, item.inbound.notice)  # refused files first, same reply
-        self.metrics.active_turns.inc()
-        started = time.perf_counter()
-        status = "error"
-        try:
-            result = await self.loop.run_turn(conv, item.index, sink)
-            status = result.status
-        except (LeaseLostError, StaleWriterError):
-            raise
-        except NotRecordedError as exc:
-            if exc.fenced:  # before a provider call, or instead of a refused answer: the
-                # conversation is handed back, and its new holder answers
-                raise LeaseLostError(f"{key.label()}: session fenced off") from exc
-            log.warning("session %s: turn stopped, the log refused a write (%s)",
-                        conv.session_id, exc.kind)
-            await self._apologise(sink)
-        except Exception:
-            log.exception("session %s: turn failed", conv.session_id)
-            await self._apologise(sink)
-        finally:
-            self.metrics.active_turns.dec()
-            self.metrics.turns.labels(channel=key.channel, outcome=status).inc()
-            log.debug("turn %s in %.1f ms", key.label(), (time.perf_counter() - started) * 1000)
-
-    async def _apologise(self, sink: ReplySink) -> None:
-        """The apology after a failed turn. A lost lease is raised (the sink waited for the
-        turn's entries and the lease went meanwhile: the new holder answers); anything else a
-        sink raises is a bug there, and the turn is over anyway."""
-        try:
-            await sink.fail(self.loop.settings.apology)
-        except LeaseLostError:
-            raise
-        except Exception:
-            log.exception("could not send the apology")
-
-    async def _flush(self, conv: Conversation) -> None:
-        """Write what the turn's failed writes left pending (retried with a backoff while the
-        store is down; a lost lease ends it)."""
-        writer = conv.recorder.writer
-        delay = self.retry_delay
-        while writer.pending_bytes:
-            try:
-                await writer.flush()
-            except StaleWriterError as exc:
-                raise LeaseLostError(f"{conv.key.label()}: session fenced off") from exc
-            except SessionWriteError as exc:
-                self._unwritable.failed(exc.kind)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY)
-        self._unwritable.ok()
 
     async def drain(self, grace: float) -> None:
         """Stop taking input; let running turns finish for ``grace`` seconds, then cancel.
@@ -573,25 +330,3 @@ def dedup_key(inbound: Inbound) -> str | None:
     if inbound.platform_id is None:
         return None
     return f"{inbound.key.tenant}:{inbound.key.label()}:{inbound.platform_id}"
-
-
-def meta_of(item: QueueItem) -> dict[str, Any]:
-    """The ``meta`` recorded with an inbound message: who sent it, its platform id, and the
-    item id (so an interrupted turn can be found again after a restart or a takeover)."""
-    inbound = item.inbound
-    meta: dict[str, Any] = {"sender": inbound.sender.id}
-    if inbound.sender.name:
-        meta["name"] = inbound.sender.name
-    if inbound.platform_id is not None:
-        meta["platform_id"] = inbound.platform_id
-    if inbound.notice:
-        meta["notice"] = inbound.notice
-    meta["item"] = item.id
-    return meta
-
-
-def notice_only(inbound: Inbound) -> bool:
-    """Every file was refused and there is no text: the notice is the whole answer (recorded
-    with the message), and no provider call is made."""
-    return bool(inbound.notice) and not answerable(inbound)
-

@@ -24,8 +24,8 @@ from gateway.messages import ChannelContext, ConversationKey
 from gateway.metrics import Metrics
 from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from gateway.registry import ConversationRegistry
-from gateway.router import meta_of
 from gateway.scopes import Scope, scope_of
+from gateway.serving import meta_of
 from gateway.speakers import user_message
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.inbox import PostgresInbox
