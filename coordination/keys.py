@@ -3,7 +3,8 @@
 Every key starts with the configured prefix (``GATEWAY_REDIS_PREFIX``, default ``gw:``), so
 several deployments, or the test suite's throw-away prefixes, share one Redis::
 
-    {p}conv:{<tenant>:<conversation>}:lease     owner id of the worker serving it (PX ttl)
+    {p}conv:{<tenant>:<conversation>}:lease     ``<worker>/<n>``: the id of the worker serving
+                                                it and the number of its claim (PX ttl)
     {p}inbox:<worker>                           replies relayed to the worker holding the
                                                 request (expires INBOX_TTL after the last)
     {p}leader:<job>                             owner id of the elected worker (PX ttl)

@@ -3,11 +3,14 @@
 What is owed lives with the sessions (:class:`gateway.coordination.SharedInbox`, the
 ``inbox`` table): a receiver records a message there, and only then is it acknowledged (its
 platform id is refused there as a duplicate in the same statement). Redis only says who serves
-a conversation now: its lease (``SET NX PX`` with the owner id), renewed every ``ttl/3`` while
-held. A receiver that gets the lease serves the conversation; otherwise the holder reaches the
-message in order. Losing Redis (restart, FLUSHDB, failover) loses no message: the leases go,
-turns in flight are stopped by their guards, and the sweep hands every conversation with
-unanswered rows to a worker again.
+a conversation now: its lease (``SET NX PX``), renewed every ``ttl/3`` while held. Its value is
+the claim's *mark* (the worker's id and a number of its own), and only that claim extends or
+deletes it: a worker that lost a lease (Redis lost it) may claim the conversation again while
+its old holder winds up, and the old holder's release must not drop the new one's lease. A
+receiver that gets the lease serves the conversation; otherwise the holder reaches the message
+in order. Losing Redis (restart, FLUSHDB, failover) loses no message: the leases go, turns in
+flight are stopped by their guards, and the sweep hands every conversation with unanswered
+rows to a worker again.
 
 The holder takes the head row (:meth:`SharedInbox.head`), records it in the session as its
 turn starts, and marks it answered (:meth:`RedisConversations.done`) the moment its reply is
@@ -27,6 +30,7 @@ are adopted. A head row taken before (``attempts > 1``) comes back marked ``resu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -77,9 +81,10 @@ class RedisConversations:
         self._ttl_ms = max(1, int(lease_ttl * 1000))
         self._extend = redis.register_script(scripts.EXTEND)
         self._release = redis.register_script(scripts.RELEASE_LEASE)
-        self._held: dict[ConversationKey, LeaseGuard] = {}
+        self._held: dict[ConversationKey, tuple[LeaseGuard, Claim]] = {}
         self._deferred: set[ConversationKey] = set()  # see keep()
-        self._granted: dict[ConversationKey, float] = {}  # loop time the lease was asked for
+        self._granted: dict[str, float] = {}  # lease mark -> loop time the lease was asked for
+        self._marks = itertools.count(1)
         self._origins: dict[str, tuple[str, bool]] = {}  # item id -> (receiver, relayed)
         self._redis_down = Episode(log, "coordination: Redis")
         self._store_down = Episode(log, "coordination: the session database")
@@ -125,7 +130,7 @@ class RedisConversations:
             self._deferred.add(key)
             return None
         try:
-            taken = await self._take(key)
+            mark = await self._take(key)
         except (RedisError, OSError, TimeoutError) as exc:
             # Recorded already: the sweep serves it once Redis is back. The sender is told
             # so (503), and its retry is a duplicate answered from the record.
@@ -133,7 +138,7 @@ class RedisConversations:
             self._redis_down.failed(type(exc).__name__)
             raise UnavailableError("coordination", type(exc).__name__) from exc
         self._redis_down.ok()
-        return Claim(key) if taken else None
+        return Claim(key, lease=mark) if mark is not None else None
 
     async def withdraw(self, item: QueueItem) -> None:
         self.relay.forget(item.id)
@@ -157,23 +162,25 @@ class RedisConversations:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        granted = self._granted.pop(claim.key, loop.time())
+        granted = (self._granted.pop(claim.lease, loop.time()) if claim.lease is not None
+                   else loop.time())
         guard = LeaseGuard(task, granted + self.lease_ttl * LEASE_SAFETY, claim.key.label())
-        self._held[claim.key] = guard
+        held = (guard, claim)
+        self._held[claim.key] = held
         try:
             async with guarded(guard):
                 if claim.token is None:
                     claim.token = await self._store(self.inbox.next_fence)
                 yield
         finally:
-            if self._held.get(claim.key) is guard:
+            if self._held.get(claim.key) is held:
                 del self._held[claim.key]
                 self._deferred.discard(claim.key)  # left owed: the sweep hands it on
 
     def check(self, claim: Claim) -> None:
-        guard = self._held.get(claim.key)
-        if guard is not None:
-            guard.check()
+        held = self._held.get(claim.key)
+        if held is not None:
+            held[0].check()
 
     async def next(self, claim: Claim) -> QueueItem | None:
         key = claim.key
@@ -191,15 +198,18 @@ class RedisConversations:
             # now, or its receiver found the lease free and serves it, or (a receiver in this
             # worker, which left it to us) it is named in _deferred.
             self._deferred.discard(key)
-            await self._give_up(key)
+            await self._give_up(claim)
             if (not await self._store(self.inbox.has_owed, key.tenant, conversation)
                     and key not in self._deferred):
                 return None
-            if not await self._take(key):
+            mark = await self._take(key)
+            if mark is None:
                 return None
-            guard = self._held.get(key)
-            if guard is not None:
-                guard.extend(self._granted.pop(key) + self.lease_ttl * LEASE_SAFETY)
+            claim.lease = mark
+            granted = self._granted.pop(mark)
+            held = self._held.get(key)
+            if held is not None:
+                held[0].extend(granted + self.lease_ttl * LEASE_SAFETY)
             # Someone may have held it in between: a new lease, a new token.
             claim.token = await self._store(self.inbox.next_fence)
 
@@ -211,8 +221,7 @@ class RedisConversations:
         await self._prune()
 
     async def release(self, claim: Claim) -> None:
-        self._granted.pop(claim.key, None)
-        await self._give_up(claim.key)
+        await self._give_up(claim)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
         # The session holds a newer token than the claim: written before this deployment
@@ -220,18 +229,19 @@ class RedisConversations:
         # this lease has passed on without the guard knowing yet (Redis flushed, a takeover
         # the renewal has not seen). Raising the token then would fence the rightful holder
         # off and spend a provider call on a turn it also runs: ask Redis first.
-        await self._confirm(claim.key)
+        await self._confirm(claim)
         claim.token = await self._store(self.inbox.next_fence, at_least)
 
-    async def _confirm(self, key: ConversationKey) -> None:
-        """:class:`LeaseLostError` unless Redis says this worker holds the lease now."""
+    async def _confirm(self, claim: Claim) -> None:
+        """:class:`LeaseLostError` unless Redis says the claim holds its lease now."""
+        key = claim.key
         try:
             async with bounded():
                 owner = await self._redis.get(self.keys.lease(key))
         except (RedisError, OSError, TimeoutError) as exc:
             self._redis_down.failed(type(exc).__name__)
             raise LeaseLostError(f"lease on {key.label()} could not be confirmed") from exc
-        if owner != self.worker:
+        if claim.lease is None or owner != claim.lease:
             raise LeaseLostError(f"lease on {key.label()} has passed on")
 
     async def recorded(self, item: QueueItem, session_id: str) -> None:
@@ -276,8 +286,9 @@ class RedisConversations:
             key = key_of(conversation)
             if key in self._held:
                 continue
-            if await self._take(key):
-                claims.append(Claim(key))
+            mark = await self._take(key)
+            if mark is not None:
+                claims.append(Claim(key, lease=mark))
                 log.info("coordination: took over %s", key.label())
         return claims
 
@@ -289,19 +300,22 @@ class RedisConversations:
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
-                held = list(self._held.items())
+                # (A claim with no mark gave its lease up in next() and asks for it again.)
+                held = [(key, entry, entry[1].lease) for key, entry in self._held.items()
+                        if entry[1].lease is not None]
                 if not held:
                     continue
                 asked = loop.time()
                 async with bounded(), self._redis.pipeline(transaction=False) as pipe:
-                    for key, _ in held:
+                    for key, _, mark in held:
                         await self._extend(keys=[self.keys.lease(key)],
-                                           args=[self.worker, self._ttl_ms], client=pipe)
+                                           args=[mark, self._ttl_ms], client=pipe)
                     results = await pipe.execute()
                 renewing.ok()
-                for (key, guard), extended in zip(held, results, strict=True):
-                    if self._held.get(key) is not guard:
-                        continue  # finished while we asked
+                for (key, entry, mark), extended in zip(held, results, strict=True):
+                    guard, claim = entry
+                    if self._held.get(key) is not entry or claim.lease != mark:
+                        continue  # finished, or gave the lease up and took it again, meanwhile
                     if int(extended):
                         guard.extend(asked + self.lease_ttl * LEASE_SAFETY)
                     else:
@@ -312,19 +326,27 @@ class RedisConversations:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    async def _take(self, key: ConversationKey) -> bool:
+    async def _take(self, key: ConversationKey) -> str | None:
+        """The lease's mark if this worker took it now (``None``: someone holds it)."""
         asked = asyncio.get_running_loop().time()
+        mark = f"{self.worker}/{next(self._marks)}"
         async with bounded():
-            taken = await self._redis.set(self.keys.lease(key), self.worker, nx=True,
+            taken = await self._redis.set(self.keys.lease(key), mark, nx=True,
                                           px=self._ttl_ms)
-        if taken:
-            self._granted[key] = asked
-        return bool(taken)
+        if not taken:
+            return None
+        self._granted[mark] = asked
+        return mark
 
-    async def _give_up(self, key: ConversationKey) -> None:
+    async def _give_up(self, claim: Claim) -> None:
+        """Delete the claim's lease if it is still the one the claim took (idempotent)."""
+        mark, claim.lease = claim.lease, None
+        if mark is None:
+            return
+        self._granted.pop(mark, None)
         try:
             async with bounded():
-                await self._release(keys=[self.keys.lease(key)], args=[self.worker])
+                await self._release(keys=[self.keys.lease(claim.key)], args=[mark])
         except (RedisError, OSError, TimeoutError) as exc:
             # The lease lapses by itself; the sweep hands what is left to a worker.
             self._redis_down.failed(type(exc).__name__)

@@ -63,10 +63,15 @@ class Claim:
 
     ``token`` is the lease's fencing token, given to the session store so that a holder whose
     lease lapsed cannot append any more; ``None`` in one process (nothing to fence).
+    ``lease`` is the coordinator's mark of this claim on the lease (Redis: the lease key's
+    value, the worker's id and a number of its own), so a release, a renewal or a check by
+    this claim touches only the lease it took, never one a later claim of the same worker
+    took after it lapsed; ``None`` in one process, and once released.
     """
 
     key: ConversationKey
     token: int | None = None
+    lease: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +104,11 @@ class ConversationQueue(Protocol):
     claims anew and no item is stranded. ``done`` marks the item answered, durably: an item
     never ``done`` is served again by the next holder (after a crash: on the next start),
     marked ``resumed``. :meth:`release` gives the claim up early (shutdown, errors; idempotent):
-    items left are served by whoever claims the conversation next. Conversations left with
-    items and no server (their worker died, or this process restarted) come back through
-    :meth:`adoptions`.
+    items left are served by whoever claims the conversation next. It releases only the lease
+    that claim holds: the worker may have claimed the conversation again since (the lease
+    lapsed or Redis lost it while the old holder wound up), and that claim's lease stays.
+    Conversations left with items and no server (their worker died, or this process
+    restarted) come back through :meth:`adoptions`.
 
     ``records_on_receipt`` is True when this process is the only writer of every session, so
     the router records a message in its session as it arrives (unless its files are still to

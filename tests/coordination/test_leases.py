@@ -60,7 +60,8 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
                 renewed.append(await redis.get(lease))
                 await a.conversations.done(claim, next_item)
         assert served == ["one", "two"]
-        assert renewed == [a.worker, a.worker]
+        assert [owner.split("/")[0] if owner else None for owner in renewed] == [
+            a.worker, a.worker]
         assert await redis.exists(lease) == 0
         again = await queue(b, item("c", "three"))
         assert again is not None
@@ -68,6 +69,31 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
     assert claim.token is not None
     assert again.token is not None
     assert again.token > claim.token
+
+
+async def test_a_holder_that_wound_up_late_releases_only_its_own_lease(
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """Redis lost a holder's lease (FLUSHDB) and the same worker claimed the conversation again
+    before the old holder's release: that release leaves the new claim's lease alone (the old
+    code deleted whatever lease carried the worker's id, so another worker could take the
+    conversation while this one served it), and the new claim's own release deletes it."""
+    async with coordinator(prefix, pg_store, ttl=60) as a:  # no renewal during the test
+        old = await queue(a, item("c", "one"))
+        assert old is not None
+        lease = Keys(prefix).lease(old.key)
+        async with a.conversations.holding(old):
+            assert await a.conversations.next(old) is not None
+            await redis.delete(lease)  # this test's FLUSHDB: only the lease
+        new = await queue(a, item("c", "two"))
+        assert new is not None  # the same worker claims it again: a new holder
+        await a.conversations.release(old)  # the old holder winds up after that
+        after_old = await redis.get(lease)
+        await a.conversations.release(new)
+        after_new = await redis.get(lease)
+    assert after_old is not None
+    assert after_old.split("/")[0] == a.worker
+    assert after_new is None
 
 
 async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
