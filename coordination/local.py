@@ -150,6 +150,9 @@ class LocalConversations:
     def check(self, claim: Claim) -> None:
         return None  # one process: nobody can take a conversation over
 
+    async def confirm(self, claim: Claim) -> None:
+        return None  # one process: nobody can take a conversation over
+
     async def release(self, claim: Claim) -> None:
         # Shutdown (or a worker that could not go on): what is left stays owed in the
         # journal and is served on the next start.

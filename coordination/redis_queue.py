@@ -232,6 +232,10 @@ class RedisConversations:
         await self._confirm(claim)
         claim.token = await self._store(self.inbox.next_fence, at_least)
 
+    async def confirm(self, claim: Claim) -> None:
+        self.check(claim)
+        await self._confirm(claim)
+
     async def _confirm(self, claim: Claim) -> None:
         """:class:`LeaseLostError` unless Redis says the claim holds its lease now."""
         key = claim.key

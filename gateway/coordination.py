@@ -146,6 +146,12 @@ class ConversationQueue(Protocol):
         local check: the last gate before a provider call)."""
         ...
 
+    async def confirm(self, claim: Claim) -> None:
+        """Raise :class:`LeaseLostError` unless the claim's lease is still held, asked at its
+        source (Redis), not only of the local deadline: the gate before a reply no log entry
+        fences (the apology after an unexpected failure). One process: nothing to ask."""
+        ...
+
     async def release(self, claim: Claim) -> None: ...
 
     async def refence(self, claim: Claim, at_least: int) -> None:

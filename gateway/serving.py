@@ -13,13 +13,14 @@ backoff, never dropped or apologised for.
 
 With several workers the holder opens the session under its lease's fencing token, and the
 final reply waits until the turn's entries are written, for as long as the lease holds
-(:meth:`ItemServer._saved`), so a message is never answered by two holders.
+(:meth:`ItemServer._saved`), so a message is never answered by two holders. The apology after
+an unexpected failure, which no log entry fences, also waits for the coordinator to confirm
+the lease at its source (:meth:`ItemServer._apologise`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -119,8 +120,7 @@ class ItemServer:
             return False
         except Exception:  # a bug: answer with the apology once rather than loop on it
             log.exception("%s: could not serve a message", item.inbound.key.label())
-            with contextlib.suppress(Exception):
-                await self._sink(claim, item).fail(self.loop.settings.apology)
+            await self._apologise(claim, item)
             return True
         self._unwritable.ok()
         if prepared is None:
@@ -128,7 +128,7 @@ class ItemServer:
         conv, sink = prepared
         async with self._slots:
             try:
-                await self._turn(conv, item, sink)
+                await self._turn(claim, conv, item, sink)
             except BaseException:
                 sink.abandon()  # no final reply from here (the next holder answers)
                 raise
@@ -259,7 +259,8 @@ class ItemServer:
                     raise
         raise AssertionError("unreachable")
 
-    async def _turn(self, conv: Conversation, item: QueueItem, sink: ReplySink) -> None:
+    async def _turn(self, claim: Claim, conv: Conversation, item: QueueItem,
+                    sink: ReplySink) -> None:
         assert item.index is not None, "recorded before its turn"
         key = item.inbound.key
         conv.context = context_of(item.inbound)
@@ -286,21 +287,34 @@ class ItemServer:
                 raise LeaseLostError(f"{key.label()}: session fenced off") from exc
             log.warning("session %s: turn stopped, the log refused a write (%s)",
                         conv.session_id, exc.kind)
-            await self._apologise(sink)
+            await self._apologise(claim, item, sink, conv)
         except Exception:
             log.exception("session %s: turn failed", conv.session_id)
-            await self._apologise(sink)
+            await self._apologise(claim, item, sink, conv)
         finally:
             self.metrics.active_turns.dec()
             self.metrics.turns.labels(channel=key.channel, outcome=status).inc()
             log.debug("turn %s in %.1f ms", key.label(), (time.perf_counter() - started) * 1000)
 
-    async def _apologise(self, sink: ReplySink) -> None:
-        """The apology after a failed turn. A lost lease is raised (the sink waited for the
-        turn's entries and the lease went meanwhile: the new holder answers); anything else a
-        sink raises is a bug there, and the turn is over anyway."""
+    async def _apologise(self, claim: Claim, item: QueueItem, sink: ReplySink | None = None,
+                         conv: Conversation | None = None) -> None:
+        """The apology after an unexpected failure, in the item's turn or before it (``sink``:
+        the turn's; else the item's, opened now).
+
+        No log entry fences it, as an answer's own entry fences the answer (the store refuses
+        it from a holder whose lease passed on, and the answer is not sent). So with several
+        workers it waits for the turn's pending entries, then has the coordinator confirm at
+        the source that this claim still holds the lease (:meth:`ConversationQueue.confirm`,
+        not only the local deadline): a holder whose lease passed on, though its guard does
+        not know yet, sends nothing, and :class:`LeaseLostError` hands the conversation back
+        for the new holder to answer. Anything else raised here is a bug in the sink, and
+        the item is over anyway."""
         try:
-            await sink.fail(self.loop.settings.apology)
+            if self.shared:
+                if conv is not None:
+                    await self._flush(conv)
+                await self.conversations.confirm(claim)
+            await (sink or self._sink(claim, item)).fail(self.loop.settings.apology)
         except LeaseLostError:
             raise
         except Exception:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,6 +28,7 @@ from gateway.registry import ConversationRegistry
 from gateway.scopes import Scope, scope_of
 from gateway.serving import meta_of
 from gateway.speakers import user_message
+from gateway.turn import APOLOGY
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore
@@ -572,3 +574,108 @@ async def test_a_holder_cut_off_leaves_the_next_holder_of_its_worker_its_lease(
     replay = await log_of(pg_store, "c")
     assert transcript(replay) == [("user", "question"), ("assistant", "question"),
                                   ("user", "again"), ("assistant", "question | again")]
+
+
+class FailsOnce(ScriptedProvider):
+    """A model whose first call fails with a bug (no :class:`ProviderError`); with ``lease``,
+    after that lease has passed to another worker (Redis moved it; the holder's guard does not
+    know yet)."""
+
+    def __init__(self, redis: aioredis.Redis, lease: str | None) -> None:
+        super().__init__()
+        self.redis = redis
+        self.lease = lease
+        self.failed = False
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        if not self.failed:
+            self.failed = True
+            if self.lease is not None:
+                await self.redis.set(self.lease, "another-worker", px=60_000)
+            raise RuntimeError("a bug in the turn")
+        return await super().complete(request, on_text)
+
+
+class BreaksOnce:
+    """A session store (our seam) whose first ``latest_session`` fails with a bug (no store
+    fault), so the holder fails before the turn; with ``lease``, after that lease has passed
+    to another worker."""
+
+    def __init__(self, inner: PostgresSessionStore, redis: aioredis.Redis,
+                 lease: str | None) -> None:
+        self.inner = inner
+        self.redis = redis
+        self.lease = lease
+        self.broke = False
+
+    async def latest_session(self, tenant: str, conversation: str) -> str | None:
+        if not self.broke:
+            self.broke = True
+            if self.lease is not None:
+                await self.redis.set(self.lease, "another-worker", px=60_000)
+            raise RuntimeError("a bug before the turn")
+        return await self.inner.latest_session(tenant, conversation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@asynccontextmanager
+async def failing_once(where: str, prefix: str, redis: aioredis.Redis,
+                       store: PostgresSessionStore, persona: Path, *, passes_on: bool
+                       ) -> AsyncIterator[Worker]:
+    """A worker whose first item fails with a bug, in its turn or before it (``where``);
+    ``passes_on``: the lease passes to another worker first. Long leases: no renewal (every
+    20 s) tells the worker about that during the test."""
+    lease = Keys(prefix).lease(KEY) if passes_on else None
+    provider: ScriptedProvider = ScriptedProvider()
+    sessions: SessionStore = store
+    if where == "turn":
+        provider = FailsOnce(redis, lease)
+    else:
+        sessions = cast(SessionStore, BreaksOnce(store, redis, lease))
+    async with worker(prefix, store, provider, persona, ttl=60, sessions=sessions) as a:
+        yield a
+
+
+@pytest.mark.parametrize("where", ["turn", "before the turn"])
+async def test_a_holder_whose_lease_passed_on_sends_no_apology(
+    where: str, prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore,
+    tmp_path: Path,
+) -> None:
+    """A bug fails the item (in its turn, or while it is prepared) after the lease has passed
+    to another worker, which the holder's guard does not know yet: the apology is no recorded
+    answer, so the holder asks Redis first, sends nothing and hands the conversation back, and
+    the next holder's answer is the only one (the old code sent the apology on the local
+    check alone, or on none before the turn, and the item counted as answered)."""
+    async with failing_once(where, prefix, redis, pg_store, tmp_path / "p",
+                            passes_on=True) as a:
+        await a.channel.say("c", "question")
+        await wait_until(lambda: not a.router._workers, 10)
+    assert finals(list(a.channel.events)) == []
+    await redis.delete(Keys(prefix).lease(KEY))  # the other worker let it go: adopted next
+    second = ScriptedProvider()
+    second.script("the answer")
+    async with worker(prefix, pg_store, second, tmp_path / "p", ttl=TTL) as b:
+        await b.channel.wait_replies(1, timeout=30)
+    assert b.channel.replies == [("c", "finish", "the answer")]
+    replay = await log_of(pg_store, "c")
+    assert transcript(replay) == [("user", "question"), ("assistant", "the answer")]
+
+
+@pytest.mark.parametrize("where", ["turn", "before the turn"])
+async def test_a_holder_that_keeps_its_lease_sends_the_apology_once(
+    where: str, prefix: str, redis: aioredis.Redis, pg_store: PostgresSessionStore,
+    tmp_path: Path,
+) -> None:
+    """The same bug while the holder keeps its lease: Redis confirms it, the apology goes
+    out once and the item counts as answered (nothing is owed for another holder)."""
+    inbox = PostgresInbox(pg_store)
+    async with failing_once(where, prefix, redis, pg_store, tmp_path / "p",
+                            passes_on=False) as a:
+        await a.channel.say("c", "question")
+        await a.channel.wait_replies(1, timeout=30)
+        await wait_until(lambda: not a.router._workers, 10)
+    assert finals(list(a.channel.events)) == [("c", "fail", APOLOGY)]
+    assert await inbox.owed_conversations() == []
