@@ -179,7 +179,8 @@ async def _list(store: SessionStore, tenant: str | None, out: TextIO, *, as_json
     if as_json:
         _dump([{
             "id": i.session_id, "tenant": i.tenant, "startedAt": i.started_at,
-            "channel": i.channel, "conversation": i.conversation, "version": i.version,
+            "channel": i.channel, "conversation": i.conversation, "generation": i.generation,
+            "version": i.version,
             "messages": i.message_count, "firstUserText": i.first_user_text,
             "bytes": i.size_bytes, "torn": i.torn, "error": i.error,
         } for i in infos], out)

@@ -110,6 +110,33 @@ def test_operator_commands_read_dotenv(here: Path, run: Run) -> None:
     assert (code, out) == (0, "(no sessions)\n")
 
 
+def test_list_json_says_which_session_of_a_conversation_came_last(here: Path, run: Run) -> None:
+    """`replay --list --json` carries each session's ``generation`` (1, 2, ... per conversation;
+    the highest is the one the conversation goes on in), 0 for a header written before it."""
+    import asyncio
+
+    import orjson
+
+    async def three() -> list[str]:
+        store = JsonlSessionStore(here / "data", durability="none")
+        ids = []
+        for text in ("first", "second"):
+            writer = await store.create(tenant="default", channel="web", conversation="c1")
+            await add(writer, user(text))
+            await writer.aclose()
+            ids.append(writer.session_id)
+        other = await store.create(tenant="default", channel="web", conversation="c2")
+        await other.aclose()
+        await store.aclose()
+        return [*ids, other.session_id]
+
+    first, second, other = asyncio.run(three())
+    code, out, _ = run("replay", "--list", "--json", "--data-dir", str(here / "data"))
+    assert code == 0
+    listed = {s["id"]: s["generation"] for s in orjson.loads(out)}
+    assert listed == {first: 1, second: 2, other: 1}
+
+
 def test_a_bad_setting_in_dotenv_is_one_line(here: Path, run: Run) -> None:
     """An invalid value in .env stops an operator command with one line naming it, exit 2."""
     (here / ".env").write_text("GATEWAY_LOG_LEVEL=LOUD\n")
