@@ -190,6 +190,9 @@ async def test_creations_on_two_workers_take_turns(pg_schema_name: str,
             both = asyncio.gather(create(a, "x"), create(b, "y"))
             waiting = 0
             for _ in range(400):  # until both creations wait on a lock (20 s at most)
+                # pg_stat_activity is read once per transaction and kept until its end (or
+                # until this call): without it every poll saw the first one's count.
+                await admin.execute("SELECT pg_stat_clear_snapshot()")
                 waiting = await admin.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                     " AND position($1 IN query) > 0", pg_schema_name)
