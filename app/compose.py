@@ -152,7 +152,7 @@ def media_limits(settings: Settings) -> MediaLimits:
 def build_intake(settings: Settings, provider: Provider, blobs: BlobStore,
                  transcriber: Transcriber | None, fetch: FetchFile | None = None) -> MediaIntake:
     """Attachments are fitted to the limits of the provider's request shape; ``fetch``
-    downloads the files a channel hands in as references (Slack's)."""
+    downloads the files a channel hands in as references (Slack's, Telegram's)."""
     return MediaIntake(blobs, limits=media_limits(settings), images=IMAGE_LIMITS[provider.shape],
                        transcriber=transcriber, fetch=fetch)
 

@@ -109,8 +109,9 @@ class Gateway:
         raise LookupError(f"no channel named {inbound.key.channel!r}")
 
     async def fetch_file(self, channel_name: str, attachment: Attachment) -> Attachment:
-        """Download a file the named channel handed in as a reference (a Slack file, as its
-        message's turn starts); one no running channel can fetch comes back refused."""
+        """Download a file the named channel handed in as a reference (a Slack or Telegram
+        file, as its message's turn starts); one no running channel can fetch comes back
+        refused."""
         for channel in self.channels:
             if channel.name == channel_name and isinstance(channel, FetchChannel):
                 return await channel.fetch_file(attachment)

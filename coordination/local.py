@@ -3,7 +3,9 @@
 A message is recorded the moment it arrives (``records_on_receipt``): first as owed in the
 journal (:mod:`coordination.journal`, which is also the one duplicate check), then in its
 session (except one with files still to fetch, :func:`gateway.messages.deferred`: recorded as
-its turn starts, the journal holding it and its files' references until then); then it is
+its turn starts, the journal holding it and its files' references until then, and the
+conversation's messages queued behind it, or behind a ``/new``, which are recorded as their own
+turns start, so the session keeps the order they came in); then it is
 queued in a per-conversation deque and served by the one task the claim starts; the claim
 ends, with no await in between, when the deque is empty. An item leaves the journal when it
 is answered (``done``). Items still owed when the process stopped (killed,
@@ -27,7 +29,7 @@ from coordination.keys import decode_item, encode_item, key_of, member
 from gateway.coordination import Claim, Entered, QueueItem
 from gateway.episodes import Episode
 from gateway.errors import UnavailableError, kind_of
-from gateway.messages import ConversationKey
+from gateway.messages import ConversationKey, deferred
 from gateway.pairing import PairingState
 from sessions.reserve import Reserve
 
@@ -47,7 +49,8 @@ class LocalConversations:
         self._recorded: dict[str, asyncio.Future[str]] = {}
         self._answered: dict[str, asyncio.Future[str]] = {}
         self._orphans: list[ConversationKey] = []
-        self._news: dict[ConversationKey, int] = {}  # queued /new items per conversation
+        # Queued items per conversation that later messages wait behind to be recorded.
+        self._ahead: dict[ConversationKey, set[str]] = {}
         self._unwritten = Episode(log, "writing the owed journal")
 
     async def open(self) -> None:
@@ -64,7 +67,7 @@ class LocalConversations:
             # Queued now, in this order: an item the last run owed but never queued (it died
             # first) must keep its place ahead of what this run queues after it.
             self.journal.kept(item.id)
-            self._count_new(item, 1)
+            self._count_ahead(item, 1)
         if self._orphans:
             log.info("%d message(s) in %d conversation(s) are owed an answer from before the "
                      "last stop; answering them first", len(self.journal.owed()),
@@ -111,7 +114,7 @@ class LocalConversations:
     async def keep(self, item: QueueItem) -> Claim | None:
         self._settle_entering(item, True)
         self.journal.kept(item.id)  # a restart queues it in this order, not the owed order
-        self._count_new(item, 1)
+        self._count_ahead(item, 1)
         key = item.inbound.key
         queue = self._queues.get(key)
         if queue is None:
@@ -136,7 +139,7 @@ class LocalConversations:
         queue = self._queues.get(claim.key)
         if queue and queue[0] is item:
             queue.popleft()
-            self._count_new(item, -1)
+            self._count_ahead(item, -1)
         await self.journal.paid(item.id, item.session)
         if self.journal.pending_bytes:
             self._unwritten.failed("backlog")
@@ -157,23 +160,27 @@ class LocalConversations:
         # Shutdown (or a worker that could not go on): what is left stays owed in the
         # journal and is served on the next start.
         self._queues.pop(claim.key, None)
-        self._news.pop(claim.key, None)
+        self._ahead.pop(claim.key, None)
 
     async def refence(self, claim: Claim, at_least: int) -> None:
         claim.token = at_least
 
-    def rotation_pending(self, key: ConversationKey) -> bool:
-        return bool(self._news.get(key))
+    def records_later(self, key: ConversationKey) -> bool:
+        return bool(self._ahead.get(key))
 
-    def _count_new(self, item: QueueItem, step: int) -> None:
-        if item.kind != "new":
-            return
+    def _count_ahead(self, item: QueueItem, step: int) -> None:
+        # A /new (what follows belongs to the new session) and a message with files still to
+        # fetch (recorded as its turn starts): what comes after is recorded after them. By id:
+        # a deferred item's files are taken in (no longer deferred) before it is done.
         key = item.inbound.key
-        count = self._news.get(key, 0) + step
-        if count > 0:
-            self._news[key] = count
-        else:
-            self._news.pop(key, None)
+        ahead = self._ahead.get(key)
+        if step < 0:
+            if ahead is not None:
+                ahead.discard(item.id)
+                if not ahead:
+                    del self._ahead[key]
+        elif item.kind == "new" or (item.kind == "message" and deferred(item.inbound)):
+            self._ahead.setdefault(key, set()).add(item.id)
 
     async def recorded(self, item: QueueItem, session_id: str) -> None:
         item.session = session_id

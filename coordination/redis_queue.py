@@ -152,7 +152,7 @@ class RedisConversations:
             return None
         return self.relay.expect(item.id, item.sink)
 
-    def rotation_pending(self, key: ConversationKey) -> bool:
+    def records_later(self, key: ConversationKey) -> bool:
         return False  # every message is recorded as its turn starts
 
     # -- serving -----------------------------------------------------------------------------

@@ -160,9 +160,12 @@ class ConversationQueue(Protocol):
         has passed on (then the newer token is the new holder's, and must stay ahead)."""
         ...
 
-    def rotation_pending(self, key: ConversationKey) -> bool:
-        """True while a ``/new`` of the conversation is queued and not served yet (then a
-        message received now belongs to the new session, so it waits to be recorded)."""
+    def records_later(self, key: ConversationKey) -> bool:
+        """True while an item queued in the conversation and not served yet must be recorded
+        before a message received now, which then waits to be recorded as its turn starts: a
+        ``/new`` (the message belongs to the new session), or a message whose files are still
+        to fetch (:func:`gateway.messages.deferred`; recorded as its own turn starts), so the
+        session keeps the order messages came in."""
         ...
 
     async def recorded(self, item: QueueItem, session_id: str) -> None:

@@ -10,7 +10,8 @@ when the store (or Redis) cannot record it, ``deliver`` raises
 Telegram offset held), so the platform delivers it again.
 
 A message with files to fetch after the acknowledgement (:func:`~gateway.messages.deferred`:
-Slack's, whose Events API wants its answer within 3 seconds) is owed with their references
+Slack's, whose Events API wants its answer within 3 seconds, and Telegram's, whose updates
+are handled one after another) is owed with their references
 and recorded in its session only as its turn starts, once ``take_in`` (the media intake) has
 downloaded and stored them: until then the owed item alone holds it (as it holds a message
 queued behind a ``/new``, or every message where several workers share the queue), and a
@@ -181,9 +182,10 @@ class Router:
                             earlier=partial(self._earlier, inbound.key, entered.original))
         key = inbound.key
         # Behind a queued /new, a message waits to be recorded in the new session; one with
-        # files still to fetch is recorded once they are (as its turn starts).
+        # files still to fetch is recorded once they are (as its turn starts), and one behind
+        # it waits too, so the session keeps the order they came in.
         now = (self.conversations.records_on_receipt and item.kind == "message"
-               and not inbound.attachments and not self.conversations.rotation_pending(key))
+               and not inbound.attachments and not self.conversations.records_later(key))
         try:
             if now:
                 await self._record_on_receipt(item)  # counts as receiving once opened

@@ -15,17 +15,26 @@ otherwise it is the operator's job). Every update goes through :meth:`TelegramCh
 pure conversion (:mod:`channels.telegram.convert`), then ``deliver`` (the access gate in front
 of the router), which returns once the message is durably recorded; a redelivered update (a
 crash or restart cut its confirmation off) is recognised there, by the router's one duplicate
-check, and not answered again (its files are fetched again first; content addressing stores
-them once). Only then is the update confirmed (the polling offset moves past it, a webhook gets
-its 200). When the store cannot record it, or the gateway is stopping, the update is not
-confirmed: polling holds its offset and asks again after a pause (or stops), a webhook gets a
-503 with ``Retry-After``; Telegram delivers it again. An update that fails for any other reason
-(a bug) is logged, counted and dropped at most once: one bad update never wedges the poll.
+check, and not answered again. Only then is the update confirmed (the polling offset moves
+past it, a webhook gets its 200). When the store cannot record it, or the gateway is
+stopping, the update is not confirmed: polling holds its offset and asks again after a pause
+(or stops), a webhook gets a 503 with ``Retry-After``; Telegram delivers it again. An update
+that fails for any other reason (a bug) is logged, counted and dropped at most once: one bad
+update never wedges the poll.
 
 Several workers (``GATEWAY_REDIS_URL``): in polling mode only the elected leader polls (two
 pollers of one bot would fight with 409 Conflicts); the others stand by and take over when the
 leader's lease lapses. Each term polls from Telegram's oldest unconfirmed update: those the old
 leader already handed in are duplicates to the router. Webhook mode runs on every worker.
+
+Files are not downloaded before the update is confirmed: polling handles updates one after
+another (and a webhook's answer waits for its update), so one person's large photo would hold
+every other chat's messages, and the next ``getUpdates``, behind its download. The message is
+owed with references to its files (their ``file_id``, :mod:`channels.telegram.files`), and the
+core calls :meth:`TelegramChannel.fetch_file` as the message's turn starts, so the download is
+part of that conversation's turn only; a crash after the confirmation leaves the references in
+the owed journal for the next start to fetch. A download that fails then gets the person a
+reply saying the file could not be downloaded.
 
 Access control comes first. A message the channel will not pass on (media it cannot read,
 a text over the length limit) is still handed to ``deliver`` as an inbound carrying only a
@@ -59,7 +68,7 @@ from telegram.ext import AIORateLimiter, ExtBot
 
 from channels.streaming import TYPING_DELAY, EditStreamer
 from channels.telegram.convert import CHANNEL, BotIdentity, GroupMode, Skip, to_inbound
-from channels.telegram.files import file_base_url, with_files
+from channels.telegram.files import fetch, file_base_url, with_files
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
@@ -68,7 +77,7 @@ from gateway import commands
 from gateway.channel import Deliver, ReplySink, RouterClosedError
 from gateway.coordination import LeaderElector
 from gateway.errors import ChannelError, ConfigError, UnavailableError
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.messages import Attachment, ConversationKey, Inbound, Sender
 from gateway.metrics import Metrics
 from gateway.tasks import stop
 
@@ -117,8 +126,8 @@ def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
 
 
 class TelegramChannel:
-    """See the module docstring. Implements :class:`channels.base.Channel` and, in webhook
-    mode, :class:`gateway.app.HttpChannel`."""
+    """See the module docstring. Implements :class:`channels.base.Channel`,
+    :class:`gateway.channel.FetchChannel` and, in webhook mode, :class:`gateway.app.HttpChannel`."""
 
     name = "telegram"
 
@@ -273,9 +282,8 @@ class TelegramChannel:
             await self._deliver(result)
             return
         try:
-            if update.message is not None:  # its files (a redelivery fetches them again)
-                result = await with_files(self.api, update.message, result,
-                                          self.options.max_attachment_bytes)
+            if update.message is not None:  # its files, as references (see the docstring)
+                result = with_files(update.message, result, self.options.max_attachment_bytes)
             await self._deliver(result)
         except (RouterClosedError, UnavailableError):
             raise  # not recorded: left to Telegram (polling holds its offset, a webhook 503s)
@@ -283,6 +291,11 @@ class TelegramChannel:
             self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
             log.error("telegram: update %d could not be delivered (%s)",
                       update.update_id, self.api.describe(exc))
+
+    async def fetch_file(self, attachment: Attachment) -> Attachment:
+        """Download a file this channel handed in as a reference (see the module docstring);
+        never raises for a failed download."""
+        return await fetch(self.api, attachment)
 
     # -- output ---------------------------------------------------------------------------
 

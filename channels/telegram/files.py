@@ -1,16 +1,26 @@
-"""Fetching the files of a Telegram message: PTB's ``get_file`` then its download (I/O only).
+"""The files of a Telegram message: handed in as references (their ``file_id``), fetched with
+PTB's ``get_file`` then its download as the message's turn starts (I/O only).
 
-Which files, and which not, is decided by :func:`channels.telegram.convert.files_of` (pure).
-Downloads come from the bot's ``base_file_url`` (``TELEGRAM_FILE_BASE_URL``, see
-:func:`file_base_url`). A file that cannot be fetched is handed on as an
-:class:`~gateway.messages.Attachment` with a ``problem`` (the core tells the person), never
-dropped; the failure is logged without the token (the download URL contains it).
+Polling handles updates one after another, and a webhook's answer waits for its update: a
+download before the message is recorded would hold every other chat's messages (and the next
+``getUpdates``) behind one person's large file. So :func:`with_files` only describes the files
+(an :class:`~gateway.messages.Attachment` with a ``ref``, the ``file_id``), the message is owed
+and confirmed with those references, and the core calls
+:meth:`channels.telegram.adapter.TelegramChannel.fetch_file`, i.e. :func:`fetch`, when its turn
+starts, in this run or, after a crash or a stop, in the next one (a ``file_id`` stays valid for
+the bot).
+
+Which files, and which not, is decided by :func:`channels.telegram.convert.files_of` (pure):
+those it refuses (over the size limit Telegram declares, videos) are handed in with their
+``problem`` as before, never as references. Downloads come from the bot's ``base_file_url``
+(``TELEGRAM_FILE_BASE_URL``, see :func:`file_base_url`). A file that cannot be fetched comes
+back with a ``problem`` (the core tells the person), never dropped; the failure is logged
+without the token (the download URL contains it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -24,6 +34,8 @@ from gateway.messages import Attachment, Inbound
 DEFAULT_FILE_BASE_URL: Final = "https://api.telegram.org/file/bot"
 DOWNLOAD_TIMEOUT: Final = 60.0
 """Seconds a download may take to arrive (20 MB over a slow link)."""
+REF_FILE_ID: Final = "file_id"
+"""The key of an attachment's ``ref`` that holds the file's Telegram ``file_id``."""
 
 
 def file_base_url(api_base_url: str | None, file_base_url: str | None) -> str:
@@ -37,23 +49,29 @@ def file_base_url(api_base_url: str | None, file_base_url: str | None) -> str:
     return DEFAULT_FILE_BASE_URL
 
 
-async def with_files(api: BotApi, message: Message, inbound: Inbound,
-                     max_bytes: int) -> Inbound:
-    """``inbound`` with the message's files as attachments (in message order), each fetched
-    only when the core takes it in (after the access gate: a stranger's files are never
-    downloaded)."""
+def with_files(message: Message, inbound: Inbound, max_bytes: int) -> Inbound:
+    """``inbound`` with the message's files as attachments (in message order): those to
+    download as references (fetched as the turn starts, after the access gate: a stranger's
+    files are never downloaded), the others with their ``problem``."""
     wanted = files_of(message, max_bytes)
     if not wanted:
         return inbound
-    attachments = [item if isinstance(item, Attachment) else pending(api, item)
-                   for item in wanted]
+    attachments = [
+        item if isinstance(item, Attachment)
+        else Attachment(item.name, item.media_type, kind=item.kind, size=item.size,
+                        ref={REF_FILE_ID: item.file_id})
+        for item in wanted]
     return dataclasses.replace(inbound, attachments=tuple(attachments))
 
 
-def pending(api: BotApi, wanted: TelegramFile) -> Attachment:
-    """The attachment as Telegram describes it, downloaded by its ``fetch``."""
-    return Attachment(wanted.name, wanted.media_type, kind=wanted.kind, size=wanted.size,
-                      fetch=functools.partial(download, api, wanted))
+async def fetch(api: BotApi, attachment: Attachment) -> Attachment:
+    """The file an attachment from :func:`with_files` refers to, downloaded (or with a
+    ``problem`` saying why not)."""
+    file_id = (attachment.ref or {}).get(REF_FILE_ID)
+    if not file_id:
+        return dataclasses.replace(attachment, problem="download-failed")
+    return await download(api, TelegramFile(file_id, attachment.name, attachment.media_type,
+                                            attachment.kind, attachment.size))
 
 
 async def download(api: BotApi, wanted: TelegramFile) -> Attachment:

@@ -20,7 +20,8 @@ notes about refused files) and ``notice`` (the sentence for the person) set. A f
 notice; nothing here raises for bad input. CPU work (sniffing, Pillow) runs in a worker thread.
 
 Files a channel fetches only after the acknowledgement (Slack's: its Events API wants an
-answer within 3 seconds, and a download can take longer) carry a ``ref``
+answer within 3 seconds, and a download can take longer; Telegram's: a download would hold
+every other chat's updates behind it) carry a ``ref``
 (:func:`gateway.messages.deferred`). :meth:`MediaIntake.wrap` lets such a message through
 untouched, so it is owed with its references; the router calls :meth:`MediaIntake.prepare`
 as its turn starts, which fetches each through ``fetch`` (the channel's

@@ -13,7 +13,8 @@ adapters depend on: long polling with offset acknowledgement, 409 conflicts, flo
 errors with ``retry_after``, HTML entity parsing with Telegram's exact error texts and
 UTF-16 length accounting, per-chat message ids, webhooks with the secret-token header,
 files: ``getFile`` (400 "file is too big" past 20 MB, as the real server answers bots),
-downloads under ``/file/bot<token>/<path>`` with the token checked, media messages
+downloads under ``/file/bot<token>/<path>`` with the token checked (held while
+``file_hold`` is closed, for tests of what happens meanwhile), media messages
 (:meth:`FakeTelegramServer.user_media`) and ``sendDocument`` uploads.
 """
 
@@ -599,6 +600,9 @@ class FakeTelegramServer:
             "sendmessage", "editmessagetext", "senddocument", "sendphoto", "sendaudio",
             "sendvoice", "sendvideo", "deletemessage"}))
         """Hold replies (see :mod:`tests.fakes.hold`)."""
+        self.file_hold = OutboundHold(frozenset({"file"}))
+        """Hold file downloads (``/file/bot<token>/``): a held one waits before its bytes are
+        sent (and recorded in ``downloads``); one dropped is answered 502."""
         self._extra_methods: dict[str, MethodHandler] = {}
         self._updates_pulse = _Pulse()
         self._sent_pulse = _Pulse()
@@ -936,6 +940,10 @@ class FakeTelegramServer:
         data = self.files.get(request.match_info["path"])
         if data is None:
             return _json_response(TelegramApiError(404, "Not Found").payload(), 404)
+        try:
+            await self.file_hold.passage("file")
+        except Dropped:
+            return web.Response(status=502, text="dropped")
         self.downloads.append(request.match_info["path"])
         return web.Response(body=data, content_type="application/octet-stream")
 

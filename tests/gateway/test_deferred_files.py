@@ -182,3 +182,38 @@ async def test_a_fetch_that_cannot_be_made_is_a_notice(tmp_path: Path) -> None:
         taken = await intake.prepare(inbound)
         notices.append((taken.attachments, taken.notice))
     assert notices == [((), "I couldn't use cat.jpg: it could not be downloaded.")] * 2
+
+
+async def test_a_message_behind_one_with_files_to_fetch_is_recorded_after_it(
+        tmp_path: Path) -> None:
+    """A text that comes while the message before it (same conversation) still has its files
+    to fetch waits to be recorded after it, so the session holds them in the order they were
+    sent (before: the text was recorded on receipt, ahead of the message with the file); a
+    message after both are answered is recorded on receipt again."""
+    files, provider = Files(), ScriptedProvider()
+    files.hold = asyncio.Event()
+    store = JsonlSessionStore(tmp_path / "d", durability="none")
+    async with running_core(store, provider, tmp_path / "p", blobs=FileBlobStore(tmp_path / "d"),
+                            fetch=files.fetch, prompt_cache=False) as core:
+        await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
+        async with asyncio.timeout(5):
+            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
+                await asyncio.sleep(0.01)
+        behind = await core.channel.say("a", "and then this")
+        files.hold.set()
+        await core.channel.wait_replies(2)
+        await core.idle()
+        after = await core.channel.say("a", "later")
+        await core.channel.wait_replies(3)
+        await core.idle()
+        conv = core.registry.peek(KEY)
+        assert conv is not None
+        said = [(m["role"], m["content"] if isinstance(m["content"], str)
+                 else [b.get("text", b["type"]) for b in m["content"]]) for m in conv.messages]
+    assert behind is not None
+    assert behind.session_id is None  # recorded as its turn starts
+    assert after is not None
+    assert after.session_id is not None  # on receipt, as before
+    assert said == [("user", ["attachment", "what is it?"]), ("assistant", ["ok"]),
+                    ("user", "and then this"), ("assistant", ["ok"]),
+                    ("user", "later"), ("assistant", ["ok"])]
