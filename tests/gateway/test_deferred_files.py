@@ -5,7 +5,9 @@ stop, whether it came before the download or after the message was recorded with
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 from coordination.journal import FileJournal
 from coordination.keys import decode_item, encode_item
@@ -74,6 +76,15 @@ def queue(tmp_path: Path) -> LocalConversations:
     return LocalConversations(FileJournal(tmp_path / "d" / "state" / "delivery.jsonl"))
 
 
+def durable_core(tmp_path: Path, provider: ScriptedProvider,
+                 files: Files) -> AbstractAsyncContextManager[Any]:
+    """A core whose sessions, blobs and owed journal live under ``tmp_path``: started again
+    on the same directory, it is the next start of the same gateway."""
+    return running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
+                        blobs=FileBlobStore(tmp_path / "d"), fetch=files.fetch,
+                        conversations=queue(tmp_path))
+
+
 def image_blocks(provider: ScriptedProvider) -> list[list[str]]:
     """The block types of each call's last message."""
     return [[b["type"] for b in body["messages"][-1]["content"]] for body in provider.bodies]
@@ -110,9 +121,7 @@ async def test_a_stop_before_the_fetch_fetches_on_the_next_start(tmp_path: Path)
     reference, and the next start fetches it and answers with it."""
     files, provider = Files(), ScriptedProvider()
     files.hold = asyncio.Event()
-    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            blobs=FileBlobStore(tmp_path / "d"), fetch=files.fetch,
-                            conversations=queue(tmp_path)) as core:
+    async with durable_core(tmp_path, provider, files) as core:
         await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
         async with asyncio.timeout(5):
             while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
@@ -120,9 +129,7 @@ async def test_a_stop_before_the_fetch_fetches_on_the_next_start(tmp_path: Path)
         await core.router.drain(0)
     assert core.channel.replies == []
     files.hold = None
-    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            blobs=FileBlobStore(tmp_path / "d"), fetch=files.fetch,
-                            conversations=queue(tmp_path)) as again:
+    async with durable_core(tmp_path, provider, files) as again:
         replies = await again.channel.wait_replies(1)
         await again.idle()
     assert replies == [("a", "finish", "ok")]
@@ -137,17 +144,13 @@ async def test_a_stop_after_the_files_were_recorded_does_not_fetch_them_again(
     and the reply still begins with the sentence about the file that failed."""
     files, provider = Files(gone=frozenset({"b.jpg"})), Held()
     provider.hold = asyncio.Event()
-    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            blobs=FileBlobStore(tmp_path / "d"), fetch=files.fetch,
-                            conversations=queue(tmp_path)) as core:
+    async with durable_core(tmp_path, provider, files) as core:
         await core.channel.say("a", "compare", attachments=(ref("a.jpg"), ref("b.jpg")))
         await asyncio.wait_for(provider.called.wait(), 5)
         await core.router.drain(0)
     assert core.channel.replies == []
     provider.hold = None
-    async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
-                            blobs=FileBlobStore(tmp_path / "d"), fetch=files.fetch,
-                            conversations=queue(tmp_path)) as again:
+    async with durable_core(tmp_path, provider, files) as again:
         replies = await again.channel.wait_replies(1)
         await again.idle()
     assert replies == [("a", "finish",

@@ -334,16 +334,7 @@ def test_seed_v2_provider_unknown_and_finish_reason_inferred() -> None:
 async def test_server_address_and_port_from_the_recorded_endpoint(tmp_path: Path) -> None:
     """A call entry's endpoint becomes server.address/server.port (the span still parses
     strictly); a call recorded without one (older logs, in-process providers) has neither."""
-    store = JsonlSessionStore(tmp_path / "data", durability="none")
-    writer = await store.create(channel="web", conversation="c", session_id="s1")
-    await add(writer, Q)
-    request = call_request(PROMPT_A, ((0, 1),))
-    await persist_call(writer, replace(request, endpoint="https://api.anthropic.com"))
-    await persist_call(writer, replace(request, provider="openai",
-                                       endpoint="http://key@[::1]:8080/v1?api_key=sk"))
-    await persist_call(writer, request)
-    await writer.aclose()
-    replay = replay_bytes(writer.path.read_bytes())
+    replay = replay_bytes(await endpoint_session(tmp_path))
     spans = [parsed(r).attrs for r in records(replay, "otlp-json")]
     assert [(a.get("server.address"), a.get("server.port")) for a in spans] == [
         ("api.anthropic.com", 443), ("::1", 8080), (None, None)]
