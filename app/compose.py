@@ -65,18 +65,21 @@ from sessions.jsonl import JsonlSessionStore
 from sessions.postgres import schema as pg_schema
 from sessions.reserve import RESERVE_FILE, DiskReserve
 from sessions.store import Durability, SessionStore
+from sessions.sync_lane import SyncLane
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini", "offline": "offline-1"}
 
 
-def build_store(settings: Settings, reserve: DiskReserve | None = None) -> SessionStore:
+def build_store(settings: Settings, reserve: DiskReserve | None = None,
+                syncer: SyncLane | None = None) -> SessionStore:
     """The one store factory: PostgreSQL when ``GATEWAY_STORE_URL`` is set, else JSONL files
     under the data dir (with the durability setting). Every command uses it; ``gateway run``
-    passes the data directory's disk reserve (:func:`build_reserve`)."""
+    passes the data directory's disk reserve (:func:`build_reserve`) and its sync lane (shared
+    with the owed journal)."""
     return open_store(settings.data_dir, settings.store_url.get_secret_value()
                       if settings.store_url is not None else None,
                       schema=settings.store_schema, durability=settings.durability,
-                      stall_after=settings.persist_timeout, reserve=reserve)
+                      stall_after=settings.persist_timeout, reserve=reserve, syncer=syncer)
 
 
 def build_reserve(settings: Settings) -> DiskReserve | None:
@@ -99,16 +102,17 @@ def rerun_store(data_dir: Path) -> SessionStore:
 def open_store(data_dir: Path, store_url: str | None = None, *,
                schema: str = pg_schema.DEFAULT_SCHEMA,
                durability: Durability = "turn", stall_after: float = 2.0,
-               reserve: DiskReserve | None = None) -> SessionStore:
+               reserve: DiskReserve | None = None,
+               syncer: SyncLane | None = None) -> SessionStore:
     """A store from its parts (operator commands whose flags override the settings).
     ``stall_after``: when a JSONL write the disk has not finished counts as failed (the
-    persist timeout)."""
+    persist timeout). ``syncer``: the JSONL files' fsyncs (:mod:`sessions.sync_lane`)."""
     if store_url is not None:
         from sessions.postgres.store import PostgresSessionStore
 
         return PostgresSessionStore(store_url, schema=schema)
     return JsonlSessionStore(data_dir, durability=durability, stall_after=stall_after,
-                             reserve=reserve)
+                             reserve=reserve, syncer=syncer)
 
 
 def blob_store_for(store: SessionStore, data_dir: Path,
@@ -165,13 +169,14 @@ def build_keeper(settings: Settings, provider: Provider, blobs: BlobStore) -> To
 
 
 def build_coordinator(settings: Settings, store: SessionStore | None = None,
-                      reserve: DiskReserve | None = None) -> Coordinator:
+                      reserve: DiskReserve | None = None,
+                      syncer: SyncLane | None = None) -> Coordinator:
     """Redis when ``GATEWAY_REDIS_URL`` is set (several workers, what they owe kept in the
     PostgreSQL ``store``), else this process alone, with its owed journal under the data
     directory."""
     if settings.redis_url is None:
         return InProcessCoordinator(settings.data_dir, fsync=settings.durability,
-                                    reserve=reserve)
+                                    reserve=reserve, syncer=syncer)
     if settings.store_url is None:
         raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
                           "sessions through PostgreSQL")
@@ -466,8 +471,11 @@ def build_gateway(
     metrics = Metrics()
     observer = observer or build_observer(settings)
     reserve = build_reserve(settings)  # one file, shared by the store and the journal
-    store = store or build_store(settings, reserve)
-    coordinator = coordinator or build_coordinator(settings, store, reserve)
+    # One thread for the data directory's fsyncs: a turn's session fsync and the journal's
+    # share rounds with those of the turns ending beside it (sessions/sync_lane.py).
+    syncer = SyncLane(name="fsync:data")
+    store = store or build_store(settings, reserve, syncer)
+    coordinator = coordinator or build_coordinator(settings, store, reserve, syncer)
     blobs = blobs or blob_store_for(store, settings.data_dir, settings.durability)
     if not coordinator.conversations.records_on_receipt and not supports_fencing(store):
         raise ConfigError("several workers need a session store with fencing tokens "

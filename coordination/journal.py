@@ -18,7 +18,7 @@ Writes are single ``os.write`` appends of whole lines, made inline (the page cac
 killed process); with durability ``always`` each is fsynced, otherwise the file is fsynced
 when an answer is noted (end of a turn). Those fsyncs are shared (group commit): answers noted
 while an fsync is running wait for it and then share the next one, so twenty conversations
-ending their turns at once cost two fsyncs and two thread hops, not twenty, and each still
+ending their turns at once cost two fsyncs, not twenty, and each still
 returns only once an fsync that began after its line was written has finished. An ``owe``
 that cannot be written raises (the message
 is then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept and written
@@ -49,6 +49,7 @@ import orjson
 from gateway.errors import ConfigError
 from sessions.files import FILE_MODE, ensure_private_dir
 from sessions.reserve import FULL_KINDS, Reserve
+from sessions.sync_lane import FileSyncer, SyncLane
 
 JOURNAL_FILE = "delivery.jsonl"
 DEDUP_TTL = 25 * 3600.0
@@ -85,16 +86,19 @@ class FileJournal:
                  sync_file: Callable[[int], None] = os.fsync,
                  write_file: Callable[[int, memoryview], int] = os.write,
                  truncate_file: Callable[[int, int], None] = os.ftruncate,
-                 reserve: Reserve | None = None) -> None:
+                 reserve: Reserve | None = None, syncer: FileSyncer | None = None) -> None:
         """``sync_file``, ``write_file`` and ``truncate_file`` are the disk's fsync, append and
         cut-back after a failed append (the seams tests use to count, hold or fail them).
         ``reserve``: room :meth:`settle` frees when the disk is full at the stop, so the notes
-        of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on."""
+        of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on.
+        ``syncer``: the thread the fsyncs run in (:mod:`sessions.sync_lane`; the gateway shares
+        one with its session store, so a turn's two fsyncs share rounds with other turns');
+        by default one of the journal's own, over ``sync_file``."""
         self.path = path
         self.ttl = ttl
         self.fsync = fsync
         self.clock = clock
-        self._sync_file = sync_file
+        self._syncer: FileSyncer = syncer or SyncLane(sync_file, "fsync:journal")
         self._write_file = write_file
         self._truncate_file = truncate_file
         self._reserve = reserve
@@ -353,7 +357,7 @@ class FileJournal:
         self._syncing = ended
         try:
             with contextlib.suppress(OSError):  # in the page cache; a later sync tries again
-                await asyncio.to_thread(self._sync_file, fd)
+                await self._syncer.sync(fd)
             self._synced = max(self._synced, upto)
         finally:  # cancelled too: the waiters look again (one of them starts another fsync)
             self._syncing = None

@@ -32,6 +32,7 @@ from gateway.errors import UnavailableError, kind_of
 from gateway.messages import ConversationKey, deferred
 from gateway.pairing import PairingState
 from sessions.reserve import Reserve
+from sessions.sync_lane import FileSyncer
 
 log = logging.getLogger("gateway.coordination")
 
@@ -220,13 +221,15 @@ class InProcessCoordinator:
     ``data_dir``: where the owed journal lives (``<data_dir>/state/delivery.jsonl``);
     ``None`` keeps it in memory (tests that need no restart). ``journal``: a given one.
     ``reserve``: room on the data directory's disk for the journal's last notes at a stop.
+    ``syncer``: the thread the journal's fsyncs run in (shared with the session store).
     """
 
     def __init__(self, data_dir: Path | None = None, *, fsync: str = "turn",
-                 journal: FileJournal | None = None, reserve: Reserve | None = None) -> None:
+                 journal: FileJournal | None = None, reserve: Reserve | None = None,
+                 syncer: FileSyncer | None = None) -> None:
         if journal is None:
             path = data_dir / "state" / JOURNAL_FILE if data_dir is not None else None
-            journal = FileJournal(path, fsync=fsync, reserve=reserve)
+            journal = FileJournal(path, fsync=fsync, reserve=reserve, syncer=syncer)
         self.conversations = LocalConversations(journal)
 
     async def __aenter__(self) -> Self:

@@ -20,7 +20,7 @@ nothing to do, so an idle store holds no thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import os
 import queue
@@ -28,6 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
+
+from sessions import wakeup
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +105,7 @@ class DiskLane:
                 error: BaseException | None = None
             except BaseException as exc:  # handed to the waiter, never lost in the thread
                 result, error = None, exc
-            # RuntimeError: the loop has closed, so the waiter is long gone.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, result, error)
+            wakeup.post(loop, functools.partial(settle, result, error))
 
         self.submit(run)
         return await future

@@ -70,6 +70,7 @@ from sessions.order import (
 from sessions.reserve import Reserve
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
+from sessions.sync_lane import FileSyncer, SyncLane
 from sessions.tombstones import ERASURES_FILE, decode_lines, encode
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class JsonlSessionStore:
                  new_id: Callable[[], str] = new_session_id,
                  stall_after: float = 2.0, ops: FileOps | None = None,
                  reserve: Reserve | None = None,
+                 syncer: FileSyncer | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         """``folder``: keep every tenant's sessions in ``<data_dir>/<folder>/<tenant>/``
         instead of the gateway's own layout (the rerun logs of ``gateway replay --rerun``).
@@ -95,6 +97,8 @@ class JsonlSessionStore:
         ``STALLED`` (the gateway passes its persist timeout). ``ops``: the disk operations
         (tests pass a disk that fails or hangs). ``reserve``: room a close may free when the
         disk is full, so it writes what it would otherwise drop (:mod:`sessions.reserve`).
+        ``syncer``: where the sessions' fsyncs go (a sync lane shared with the owed journal,
+        so turns ending together share its rounds); by default one of this store's own.
         ``clock``: the Unix time entries are stamped with (``ts``, a header's ``startedAt``);
         tests pin it to a day of their choosing."""
         if durability not in DURABILITY_LEVELS:
@@ -113,6 +117,8 @@ class JsonlSessionStore:
         self._reported: set[tuple[str, str]] = set()  # (tenant, file name) skipped by the index
         self._ops: FileOps = ops or OsFileOps()
         self._lane = DiskLane(f"jsonl:{self.data_dir.name}")
+        self._syncer: FileSyncer = syncer or SyncLane(self._ops.fsync,
+                                                      f"fsync:{self.data_dir.name}")
         self._stall_after = stall_after
         self._writers: dict[Path, JsonlSessionWriter] = {}  # open writers, by file
         self._reserve = reserve
@@ -268,7 +274,7 @@ class JsonlSessionStore:
     def _writer(self, path: Path, fd: int, session_id: str, tenant: str, state: SessionState,
                 size: int) -> JsonlSessionWriter:
         writer = JsonlSessionWriter(path, fd, session_id, tenant, state, size, self.durability,
-                                    lane=self._lane, ops=self._ops,
+                                    lane=self._lane, ops=self._ops, syncer=self._syncer,
                                     stall_after=self._stall_after, on_close=self._closed,
                                     reserve=self._reserve, clock=self._clock)
         self._writers[path] = writer

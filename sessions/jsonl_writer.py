@@ -36,6 +36,7 @@ from sessions.errors import SessionWriteError
 from sessions.names import utc_iso
 from sessions.reserve import FULL_KINDS, Reserve
 from sessions.store import Durability, SessionState
+from sessions.sync_lane import FileSyncer
 
 log = logging.getLogger("sessions.jsonl")
 
@@ -66,6 +67,7 @@ class JsonlSessionWriter:
 
     def __init__(self, path: Path, fd: int, session_id: str, tenant: str, state: SessionState,
                  size: int, durability: Durability, *, lane: DiskLane, ops: FileOps,
+                 syncer: FileSyncer,
                  stall_after: float = 2.0,
                  on_close: Callable[[JsonlSessionWriter], None] | None = None,
                  reserve: Reserve | None = None,
@@ -77,6 +79,7 @@ class JsonlSessionWriter:
         self._durability = durability
         self._lane = lane
         self._ops = ops
+        self._syncer = syncer  # the store's sync lane (sync()'s fsync)
         self._stall_after = stall_after
         self._on_close = on_close
         self._reserve = reserve  # room a close may free when the disk is full
@@ -182,9 +185,9 @@ class JsonlSessionWriter:
     async def sync(self) -> None:
         """:meth:`flush`, then make it durable per the durability setting.
 
-        The ``fsync`` runs in a worker thread of its own, not in the lane: with many sessions
-        syncing at once (durability ``always``), their fsyncs overlap (and the filesystem
-        commits them together) instead of queueing behind one another.
+        The ``fsync`` goes to the store's sync lane (:mod:`sessions.sync_lane`), not the disk
+        lane: writes of other sessions never queue behind it, and sessions syncing at once
+        share one round of the lane's thread (one wake-up of the event loop, not one each).
         """
         await self._wait(self._flush_now)
         with self._guard:
@@ -195,7 +198,7 @@ class JsonlSessionWriter:
         # Shielded and tracked: a caller that stops waiting (a timeout, a cancelled turn)
         # leaves the fsync running, and aclose() waits for it before the descriptor is closed
         # (an fsync reaching a closed, maybe reused, descriptor would sync another file).
-        job = asyncio.ensure_future(asyncio.to_thread(self._ops.fsync, fd))
+        job = asyncio.ensure_future(self._syncer.sync(fd))
         self._fsyncs.add(job)
         job.add_done_callback(_fsync_done(self._fsyncs))
         try:

@@ -32,6 +32,7 @@ from sessions.persist import persist_call, record_outcome
 from sessions.records import Outcome
 from sessions.replay import replay_bytes
 from sessions.store import Durability, SessionState
+from sessions.sync_lane import SyncLane
 from tests.fakes.disk import FaultyDisk
 from tests.sessions.helpers import (
     PROMPT_A,
@@ -260,9 +261,9 @@ async def test_open_refuses_a_log_without_header_untouched(
 
 
 def raw_writer(path: Path, fd: int, durability: Durability = "none") -> JsonlSessionWriter:
-    """A writer over any descriptor (a device, a pipe), with its own disk lane."""
+    """A writer over any descriptor (a device, a pipe), with its own disk and sync lanes."""
     return JsonlSessionWriter(path, fd, path.name, "default", SessionState(), 0, durability,
-                              lane=DiskLane(), ops=OsFileOps())
+                              lane=DiskLane(), ops=OsFileOps(), syncer=SyncLane())
 
 
 async def test_failed_append_raises_enospc_without_contents() -> None:
