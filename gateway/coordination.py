@@ -11,6 +11,8 @@ access control a pairing state.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -28,8 +30,17 @@ ItemKind = Literal["message", "new", "command"]
 another chat command (:mod:`gateway.commands`: answered, never recorded)."""
 
 
+_ids = random.Random(secrets.randbits(128))
+# A forked child must not draw the parent's ids (the module-level random is reseeded by
+# Python itself; this generator is not).
+os.register_at_fork(after_in_child=lambda: _ids.seed(secrets.randbits(128)))
+
+
 def new_item_id() -> str:
-    return secrets.token_hex(8)
+    """16 hex digits, unique across processes and restarts (64 random bits). Not a secret:
+    ids are in logs and the journal, so a generator seeded from the OS serves, without a
+    system call for every message received."""
+    return f"{_ids.getrandbits(64):016x}"
 
 
 class LeaseLostError(Exception):

@@ -124,7 +124,10 @@ def needed(messages: Iterable[Mapping[str, Any]]) -> list[BlobRef]:
     once, in order of first use."""
     seen: dict[str, BlobRef] = {}
     for message in messages:
-        for ref, _sent in iter_refs(message.get("content"), include_sent=False):
+        content = message.get("content")
+        if not isinstance(content, list):  # plain text, most messages: nothing to walk
+            continue
+        for ref, _sent in iter_refs(content, include_sent=False):
             seen.setdefault(ref.hash, ref)
     return list(seen.values())
 

@@ -71,10 +71,14 @@ class AnthropicProvider(SdkProvider):
             http_client=anthropic.DefaultAioHttpClient(),
         )
         self.endpoint = origin(str(self._client.base_url))
+        # The URL the SDK builds from its base URL and a relative path (as its _prepare_url
+        # does), built once: given a relative path, the client re-joins it on every request.
+        base = self._client.base_url
+        self._url = str(base.copy_with(raw_path=base.raw_path + _PATH.lstrip("/").encode()))
 
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(
-            _PATH, content=body, cast_to=object, stream=stream,
+            self._url, content=body, cast_to=object, stream=stream,
             stream_cls=EventStream,
         )
 
