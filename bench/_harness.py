@@ -429,8 +429,10 @@ def machine_line(before: tuple[float, float, float] | None = None) -> str:
 
 
 def check_provider_calls(subject: str, server: Any, replies: int) -> None:
-    """A gateway subject talking to the fake provider made exactly one call per reply."""
-    if not subject.startswith("gateway") or subject.endswith("/scripted"):
+    """A subject talking to the fake provider (a gateway, or the ``echo/llm`` floor) made
+    exactly one call per reply."""
+    if subject.endswith("/scripted") or not (subject.startswith("gateway")
+                                             or subject == "echo/llm"):
         return
     if len(server.requests) != replies:
         raise RuntimeError(f"{subject}: {len(server.requests)} provider calls for {replies} "

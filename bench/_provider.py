@@ -46,6 +46,37 @@ PROVIDER_PROFILE_GROUPS = (
 """Profile rows (label, path suffix, function) of the provider call, for ``--profile``."""
 
 
+LLM_FLOOR = "echo/llm"
+"""The second floor (``--llm-floor``): the bare bot answering with one provider call."""
+
+
+class LlmReplies:
+    """What the ``echo/llm`` floor does per message: the least an LLM bot does. One streamed
+    ``chat.completions.create`` through the real openai SDK (its typed request path, on its
+    aiohttp transport, as the gateway's client) against the driver's fake provider, the text
+    joined. No history, no log, no journal, no fsync. Imported in that child only."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import openai
+
+        self._client = openai.AsyncOpenAI(api_key="bench-key",
+                                          base_url=f"{cfg['provider_base_url']}/v1",
+                                          http_client=openai.DefaultAioHttpClient())
+
+    async def reply(self, text: str) -> str:
+        stream = await self._client.chat.completions.create(
+            model=MODELS["openai"], messages=[{"role": "user", "content": text}], stream=True,
+            stream_options={"include_usage": True})
+        parts = []
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+        return "".join(parts)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
 def provider_of(variant: str) -> str:
     """The provider a gateway variant uses: ``openai`` unless the variant names another."""
     return variant if variant in ("anthropic", "scripted") else "openai"

@@ -24,10 +24,13 @@ Before each measured run, 3 messages in another thread warm the subject up.
 
 Targets: (a) throughput >= 50 % of the echo's; (b) p50 latency <= 3x the echo's;
 <= 5 ms subject CPU per message (the SDK included); peak RSS <= 2x the echo's.
+``--llm-floor`` adds a second floor, the same bare bot answering with one streamed provider
+call through the openai SDK (``echo/llm``): the least an LLM bot does.
 ``--diagnose`` adds the gateway with the Anthropic SDK and with the in-process
 ``ScriptedProvider`` (the old subject) as diagnostic rows.
 
-Run: .venv/bin/python bench/bench_slack.py [--rounds 7] [--profile] [--diagnose ROUNDS]
+Run: .venv/bin/python bench/bench_slack.py [--rounds 7] [--profile] [--llm-floor ROUNDS]
+     [--diagnose ROUNDS]
 """
 
 from __future__ import annotations
@@ -64,8 +67,10 @@ from bench._harness import (
     write_report,
 )
 from bench._provider import (
+    LLM_FLOOR,
     PROVIDER_PROFILE_GROUPS,
     PROVIDER_VARIANTS,
+    LlmReplies,
     fake_provider,
     provider_override,
     provider_settings,
@@ -173,11 +178,18 @@ async def serve_echo(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> No
     from slack_sdk.signature import SignatureVerifier
     from slack_sdk.web.async_client import AsyncWebClient
 
+    llm = LlmReplies(cfg) if cfg.get("variant") == "llm" else None
     verifier = SignatureVerifier(cfg["signing_secret"])
     session = aiohttp.ClientSession()
     client = AsyncWebClient(token=cfg["bot_token"], base_url=cfg["api_base_url"],
                             session=session)
     replies: set[asyncio.Task[Any]] = set()
+
+    async def answer(event: dict[str, Any]) -> None:
+        text = event.get("text", "")
+        await client.chat_postMessage(
+            channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
+            text=text if llm is None else await llm.reply(text))
 
     async def events(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -189,9 +201,7 @@ async def serve_echo(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> No
             return web.json_response({"challenge": body.get("challenge")})
         event = body.get("event") or {}
         if event.get("type") == "app_mention" and not event.get("bot_id"):
-            task = asyncio.create_task(client.chat_postMessage(
-                channel=event["channel"], thread_ts=event.get("thread_ts") or event["ts"],
-                text=event.get("text", "")))
+            task = asyncio.create_task(answer(event))
             replies.add(task)
             task.add_done_callback(replies.discard)
         return web.Response(status=200)
@@ -210,6 +220,8 @@ async def serve_echo(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> No
     finally:
         await runner.cleanup()
         await session.close()
+        if llm is not None:
+            await llm.aclose()
 
 
 # -- driver -----------------------------------------------------------------------------------
@@ -314,6 +326,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, one cProfile'd gateway run per scenario")
+    parser.add_argument("--llm-floor", type=int, default=0, metavar="ROUNDS",
+                        help="after the rounds, this many rounds of the gateway against a "
+                             "second floor: the bare bot answering with one provider call")
     parser.add_argument("--diagnose", type=int, default=0, metavar="ROUNDS",
                         help="after the rounds, this many rounds of the gateway against "
                              "variants with parts of its reply path switched off")
@@ -334,6 +349,7 @@ async def main() -> None:
              for s in SUBJECTS}
     command = (f".venv/bin/python bench/bench_slack.py --rounds {args.rounds}"
                + (" --profile" if args.profile else "")
+               + (f" --llm-floor {args.llm_floor}" if args.llm_floor else "")
                + (f" --diagnose {args.diagnose}" if args.diagnose else ""))
     lines = [
         "## Slack path: gateway vs a bare aiohttp + slack_sdk echo", "",
@@ -352,6 +368,17 @@ async def main() -> None:
         f"{calls['gateway'][len(calls['gateway']) // 2]:.2f}.", "",
         *tables,
     ]
+    if args.llm_floor:
+        llm_runs = await alternate(args.llm_floor, SCENARIOS, (LLM_FLOOR, "gateway"), one)
+        llm_tables, _ = report_tables(llm_runs, SCENARIOS, "gateway", LLM_FLOOR, TARGETS)
+        lines += [f"### Against a bare bot that makes the same provider call ({args.llm_floor} "
+                  "rounds)", "",
+                  f"`{LLM_FLOOR}` is the floor above plus one streamed `chat.completions.create` "
+                  "per message through the openai SDK (its typed request path), against the same "
+                  "fake provider, answering with the streamed text: the least an LLM bot does, "
+                  "with no history, log, journal or fsync. The issue's targets are against the "
+                  "floor above; its ratios are applied to this floor for reference only.", "",
+                  *(line.replace("### (", "#### (", 1) for line in llm_tables)]
     if args.diagnose:
         variant_runs = await alternate(args.diagnose, SCENARIOS,
                                        ["gateway", *(v for v, _ in VARIANTS)], one)
