@@ -25,7 +25,10 @@ is then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept
 ahead of the next line, retried by :meth:`FileJournal.flush`. A torn last line (killed
 mid-write) is ignored. Keys past their ttl are expired in memory, and the file is rewritten
 from what is live (owed items and unexpired keys) whenever it holds more than twice the lines
-that needs, so it stays proportional to the traffic of one ttl.
+that needs, so it stays proportional to the traffic of one ttl. The rewrite runs in a thread
+(a day of keys is megabytes and an fsync; :mod:`coordination.journal_file`) while appends go on
+to the old file, then those appends follow the snapshot in the new file, which is synced again
+and put in place; answers noted during that last fsync wait for it and sync the new file.
 
 One gateway process per data directory: the file is ``flock``-ed while open.
 """
@@ -46,8 +49,9 @@ from typing import Any
 
 import orjson
 
+from coordination import journal_file
 from gateway.errors import ConfigError
-from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.files import FILE_MODE, ensure_private_dir, write_all
 from sessions.reserve import FULL_KINDS, Reserve
 from sessions.sync_lane import FileSyncer, SyncLane
 
@@ -86,9 +90,11 @@ class FileJournal:
                  sync_file: Callable[[int], None] = os.fsync,
                  write_file: Callable[[int, memoryview], int] = os.write,
                  truncate_file: Callable[[int, int], None] = os.ftruncate,
-                 reserve: Reserve | None = None, syncer: FileSyncer | None = None) -> None:
+                 reserve: Reserve | None = None, syncer: FileSyncer | None = None,
+                 sync_rewrite: Callable[[int], None] = os.fsync) -> None:
         """``sync_file``, ``write_file`` and ``truncate_file`` are the disk's fsync, append and
-        cut-back after a failed append (the seams tests use to count, hold or fail them).
+        cut-back after a failed append (the seams tests use to count, hold or fail them);
+        ``sync_rewrite`` the fsync of a rewrite's new file (in the rewrite's thread).
         ``reserve``: room :meth:`settle` frees when the disk is full at the stop, so the notes
         of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on.
         ``syncer``: the thread the fsyncs run in (:mod:`sessions.sync_lane`; the gateway shares
@@ -99,6 +105,7 @@ class FileJournal:
         self.fsync = fsync
         self.clock = clock
         self._syncer: FileSyncer = syncer or SyncLane(sync_file, "fsync:journal")
+        self._sync_rewrite = sync_rewrite
         self._write_file = write_file
         self._truncate_file = truncate_file
         self._reserve = reserve
@@ -122,6 +129,11 @@ class FileJournal:
         self._writes = 0
         self._synced = 0
         self._syncing: asyncio.Future[None] | None = None
+        # A rewrite in progress (see _compact): the lines appended to the old file since its
+        # snapshot, and, while the new file's last fsync runs, what sync waiters wait for.
+        self._compaction: asyncio.Task[None] | None = None
+        self._tail: list[bytes] | None = None
+        self._swapping: asyncio.Future[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -189,7 +201,10 @@ class FileJournal:
             return  # not a line we wrote: ignored like a torn one
 
     def close(self) -> None:
-        """Release the file (idempotent). Call :meth:`flush` first."""
+        """Release the file (idempotent). Call :meth:`settle` first (it also waits for a
+        rewrite in progress; one still running here is abandoned, its new file removed)."""
+        if self._compaction is not None:
+            self._compaction.cancel()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -279,6 +294,8 @@ class FileJournal:
         """The last flush, before :meth:`close`: what is pending is written (into the room
         the reserve gives back when the disk is full: a note not written here is an answer
         sent again after the next start) and made durable. True once nothing is pending."""
+        if self._compaction is not None:  # it holds a new file and lines for it
+            await asyncio.shield(self._compaction)
         if not self._backlog:
             return True
         try:
@@ -337,6 +354,8 @@ class FileJournal:
         self._lines += data.count(b"\n")
         if data:
             self._writes += 1
+            if self._tail is not None:
+                self._tail.append(data)
 
     async def _sync(self) -> None:
         """Return once an fsync that began after everything written so far has ended.
@@ -346,7 +365,9 @@ class FileJournal:
         """
         target = self._writes
         while self._synced < target and self._fd is not None:
-            if self._syncing is not None:
+            if self._swapping is not None:  # a rewrite's new file is being installed
+                await asyncio.shield(self._swapping)
+            elif self._syncing is not None:
                 await asyncio.shield(self._syncing)  # our cancellation must not end theirs
             else:
                 await self._sync_once(self._fd)
@@ -401,43 +422,117 @@ class FileJournal:
         # Keys expire as time goes (amortised O(1): only the oldest are looked at), so the
         # live count falls behind the lines written and the file gets rewritten.
         self._expire(self.clock())
-        if self._lines > 2 * len(self) + COMPACT_SLACK and not self._backlog:
-            with contextlib.suppress(OSError):  # a full or read-only disk: try again later
-                self._rewrite()
-
-    def _rewrite(self) -> None:
-        """Replace the file with its live lines (temp file, fsync, rename; then reopen)."""
+        if (self._lines <= 2 * len(self) + COMPACT_SLACK or self._backlog
+                or self._compaction is not None):
+            return
         if self.path is None or self._fd is None:
             self._lines = len(self)
             return
-        lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item])
-                 for o in self._owed.values()]
-        lines += [_line(["kept", item_id]) for item_id in self._kept]
-        lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in self._seen.items()]
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            body = b"".join(lines)
-            written = 0
-            while written < len(body):
-                written += os.write(fd, body[written:])
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
-            raise
-        os.close(fd)
-        new = os.open(tmp, os.O_RDWR | os.O_APPEND)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to keep running (a test calling it bare): inline
+            with contextlib.suppress(OSError):
+                self._rewrite()
+            return
+        self._tail = []
+        self._compaction = loop.create_task(self._compact(self._snapshot()))
+
+    @property
+    def compacting(self) -> asyncio.Task[None] | None:
+        """The rewrite in progress, if any (tests wait for it)."""
+        return self._compaction
+
+    def _snapshot(self) -> tuple[list[OwedItem], list[str], list[tuple[str, _Seen]]]:
+        """The live records as they are now (references: the records are never changed in
+        place, only replaced), for a rewrite to render in its thread."""
+        return list(self._owed.values()), list(self._kept), list(self._seen.items())
+
+    async def _compact(self, snapshot: tuple[list[OwedItem], list[str],
+                                             list[tuple[str, _Seen]]]) -> None:
+        """The rewrite, off the event loop: the snapshot rendered, written and fsynced in a
+        thread while the loop goes on appending to the old file; those appends then go after
+        the snapshot, the new file is synced again (they may include lines an fsync of the old
+        file already confirmed) and installed. Sync waiters wait during that last fsync, and
+        the lines appended during it are synced by them, in the new file. A failure (a full or
+        read-only disk) leaves the old file as it was: the next append tries again."""
+        assert self.path is not None
+        tmp = journal_file.temp_path(self.path)
+        held: int | None = None  # the new file, until installed
         try:
-            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.replace(tmp, self.path)
+            fd, size, lines = await asyncio.to_thread(self._write_snapshot, tmp, snapshot)
+            held = fd
+            del snapshot
+            size, lines = self._append_tail(fd, size, lines)
+            self._swapping = asyncio.get_running_loop().create_future()
+            await asyncio.to_thread(self._sync_rewrite, fd)
+            size, lines = self._append_tail(fd, size, lines)
+            if self._fd is None:  # closed meanwhile
+                return
+            journal_file.install(fd, tmp, self.path)
+            old, self._fd, held = self._fd, fd, None
+            self._size, self._torn, self._lines = size, False, lines
+            _close_after(old, self._syncing)
+        except OSError:
+            return  # the old file stays; a later append tries again
+        finally:
+            if held is not None:
+                journal_file.discard(held, tmp)
+            self._tail = None
+            self._compaction = None
+            swapping, self._swapping = self._swapping, None
+            if swapping is not None:
+                swapping.set_result(None)
+
+    def _write_snapshot(self, tmp: Path, snapshot: tuple[list[OwedItem], list[str],
+                                                        list[tuple[str, _Seen]]]
+                        ) -> tuple[int, int, int]:
+        """In the rewrite's thread: the new file (descriptor, bytes, lines)."""
+        body, count = _render(*snapshot)
+        return journal_file.write_new(tmp, body, self._sync_rewrite), len(body), count
+
+    def _append_tail(self, fd: int, size: int, lines: int) -> tuple[int, int]:
+        """Append to the new file what was appended to the old one since the snapshot."""
+        assert self._tail is not None
+        data = b"".join(self._tail)
+        self._tail.clear()
+        write_all(fd, data)
+        return size + len(data), lines + data.count(b"\n")
+
+    def _rewrite(self) -> None:
+        """The rewrite inline (at open, in its thread; or with no event loop running)."""
+        if self.path is None or self._fd is None:
+            self._lines = len(self)
+            return
+        body, count = _render(*self._snapshot())
+        tmp = journal_file.temp_path(self.path)
+        fd = journal_file.write_new(tmp, body, self._sync_rewrite)
+        try:
+            journal_file.install(fd, tmp, self.path)
         except BaseException:
-            os.close(new)
+            journal_file.discard(fd, tmp)
             raise
-        old, self._fd = self._fd, new
+        old, self._fd = self._fd, fd
         os.close(old)
         self._size, self._torn = len(body), False
-        self._lines = len(lines)
+        self._lines = count
+
+
+def _render(owed: list[OwedItem], kept: list[str],
+            seen: list[tuple[str, _Seen]]) -> tuple[bytes, int]:
+    """The file a rewrite writes: the live records as lines, and how many."""
+    lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item]) for o in owed]
+    lines += [_line(["kept", item_id]) for item_id in kept]
+    lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in seen]
+    return b"".join(lines), len(lines)
+
+
+def _close_after(fd: int, running: asyncio.Future[None] | None) -> None:
+    """Close the old file once no fsync of it is running (a descriptor closed under an fsync
+    could be reused by another file, which the fsync would then sync)."""
+    if running is None:
+        os.close(fd)
+    else:
+        running.add_done_callback(lambda _done: os.close(fd))
 
 
 def _line(value: list[Any]) -> bytes:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sessions.blobs import BlobInfo, digest_of, validate_digest
 from sessions.errors import BlobMissingError, BlobWriteError
-from sessions.files import FILE_MODE, ensure_private_dir, sync_dir
+from sessions.files import FILE_MODE, ensure_private_dir, sync_dir, write_all
 from sessions.names import DEFAULT_TENANT, validate_tenant
 
 FOLDER = "blobs"
@@ -72,7 +72,7 @@ class FileBlobStore:
             raise BlobWriteError(_kind(exc), "create") from exc
         try:
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 if self.durable:
                     os.fsync(fd)
             finally:
@@ -128,16 +128,6 @@ class FileBlobStore:
 
 def _kind(exc: OSError) -> str:
     return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    written = 0
-    while written < len(data):
-        n = os.write(fd, view[written:])
-        if n == 0:
-            raise OSError(errno.EIO, "write returned 0")
-        written += n
 
 
 def _read_checked(path: Path, digest: str) -> bytes:

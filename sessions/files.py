@@ -47,6 +47,17 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (``os.write`` may write less); raises ``OSError``."""
+    view = memoryview(data)
+    written = 0
+    while written < len(data):
+        n = os.write(fd, view[written:])
+        if n == 0:
+            raise OSError(errno.EIO, "write returned 0")
+        written += n
+
+
 def open_regular(path: Path, *, follow: bool = False) -> int:
     """A read-only descriptor of the regular file at ``path``.
 

@@ -125,6 +125,8 @@ async def test_keys_expire_and_the_file_stays_proportional_to_live_ones(
         clock.now += every
         await journal.owe(f"i{n}", "c", f"k{n}", "body")
         await journal.paid(f"i{n}", "s")
+        if journal.compacting is not None:  # rewritten in a thread: this loop never yields
+            await journal.compacting
         if n % 50 == 0:
             most_lines = max(most_lines, path.read_bytes().count(b"\n"))
     live = int(25 * HOUR / every)
