@@ -29,7 +29,7 @@ from typing import Any
 
 from gateway import commands
 from gateway.answering import Answering, Spawn
-from gateway.channel import ReplySink
+from gateway.channel import ReplySink, RetractSink
 from gateway.commands import CommandCall, CommandHandler
 from gateway.conversation import Conversation
 from gateway.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
@@ -164,7 +164,7 @@ class ItemServer:
             found = locate(data, item.id, max_iterations=self.loop.settings.max_iterations)
         if found is None:
             if item.inbound.attachments:  # fetched after the acknowledgement: now
-                item.inbound = await self._take_in(item.inbound)
+                return await self._take_in_and_record(claim, item, conv)
             item.index = await conv.receive(user_message(item.inbound), meta_of(item))
         elif found.status == "interrupted":
             if found.started:
@@ -186,13 +186,34 @@ class ItemServer:
         await self.conversations.recorded(item, conv.session_id)
         return conv, self._sink(claim, item, conv)
 
+    async def _take_in_and_record(self, claim: Claim, item: QueueItem,
+                                  conv: Conversation) -> tuple[Conversation, Answering]:
+        """A message whose files are fetched after the acknowledgement: download them now,
+        within a turn slot (a burst of large files is held to the bound on concurrent turns
+        rather than all in memory at once), while the person sees the reply being prepared
+        (typing; Slack's reaction), then record it. The sink that showed the indicator carries
+        the reply; a failure before it is handed over takes the indicator back."""
+        channel_sink = item.sink or self.sink_for(item.inbound)
+        try:
+            async with self._slots:
+                await channel_sink.typing()
+                item.inbound = await self._take_in(item.inbound)
+            item.index = await conv.receive(user_message(item.inbound), meta_of(item))
+            item.session = conv.session_id
+            await self.conversations.recorded(item, conv.session_id)
+        except Exception:
+            if isinstance(channel_sink, RetractSink):  # no preview yet: only the indicator
+                await channel_sink.retract()
+            raise
+        return conv, self._sink(claim, item, conv, channel_sink)
+
     async def _take_in(self, inbound: Inbound) -> Inbound:
         if self.take_in is None:  # a wiring bug: the item is answered with the apology
             raise RuntimeError("a message with files to fetch, and no intake to take them in")
         return await self.take_in(inbound)
 
-    def _sink(self, claim: Claim, item: QueueItem,
-              conv: Conversation | None = None) -> Answering:
+    def _sink(self, claim: Claim, item: QueueItem, conv: Conversation | None = None,
+              opened: ReplySink | None = None) -> Answering:
         """Where the item's reply goes (opened now, as its turn starts), marking the item
         answered the moment its reply is out: the narrowest window there is between a
         platform taking a reply and the gateway knowing it did.
@@ -201,8 +222,9 @@ class ItemServer:
         (:meth:`_saved`). The next holder opens the session under a newer token, which
         drops whatever this one has not written yet; an answer sent before its entries
         were saved would be answered again by that holder, and be missing from the log.
-        A reply abandoned so (or by a turn cut off) has its streamed preview retracted."""
-        sink = item.sink or self.sink_for(item.inbound)
+        A reply abandoned so (or by a turn cut off) has its streamed preview retracted.
+        ``opened``: the item's channel sink, when it was opened before the turn (files)."""
+        sink = opened or item.sink or self.sink_for(item.inbound)
         answered = partial(self.conversations.done, claim, item)
         if not self.shared or conv is None:
             return Answering(sink, answered)

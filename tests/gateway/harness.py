@@ -27,6 +27,7 @@ from gateway.persona_tools import persona_tools
 from gateway.providers.base import Provider
 from gateway.registry import ConversationRegistry
 from gateway.router import Router
+from gateway.serving import RETRY_DELAY
 from gateway.tools import ToolRegistry
 from gateway.turn import AgentLoop, LoopSettings
 from gateway.usage_command import UsageCommand
@@ -77,6 +78,8 @@ async def running_core(
     budgets: LimitSettings | None = None,
     fetch: FetchFile | None = None,
     clock: Callable[[], float] = time.time,
+    max_concurrent_turns: int = 32,
+    retry_delay: float = RETRY_DELAY,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
     front of the router, and the router's ``take_in`` for files with a ``ref``, which ``fetch``
@@ -110,6 +113,7 @@ async def running_core(
               if blobs is not None else None)
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
                     conversations=queue, handlers=handlers,
+                    max_concurrent_turns=max_concurrent_turns, retry_delay=retry_delay,
                     take_in=intake.prepare if intake is not None else None)
     deliver = router.deliver
     if intake is not None:

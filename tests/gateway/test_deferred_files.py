@@ -5,6 +5,7 @@ stop, whether it came before the download or after the message was recorded with
 from __future__ import annotations
 
 import asyncio
+import errno
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,64 @@ async def test_a_message_behind_one_with_files_to_fetch_is_recorded_after_it(
     assert said == [("user", ["attachment", "what is it?"]), ("assistant", ["ok"]),
                     ("user", "and then this"), ("assistant", ["ok"]),
                     ("user", "later"), ("assistant", ["ok"])]
+
+
+async def test_downloads_wait_for_a_turn_slot_and_show_the_reply_coming(tmp_path: Path) -> None:
+    """Files fetched as their turns start count against ``max_concurrent_turns``: with one
+    slot, the second conversation's download starts only once the first's is done. Each
+    person sees the reply being prepared (typing) while their file downloads."""
+    files, provider = Files(), ScriptedProvider()
+    files.hold = asyncio.Event()
+    store = JsonlSessionStore(tmp_path / "d", durability="none")
+    async with running_core(store, provider, tmp_path / "p", blobs=FileBlobStore(tmp_path / "d"),
+                            fetch=files.fetch, prompt_cache=False,
+                            max_concurrent_turns=1) as core:
+        for chat in ("a", "b"):
+            await core.channel.say(chat, "what is it?", attachments=(ref(f"{chat}.jpg"),))
+        async with asyncio.timeout(5):
+            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
+                await asyncio.sleep(0.01)
+        for _ in range(50):  # room for a second download to start, were it allowed to
+            await asyncio.sleep(0.001)
+        while_held = (list(files.fetched), list(core.channel.events))
+        files.hold.set()
+        replies = await core.channel.wait_replies(2)
+        await core.idle()
+    first = while_held[0][0].rsplit("/", 1)[1][0]  # the chat whose download went first
+    assert len(while_held[0]) == 1
+    assert while_held[1] == [(first, "typing", "")]
+    assert sorted(replies) == [("a", "finish", "ok"), ("b", "finish", "ok")]
+    assert len(files.fetched) == 2
+
+
+class FullOnce(FileBlobStore):
+    """A blob store whose first write finds the disk full."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.refused = 0
+
+    async def put(self, tenant: str, data: bytes) -> str:
+        if not self.refused:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return await super().put(tenant, data)
+
+
+async def test_a_download_that_cannot_be_stored_takes_the_indicator_back(
+        tmp_path: Path) -> None:
+    """The file cannot be stored (the disk is full): the typing indicator shown for the
+    download is taken back, and the message is tried again later and answered once."""
+    files, provider = Files(), ScriptedProvider()
+    blobs = FullOnce(tmp_path / "d")
+    store = JsonlSessionStore(tmp_path / "d", durability="none")
+    async with running_core(store, provider, tmp_path / "p", blobs=blobs, fetch=files.fetch,
+                            prompt_cache=False, retry_delay=0.01) as core:
+        await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
+        replies = await core.channel.wait_replies(1)
+        await core.idle()
+    assert blobs.refused == 1
+    assert core.channel.events[:3] == [("a", "typing", ""), ("a", "retract", ""),
+                                       ("a", "typing", "")]
+    assert replies == [("a", "finish", "ok")]
+    assert files.fetched == ["memory:https://files.example/cat.jpg"] * 2
