@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 class _Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: the registry below maps loops to their mailboxes weakly, and a strong
+        # reference from the value would keep every loop (and its mailbox) alive for good.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._items: list[Callable[[], None]] = []
         self._armed = False  # a drain is scheduled on the loop and has not taken the items
@@ -34,9 +36,12 @@ class _Mailbox:
             if self._armed:
                 return
             self._armed = True
+        loop = self._loop()
         try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop has closed: its waiters are long gone
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop has closed (or is gone): its waiters are long gone
             with self._lock:
                 self._items.clear()
                 self._armed = False

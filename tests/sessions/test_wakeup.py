@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import threading
+import weakref
 
 from sessions import wakeup
 
@@ -76,3 +78,14 @@ def test_a_failing_callback_does_not_strand_the_ones_after_it() -> None:
         return ran
 
     assert asyncio.run(main()) == [1]
+
+
+def test_a_finished_loop_is_not_kept_alive_by_its_mailbox() -> None:
+    loop = asyncio.new_event_loop()
+    wakeup.post(loop, lambda: None)
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
