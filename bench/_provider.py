@@ -26,7 +26,7 @@ module, and it must not add to their RSS.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 PROVIDER_VARIANTS = (
@@ -75,6 +75,22 @@ class LlmReplies:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+async def llm_floor_section(rounds: int, scenarios: Sequence[Any], targets: Any,
+                            one: Any) -> list[str]:
+    """``--llm-floor``: the gateway against :data:`LLM_FLOOR`, as a report section."""
+    from bench._harness import alternate, report_tables
+
+    runs = await alternate(rounds, scenarios, (LLM_FLOOR, "gateway"), one)
+    tables, _ = report_tables(runs, scenarios, "gateway", LLM_FLOOR, targets)
+    return [f"### Against a bare bot that makes the same provider call ({rounds} rounds)", "",
+            f"`{LLM_FLOOR}` is the floor above plus one streamed `chat.completions.create` per "
+            "message through the openai SDK (its typed request path), against the same fake "
+            "provider, answering with the streamed text: the least an LLM bot does, with no "
+            "history, log, journal or fsync. The issue's targets are against the floor above; "
+            "its ratios are applied to this floor for reference only.", "",
+            *(line.replace("### (", "#### (", 1) for line in tables)]
 
 
 def provider_of(variant: str) -> str:

@@ -67,11 +67,11 @@ from bench._harness import (
     write_report,
 )
 from bench._provider import (
-    LLM_FLOOR,
     PROVIDER_PROFILE_GROUPS,
     PROVIDER_VARIANTS,
     LlmReplies,
     fake_provider,
+    llm_floor_section,
     provider_override,
     provider_settings,
 )
@@ -369,16 +369,7 @@ async def main() -> None:
         *tables,
     ]
     if args.llm_floor:
-        llm_runs = await alternate(args.llm_floor, SCENARIOS, (LLM_FLOOR, "gateway"), one)
-        llm_tables, _ = report_tables(llm_runs, SCENARIOS, "gateway", LLM_FLOOR, TARGETS)
-        lines += [f"### Against a bare bot that makes the same provider call ({args.llm_floor} "
-                  "rounds)", "",
-                  f"`{LLM_FLOOR}` is the floor above plus one streamed `chat.completions.create` "
-                  "per message through the openai SDK (its typed request path), against the same "
-                  "fake provider, answering with the streamed text: the least an LLM bot does, "
-                  "with no history, log, journal or fsync. The issue's targets are against the "
-                  "floor above; its ratios are applied to this floor for reference only.", "",
-                  *(line.replace("### (", "#### (", 1) for line in llm_tables)]
+        lines += await llm_floor_section(args.llm_floor, SCENARIOS, TARGETS, one)
     if args.diagnose:
         variant_runs = await alternate(args.diagnose, SCENARIOS,
                                        ["gateway", *(v for v, _ in VARIANTS)], one)

@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 import pytest
 
 from gateway.providers import anthropic as anthropic_provider
 from gateway.providers import openai as openai_provider
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.openai import OpenAIProvider
 
 BASES = ["http://127.0.0.1:9", "http://127.0.0.1:9/", "http://127.0.0.1:9/v1",
          "http://127.0.0.1:9/proxy/v1/"]
+PROVIDERS = [(openai_provider, openai_provider.OpenAIProvider, "gpt-4o-mini"),
+             (anthropic_provider, anthropic_provider.AnthropicProvider, "claude-sonnet-4-5")]
 
 
 @pytest.mark.parametrize("base", BASES)
-async def test_openai_url(base: str) -> None:
-    provider = OpenAIProvider(api_key="k", base_url=base, model="gpt-4o-mini")
+@pytest.mark.parametrize(("module", "cls", "model"), PROVIDERS)
+async def test_the_url_is_the_sdks_own(module: ModuleType, cls: Any, model: str,
+                                       base: str) -> None:
+    provider = cls(api_key="k", base_url=base, model=model)
     try:
-        expected = provider._client._prepare_url(openai_provider._PATH)
-        assert provider._url == str(expected)
-    finally:
-        await provider.aclose()
-
-
-@pytest.mark.parametrize("base", BASES)
-async def test_anthropic_url(base: str) -> None:
-    provider = AnthropicProvider(api_key="k", base_url=base, model="claude-sonnet-4-5")
-    try:
-        expected = provider._client._prepare_url(anthropic_provider._PATH)
-        assert provider._url == str(expected)
+        assert provider._url == str(provider._client._prepare_url(module._PATH))
     finally:
         await provider.aclose()
