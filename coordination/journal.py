@@ -82,6 +82,10 @@ class _Seen:
     session: str | None
 
 
+_Snapshot = tuple[list[OwedItem], list[str], list[tuple[str, "_Seen"]]]
+"""The live records a rewrite renders: owed items, the queued ids, remembered keys."""
+
+
 class FileJournal:
     """See the module docstring. ``path=None`` keeps everything in memory (tests)."""
 
@@ -442,13 +446,12 @@ class FileJournal:
         """The rewrite in progress, if any (tests wait for it)."""
         return self._compaction
 
-    def _snapshot(self) -> tuple[list[OwedItem], list[str], list[tuple[str, _Seen]]]:
+    def _snapshot(self) -> _Snapshot:
         """The live records as they are now (references: the records are never changed in
         place, only replaced), for a rewrite to render in its thread."""
         return list(self._owed.values()), list(self._kept), list(self._seen.items())
 
-    async def _compact(self, snapshot: tuple[list[OwedItem], list[str],
-                                             list[tuple[str, _Seen]]]) -> None:
+    async def _compact(self, snapshot: _Snapshot) -> None:
         """The rewrite, off the event loop: the snapshot rendered, written and fsynced in a
         thread while the loop goes on appending to the old file; those appends then go after
         the snapshot, the new file is synced again (they may include lines an fsync of the old
@@ -468,9 +471,8 @@ class FileJournal:
             size, lines = self._append_tail(fd, size, lines)
             if self._fd is None:  # closed meanwhile
                 return
-            journal_file.install(fd, tmp, self.path)
-            old, self._fd, held = self._fd, fd, None
-            self._size, self._torn, self._lines = size, False, lines
+            old = self._install(fd, tmp, size, lines)
+            held = None
             _close_after(old, self._syncing)
         except OSError:
             return  # the old file stays; a later append tries again
@@ -483,9 +485,7 @@ class FileJournal:
             if swapping is not None:
                 swapping.set_result(None)
 
-    def _write_snapshot(self, tmp: Path, snapshot: tuple[list[OwedItem], list[str],
-                                                        list[tuple[str, _Seen]]]
-                        ) -> tuple[int, int, int]:
+    def _write_snapshot(self, tmp: Path, snapshot: _Snapshot) -> tuple[int, int, int]:
         """In the rewrite's thread: the new file (descriptor, bytes, lines)."""
         body, count = _render(*snapshot)
         return journal_file.write_new(tmp, body, self._sync_rewrite), len(body), count
@@ -503,18 +503,23 @@ class FileJournal:
         if self.path is None or self._fd is None:
             self._lines = len(self)
             return
-        body, count = _render(*self._snapshot())
         tmp = journal_file.temp_path(self.path)
-        fd = journal_file.write_new(tmp, body, self._sync_rewrite)
+        fd, size, lines = self._write_snapshot(tmp, self._snapshot())
         try:
-            journal_file.install(fd, tmp, self.path)
+            old = self._install(fd, tmp, size, lines)
         except BaseException:
             journal_file.discard(fd, tmp)
             raise
-        old, self._fd = self._fd, fd
         os.close(old)
-        self._size, self._torn = len(body), False
-        self._lines = count
+
+    def _install(self, fd: int, tmp: Path, size: int, lines: int) -> int:
+        """Put the new file in place and write to it from now on; the old descriptor."""
+        assert self.path is not None
+        assert self._fd is not None
+        journal_file.install(fd, tmp, self.path)
+        old, self._fd = self._fd, fd
+        self._size, self._torn, self._lines = size, False, lines
+        return old
 
 
 def _render(owed: list[OwedItem], kept: list[str],

@@ -182,9 +182,7 @@ class ItemServer:
             else:
                 await sink.finish(found.text)
             return None
-        item.session = conv.session_id
-        await self.conversations.recorded(item, conv.session_id)
-        return conv, self._sink(claim, item, conv)
+        return await self._recorded(claim, item, conv)
 
     async def _take_in_and_record(self, claim: Claim, item: QueueItem,
                                   conv: Conversation) -> tuple[Conversation, Answering]:
@@ -199,13 +197,18 @@ class ItemServer:
                 await channel_sink.typing()
                 item.inbound = await self._take_in(item.inbound)
             item.index = await conv.receive(user_message(item.inbound), meta_of(item))
-            item.session = conv.session_id
-            await self.conversations.recorded(item, conv.session_id)
+            return await self._recorded(claim, item, conv, channel_sink)
         except Exception:
             if isinstance(channel_sink, RetractSink):  # no preview yet: only the indicator
                 await channel_sink.retract()
             raise
-        return conv, self._sink(claim, item, conv, channel_sink)
+
+    async def _recorded(self, claim: Claim, item: QueueItem, conv: Conversation,
+                        opened: ReplySink | None = None) -> tuple[Conversation, Answering]:
+        """The item is in ``conv``'s session: say so to the queue, and open its reply."""
+        item.session = conv.session_id
+        await self.conversations.recorded(item, conv.session_id)
+        return conv, self._sink(claim, item, conv, opened)
 
     async def _take_in(self, inbound: Inbound) -> Inbound:
         if self.take_in is None:  # a wiring bug: the item is answered with the apology

@@ -37,14 +37,15 @@ class _Mailbox:
                 return
             self._armed = True
         loop = self._loop()
-        try:
-            if loop is None:
-                raise RuntimeError("the loop is gone")
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop has closed (or is gone): its waiters are long gone
-            with self._lock:
-                self._items.clear()
-                self._armed = False
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._drain)
+                return
+            except RuntimeError:  # the loop has closed
+                pass
+        with self._lock:  # closed or gone: its waiters are long gone
+            self._items.clear()
+            self._armed = False
 
     def _drain(self) -> None:
         with self._lock:
