@@ -1,13 +1,19 @@
 """Long polling in our own event loop: ``getUpdates`` with a watchdog, backoff and health.
 
 One task runs the cycle: ``getUpdates(offset, timeout=TELEGRAM_POLL_TIMEOUT)``, then every
-update in order through ``handle`` (which records it via ``deliver``), and only then is
-``offset`` moved past it, so Telegram drops an update only once the gateway has recorded it
-(Telegram confirms everything below ``offset`` when the next ``getUpdates`` arrives). When the
-router refuses an update because the gateway is stopping (it stops taking input before the
-channels close), polling ends there, leaving that update and the rest to the next start. When
-it cannot be recorded (the store or Redis is down), the offset is held: polling pauses (backoff
-up to :data:`MAX_BACKOFF`) and asks again from that update, so nothing is confirmed unrecorded.
+update through ``handle`` (which records it via ``deliver``), and only then is ``offset``
+moved past it, so Telegram drops an update only once the gateway has recorded it (Telegram
+confirms everything below ``offset`` when the next ``getUpdates`` arrives). A batch's updates
+of one chat are handled one after another, in order; different chats' side by side. (Each
+recording waits for the disk; handled one at a time, a busy bot's batch of twenty chats waited
+twenty times in a row, and so did the next poll.) The offset then moves past the longest run
+of handled updates from the batch's start. When the router refuses an update because the
+gateway is stopping (it stops taking input before the channels close), polling ends there,
+leaving that update and the rest to the next start. When it cannot be recorded (the store or
+Redis is down), the offset is held: polling pauses (backoff up to :data:`MAX_BACKOFF`) and asks
+again from that update, so nothing is confirmed unrecorded. Later updates of other chats that
+were recorded meanwhile come again with it and are known as repeats (the router's duplicate
+check), so none is answered twice.
 
 Failures:
 
@@ -27,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dtm
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from telegram import Update
@@ -64,7 +70,7 @@ class Poller:
         self._failing: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._handling = False
+        self._handling = 0  # updates being handled now
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="telegram-poll")
@@ -130,10 +136,11 @@ class Poller:
             delay = self.backoff
             self._failing = None
             self.last_ok = dtm.datetime.now(dtm.UTC)
+            handled_of = await self._handle_batch(updates)
             for update in updates:
-                if self._stopping:
-                    return
-                handled = await self._handle(update)
+                # Not tried: stopping, or behind its chat's earlier update that failed (the
+                # loop has stopped at that one already).
+                handled = handled_of.get(update.update_id)
                 if handled is None:
                     return
                 if not handled:  # not recorded: hold the offset, ask again after a pause
@@ -157,10 +164,34 @@ class Poller:
                 read_timeout=self.stall_seconds,
             )
 
+    async def _handle_batch(self, updates: Sequence[Update]) -> dict[int, bool | None]:
+        """Handle a batch: each chat's updates in order, different chats side by side. Returns
+        what :meth:`_handle` said of each update it tried; a chat's updates after one that was
+        not handled are not tried (its order must hold), nor is anything once stopping."""
+        by_chat: dict[int | None, list[Update]] = {}
+        for update in updates:
+            chat = update.effective_chat
+            by_chat.setdefault(chat.id if chat is not None else None, []).append(update)
+        handled_of: dict[int, bool | None] = {}
+
+        async def in_order(chat_updates: Sequence[Update]) -> None:
+            for update in chat_updates:
+                if self._stopping:
+                    return
+                handled = handled_of[update.update_id] = await self._handle(update)
+                if not handled:
+                    return
+
+        if len(by_chat) == 1:
+            await in_order(updates)  # the usual case: no task per chat
+        else:
+            await asyncio.gather(*(in_order(chat_updates) for chat_updates in by_chat.values()))
+        return handled_of
+
     async def _handle(self, update: Update) -> bool | None:
         """True once handled; False when it could not be recorded (its offset is held);
         None when the gateway is stopping (not confirmed, polling ends)."""
-        self._handling = True
+        self._handling += 1
         try:
             await self.handle(update)
         except RouterClosedError:
@@ -175,6 +206,6 @@ class Poller:
             log.error("telegram: update %d could not be delivered (%s)", update.update_id,
                       self.api.describe(exc))
         finally:
-            self._handling = False
+            self._handling -= 1
         return True
 
