@@ -39,13 +39,14 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -54,6 +55,8 @@ from gateway.errors import ConfigError
 from sessions.files import FILE_MODE, ensure_private_dir, write_all
 from sessions.reserve import FULL_KINDS, Reserve
 from sessions.sync_lane import FileSyncer, SyncLane
+
+T = TypeVar("T")
 
 JOURNAL_FILE = "delivery.jsonl"
 DEDUP_TTL = 25 * 3600.0
@@ -462,12 +465,19 @@ class FileJournal:
         tmp = journal_file.temp_path(self.path)
         held: int | None = None  # the new file, until installed
         try:
-            fd, size, lines = await asyncio.to_thread(self._write_snapshot, tmp, snapshot)
+            fd, size, lines = await _in_thread(
+                functools.partial(self._write_snapshot, tmp, snapshot),
+                after_cancel=lambda made: _discard_made(made, tmp))
             held = fd
             del snapshot
             size, lines = self._append_tail(fd, size, lines)
             self._swapping = asyncio.get_running_loop().create_future()
-            await asyncio.to_thread(self._sync_rewrite, fd)
+            try:
+                await _in_thread(functools.partial(self._sync_rewrite, fd),
+                                 after_cancel=lambda _: journal_file.discard(fd, tmp))
+            except asyncio.CancelledError:
+                held = None  # the thread still has it: discarded once its fsync ends
+                raise
             size, lines = self._append_tail(fd, size, lines)
             if self._fd is None:  # closed meanwhile
                 return
@@ -529,6 +539,30 @@ def _render(owed: list[OwedItem], kept: list[str],
     lines += [_line(["kept", item_id]) for item_id in kept]
     lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in seen]
     return b"".join(lines), len(lines)
+
+
+async def _in_thread(call: Callable[[], T], *,
+                     after_cancel: Callable[[T | None], object]) -> T:
+    """``call()`` in a worker thread. Cancelling the wait (:meth:`FileJournal.close` during a
+    rewrite) cannot stop the thread, so once it ends, ``after_cancel`` gets what it returned
+    (None if it raised), on the loop if that still runs: a new file the rewrite opened is then
+    closed and removed, neither leaked nor closed under a running fsync."""
+    step = asyncio.ensure_future(asyncio.to_thread(call))
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        def ended(done: asyncio.Future[T]) -> None:
+            failed = done.cancelled() or done.exception() is not None
+            after_cancel(None if failed else done.result())
+
+        step.add_done_callback(ended)
+        raise
+
+
+def _discard_made(made: tuple[int, int, int] | None, tmp: Path) -> None:
+    """A new file a cancelled rewrite's first step made (none if it failed: it cleaned up)."""
+    if made is not None:
+        journal_file.discard(made[0], tmp)
 
 
 def _close_after(fd: int, running: asyncio.Future[None] | None) -> None:

@@ -5,6 +5,7 @@ file about to be replaced."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import threading
@@ -161,4 +162,48 @@ async def test_a_failed_rewrite_leaves_the_old_file_and_the_journal_working(
     again = FileJournal(path, fsync="none")
     await again.open()
     assert state(again, range(first + 3)) == expected
+    again.close()
+
+
+def open_to(path: Path) -> list[int]:
+    """This process's descriptors open on ``path`` (by name, or by name once deleted)."""
+    found = []
+    for entry in os.scandir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(entry.path)
+            if target in (str(path), f"{path} (deleted)"):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("hold", [1, 2], ids=["writing-the-snapshot", "syncing-the-tail"])
+async def test_a_close_during_a_rewrite_leaves_no_descriptor_and_no_temporary_file(
+        tmp_path: Path, hold: int) -> None:
+    """Closed while a rewrite's thread is inside its first or second step (at a stop that did
+    not settle), the journal leaves neither the new file nor a descriptor on it behind once
+    the thread ends; the old file is as it was, and a restart reads it."""
+    path = tmp_path / "state" / "delivery.jsonl"
+    tmp = path.parent / f".{path.name}.tmp"
+    rewrite = HeldSync(hold=hold)
+    journal = FileJournal(path, fsync="none", sync_rewrite=rewrite)
+    await journal.open()
+    rewrite.arm()
+    first = await answer_until_compacting(journal)
+    assert await asyncio.to_thread(rewrite.entered.wait, WAIT)
+    assert open_to(tmp)  # the rewrite's new file, open in its thread
+    expected = state(journal, range(first))
+    compaction = journal.compacting
+    assert compaction is not None
+    journal.close()
+    rewrite.release()
+    await asyncio.wait([compaction], timeout=WAIT)
+    for _ in range(int(WAIT * 100)):  # the thread's end reaches the loop as a callback
+        if not tmp.exists() and not open_to(tmp):
+            break
+        await asyncio.sleep(0.01)
+    assert not tmp.exists()
+    assert open_to(tmp) == []
+    again = FileJournal(path, fsync="none")
+    await again.open()
+    assert state(again, range(first)) == expected
     again.close()
