@@ -44,8 +44,13 @@ def install(fd: int, tmp: Path, path: Path) -> None:
 
 
 def discard(fd: int, tmp: Path) -> None:
-    """Close and remove a new file that will not be installed (never raises)."""
+    """Close and remove a new file that will not be installed (never raises). The name is
+    removed only while it is still this file's: a rewrite abandoned at a stop is discarded
+    when its thread ends, and by then another journal on the same path (a restart in the same
+    process) may have made its own new file there."""
+    with contextlib.suppress(OSError):
+        mine, there = os.fstat(fd), os.stat(tmp)
+        if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+            tmp.unlink()
     with contextlib.suppress(OSError):
         os.close(fd)
-    with contextlib.suppress(OSError):
-        tmp.unlink(missing_ok=True)
