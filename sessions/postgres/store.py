@@ -282,18 +282,21 @@ class PostgresSessionStore:
                                   conversation=conversation, generation=int(latest or 0) + 1,
                                   extra=extra)
             line = entries.encode_line(head, 0, now)
-            token = wanted if wanted is not None else int(await conn.fetchval(
-                f"SELECT nextval('{self._q}.fences')"))
             try:
-                await conn.execute(
+                # The header row and line in one statement; without a given fence, a fresh
+                # token from the sequence, in the same round trip.
+                token = int(await conn.fetchval(
                     f"WITH s AS (INSERT INTO {self._q}.sessions (tenant, id, started_at,"
                     " channel, conversation, version, header, fence, next_seq, size_bytes)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 1, $9) RETURNING tenant, id)"
-                    f" INSERT INTO {self._q}.entries (tenant, session_id, seq, type, line)"
-                    " SELECT tenant, id, 0, 'session', $10 FROM s",
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb,"
+                    f" COALESCE($8::bigint, nextval('{self._q}.fences')), 1, $9)"
+                    " RETURNING tenant, id, fence),"
+                    f" e AS (INSERT INTO {self._q}.entries (tenant, session_id, seq, type, line)"
+                    " SELECT tenant, id, 0, 'session', $10 FROM s)"
+                    " SELECT fence FROM s",
                     tenant, sid, head["startedAt"], channel, conversation,
-                    entries.FORMAT_VERSION, line.decode(), token, len(line) + 1, line,
-                )
+                    entries.FORMAT_VERSION, line.decode(), wanted, len(line) + 1, line,
+                ))
             except asyncpg.UniqueViolationError as exc:
                 raise SessionExistsError(f"session {sid} already exists") from exc
         return self._writer(sid, tenant, SessionState(next_seq=1), token)

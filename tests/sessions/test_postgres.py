@@ -85,6 +85,21 @@ async def test_append_function_refuses_a_batch_not_starting_at_the_next_seq(
 # -- fencing -------------------------------------------------------------------------------------
 
 
+async def test_create_takes_the_given_fence_or_a_fresh_one_from_the_sequence(
+        pg_store: PostgresSessionStore) -> None:
+    """A writer holds the fence it was created with; without one, the next token of the
+    sequence (taken in the statement that writes the header)."""
+    given = await pg_store.create(channel="console", conversation="c", session_id="s1", fence=7)
+    fresh = await pg_store.create(channel="console", conversation="d", session_id="s2")
+    after = await pg_store.create(channel="console", conversation="d", session_id="s3")
+    assert given.fence == 7
+    assert 1 <= fresh.fence < after.fence
+    await add(given, user("fenced at 7"))  # appends check the stored fence
+    await add(after, user("fresh"))
+    for writer in (given, fresh, after):
+        await writer.aclose()
+
+
 async def test_second_open_fences_out_the_first_writer(pg_store: PostgresSessionStore) -> None:
     """open() takes the session over: the first writer's appends raise StaleWriterError."""
     first = await pg_store.create(channel="console", conversation="c", session_id="s1")
