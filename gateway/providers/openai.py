@@ -29,6 +29,7 @@ from gateway.providers.sdk import (
     SdkErrors,
     SdkProvider,
     count,
+    request_url,
     text_or_none,
     usage_of,
 )
@@ -110,10 +111,7 @@ class OpenAIProvider(SdkProvider):
             http_client=openai.DefaultAioHttpClient(),
         )
         self.endpoint = origin(str(self._client.base_url))
-        # The URL the SDK builds from its base URL and a relative path (as its _prepare_url
-        # does), built once: given a relative path, the client re-joins it on every request.
-        base = self._client.base_url
-        self._url = str(base.copy_with(raw_path=base.raw_path + _PATH.lstrip("/").encode()))
+        self._url = request_url(self._client.base_url, _PATH)
 
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(

@@ -195,6 +195,13 @@ class SdkProvider(ABC):
         await self.aclose()
 
 
+def request_url(base_url: httpx2.URL, path: str) -> str:
+    """The URL the SDK builds from its base URL and a relative ``path`` (as its
+    ``_prepare_url`` does), for a provider to build once: given a relative path, the client
+    re-joins it on every request."""
+    return str(base_url.copy_with(raw_path=base_url.raw_path + path.lstrip("/").encode()))
+
+
 def _refused(exc: BaseException) -> bool:
     """Whether an error the SDK calls a timeout was a refused or failed connection.
 
