@@ -439,6 +439,16 @@ def check_provider_calls(subject: str, server: Any, replies: int) -> None:
                            "replies")
 
 
+def serve_child(gateway: Callable[..., Awaitable[None]],
+                echo: Callable[..., Awaitable[None]]) -> None:
+    """A platform benchmark's child (``--serve KIND[/VARIANT] --config JSON``): serve the
+    gateway or the echo floor with the config, the variant added to it, until SIGTERM."""
+    kind, _, variant = sys.argv[sys.argv.index("--serve") + 1].partition("/")
+    cfg = {**json.loads(sys.argv[sys.argv.index("--config") + 1]), "variant": variant}
+    serve = gateway if kind == "gateway" else echo
+    serve_forever(lambda stop, ready: serve(cfg, stop, ready), profile=cfg.get("profile"))
+
+
 def write_report(name: str, text: str) -> Path:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)

@@ -93,6 +93,40 @@ async def llm_floor_section(rounds: int, scenarios: Sequence[Any], targets: Any,
             *(line.replace("### (", "#### (", 1) for line in tables)]
 
 
+async def platform_sections(args: Any, name: str, scenarios: Sequence[Any], targets: Any,
+                            variants: Sequence[tuple[str, str]],
+                            profile_groups: Sequence[tuple[str, str, str]], one: Any,
+                            profiled: Any) -> list[str]:
+    """The optional sections of the Telegram and Slack reports, in order: ``--llm-floor``,
+    ``--diagnose`` (the gateway against ``variants``) and ``--profile`` (``profiled(scenario,
+    path)`` runs the gateway once under cProfile). ``name`` names the report files."""
+    import tempfile
+    from pathlib import Path
+
+    from bench._harness import alternate, profile_shares, top_functions, variant_table, write_report
+
+    lines: list[str] = []
+    if args.llm_floor:
+        lines += await llm_floor_section(args.llm_floor, scenarios, targets, one)
+    if args.diagnose:
+        variant_runs = await alternate(args.diagnose, scenarios,
+                                       ["gateway", *(v for v, _ in variants)], one)
+        lines += [f"### Where the time goes: gateway variants ({args.diagnose} rounds, "
+                  "paired with the gateway as shipped; diagnostics, not product settings)", "",
+                  *variant_table(variant_runs, scenarios, "gateway", variants), ""]
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix=f"bench-{name}-prof-") as tmp:
+            for scenario in scenarios:
+                path = str(Path(tmp) / f"{scenario.name}.prof")
+                run = await profiled(scenario, path)
+                out = write_report(f"{name}-profile-{scenario.name}.txt", top_functions(path))
+                lines += [f"Profile of the gateway in ({scenario.name}): cProfile on the event "
+                          f"loop thread's CPU clock ({run.cpu_ms:.1f} CPU ms/message with the "
+                          f"profiler on, so shares, not times); top functions in `{out}`.", "",
+                          *profile_shares(path, profile_groups), ""]
+    return lines
+
+
 def provider_of(variant: str) -> str:
     """The provider a gateway variant uses: ``openai`` unless the variant names another."""
     return variant if variant in ("anthropic", "scripted") else "openai"

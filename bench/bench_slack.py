@@ -59,11 +59,8 @@ from bench._harness import (
     cpu_check_line,
     machine_line,
     percentile,
-    profile_shares,
     report_tables,
-    serve_forever,
-    top_functions,
-    variant_table,
+    serve_child,
     write_report,
 )
 from bench._provider import (
@@ -71,7 +68,7 @@ from bench._provider import (
     PROVIDER_VARIANTS,
     LlmReplies,
     fake_provider,
-    llm_floor_section,
+    platform_sections,
     provider_override,
     provider_settings,
 )
@@ -368,39 +365,19 @@ async def main() -> None:
         f"{calls['gateway'][len(calls['gateway']) // 2]:.2f}.", "",
         *tables,
     ]
-    if args.llm_floor:
-        lines += await llm_floor_section(args.llm_floor, SCENARIOS, TARGETS, one)
-    if args.diagnose:
-        variant_runs = await alternate(args.diagnose, SCENARIOS,
-                                       ["gateway", *(v for v, _ in VARIANTS)], one)
-        lines += [f"### Where the time goes: gateway variants ({args.diagnose} rounds, "
-                  "paired with the gateway as shipped; diagnostics, not product settings)", "",
-                  *variant_table(variant_runs, SCENARIOS, "gateway", VARIANTS), ""]
-    if args.profile:
-        with tempfile.TemporaryDirectory(prefix="bench-slack-prof-") as tmp:
-            for scenario in SCENARIOS:
-                path = str(Path(tmp) / f"{scenario.name}.prof")
-                run = await run_one("gateway", scenario, 0, profile=path)
-                out = write_report(f"slack-profile-{scenario.name}.txt", top_functions(path))
-                lines += [f"Profile of the gateway in ({scenario.name}): cProfile on the event "
-                          f"loop thread's CPU clock ({run.cpu_ms:.1f} CPU ms/message with the "
-                          f"profiler on, so shares, not times); top functions in `{out}`.", "",
-                          *profile_shares(path, PROFILE_GROUPS), ""]
+    async def profiled(scenario: Scenario, path: str) -> Run:
+        return await run_one("gateway", scenario, 0, profile=path)
+
+    lines += await platform_sections(args, "slack", SCENARIOS, TARGETS, VARIANTS,
+                                     PROFILE_GROUPS, one, profiled)
     report = ("\n".join(lines) + "\n").replace(
         "ELAPSED", f"{time.perf_counter() - started:.0f}", 1)
     print(report)
     write_report("slack.md", report)
 
 
-def child_main() -> None:
-    kind, _, variant = sys.argv[sys.argv.index("--serve") + 1].partition("/")
-    cfg = {**json.loads(sys.argv[sys.argv.index("--config") + 1]), "variant": variant}
-    serve = serve_gateway if kind == "gateway" else serve_echo
-    serve_forever(lambda stop, ready: serve(cfg, stop, ready), profile=cfg.get("profile"))
-
-
 if __name__ == "__main__":
     if "--serve" in sys.argv:
-        child_main()
+        serve_child(serve_gateway, serve_echo)
     else:
         asyncio.run(main())

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -56,11 +55,8 @@ from bench._harness import (
     closed_loop,
     cpu_check_line,
     machine_line,
-    profile_shares,
     report_tables,
-    serve_forever,
-    top_functions,
-    variant_table,
+    serve_child,
     write_report,
 )
 from bench._provider import (
@@ -68,7 +64,7 @@ from bench._provider import (
     PROVIDER_VARIANTS,
     LlmReplies,
     fake_provider,
-    llm_floor_section,
+    platform_sections,
     provider_override,
     provider_settings,
 )
@@ -292,41 +288,20 @@ async def main() -> None:
         f"{calls['gateway'][len(calls['gateway']) // 2]:.2f}.", "",
         *tables,
     ]
-    if args.llm_floor:
-        lines += await llm_floor_section(args.llm_floor, SCENARIOS, TARGETS, one)
-    if args.diagnose:
-        variant_runs = await alternate(args.diagnose, SCENARIOS,
-                                       ["gateway", *(v for v, _ in VARIANTS)], one)
-        lines += [f"### Where the time goes: gateway variants ({args.diagnose} rounds, "
-                  "paired with the gateway as shipped; diagnostics, not product settings)", "",
-                  *variant_table(variant_runs, SCENARIOS, "gateway", VARIANTS), ""]
-    if args.profile:
-        with tempfile.TemporaryDirectory(prefix="bench-telegram-prof-") as tmp:
-            for scenario in SCENARIOS:
-                path = str(Path(tmp) / f"{scenario.name}.prof")
-                run = await run_one("gateway", scenario, 0, poll_timeout=args.poll_timeout,
-                                    profile=path)
-                text = top_functions(path)
-                out = write_report(f"telegram-profile-{scenario.name}.txt", text)
-                lines += [f"Profile of the gateway in ({scenario.name}): cProfile on the event "
-                          f"loop thread's CPU clock ({run.cpu_ms:.1f} CPU ms/message with the "
-                          f"profiler on, so shares, not times); top functions in `{out}`.", "",
-                          *profile_shares(path, PROFILE_GROUPS), ""]
+    async def profiled(scenario: Scenario, path: str) -> Run:
+        return await run_one("gateway", scenario, 0, poll_timeout=args.poll_timeout,
+                             profile=path)
+
+    lines += await platform_sections(args, "telegram", SCENARIOS, TARGETS, VARIANTS,
+                                     PROFILE_GROUPS, one, profiled)
     report = ("\n".join(lines) + "\n").replace(
         "ELAPSED", f"{time.perf_counter() - started:.0f}", 1)
     print(report)
     write_report("telegram.md", report)
 
 
-def child_main() -> None:
-    kind, _, variant = sys.argv[sys.argv.index("--serve") + 1].partition("/")
-    cfg = {**json.loads(sys.argv[sys.argv.index("--config") + 1]), "variant": variant}
-    serve = serve_gateway if kind == "gateway" else serve_echo
-    serve_forever(lambda stop, ready: serve(cfg, stop, ready), profile=cfg.get("profile"))
-
-
 if __name__ == "__main__":
     if "--serve" in sys.argv:
-        child_main()
+        serve_child(serve_gateway, serve_echo)
     else:
         asyncio.run(main())
