@@ -74,6 +74,7 @@ class EditStreamer:
         self._ref: str | None = None
         self._sent_text = ""
         self._last_edit = float("-inf")  # the first preview is never held back
+        self._typing_timer: asyncio.TimerHandle | None = None
         self._typing_task: asyncio.Task[None] | None = None
         self._done = False
         self._retracted = False
@@ -82,13 +83,25 @@ class EditStreamer:
         # Never awaited on the turn's path: the indicator starts after ``typing_delay``, so a
         # reply that is ready sooner costs no platform call at all (each one is a round trip
         # and a few ms of CPU, and a flash of "typing..." helps nobody).
-        if self._typing_task is None and not self._done:
-            if self.typing_delay <= 0:  # "at once": shown before the turn goes on
-                await self.target.typing()
-            self._typing_task = asyncio.get_running_loop().create_task(self._renew_typing())
+        if self._typing_task is not None or self._typing_timer is not None or self._done:
+            return
+        loop = asyncio.get_running_loop()
+        if self.typing_delay <= 0:  # "at once": shown before the turn goes on
+            await self.target.typing()
+            self._typing_task = loop.create_task(self._renew_typing(self.typing_interval))
+        else:
+            # A timer until the indicator first shows, not a task: most replies are ready
+            # sooner, and a timer is stopped without a round of the loop before the reply.
+            self._typing_timer = loop.call_later(self.typing_delay, self._start_typing)
 
-    async def _renew_typing(self) -> None:
-        await asyncio.sleep(self.typing_delay if self.typing_delay > 0 else self.typing_interval)
+    def _start_typing(self) -> None:
+        self._typing_timer = None
+        if not self._done:
+            self._typing_task = asyncio.get_running_loop().create_task(self._renew_typing(0.0))
+
+    async def _renew_typing(self, first_wait: float) -> None:
+        if first_wait > 0:
+            await asyncio.sleep(first_wait)
         while not self._done:
             await self.target.typing()
             await asyncio.sleep(self.typing_interval)
@@ -140,6 +153,9 @@ class EditStreamer:
 
     async def _stop_typing(self) -> None:
         self._done = True
+        timer, self._typing_timer = self._typing_timer, None
+        if timer is not None:
+            timer.cancel()
         task, self._typing_task = self._typing_task, None
         if task is not None:
             task.cancel()

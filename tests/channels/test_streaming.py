@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from channels.streaming import EditStreamer
 
 
@@ -53,3 +55,37 @@ async def test_a_quick_reply_sends_no_preview() -> None:
         await sink.delta("x")
     await sink.finish("xxxxx")
     assert [kind for kind, _, _ in target.calls] == ["final"]
+
+
+async def test_a_reply_ready_before_the_typing_delay_shows_none_and_runs_no_task() -> None:
+    """Until the indicator first shows it is a timer, not a task: a reply ready sooner sends no
+    typing action, and nothing was started that the reply must stop and wait for."""
+    target = Target([0.0])
+    sink = EditStreamer(target, typing_delay=10.0)
+    before = asyncio.all_tasks()
+    await sink.typing()
+    assert asyncio.all_tasks() == before
+    await sink.finish("done")
+    assert [kind for kind, _, _ in target.calls] == ["final"]
+    assert asyncio.all_tasks() == before
+
+
+async def test_typing_shows_after_the_delay_and_stops_with_the_reply() -> None:
+    """Past the delay the indicator shows (and would be renewed every interval); the reply
+    stops it, and nothing of it is left running."""
+    shown = asyncio.Event()
+
+    class Shown(Target):
+        async def typing(self) -> None:
+            await super().typing()
+            shown.set()
+
+    target = Shown([0.0])
+    sink = EditStreamer(target, typing_delay=0.01, typing_interval=60.0)
+    before = asyncio.all_tasks()
+    await sink.typing()
+    await sink.typing()  # asked again while pending: still one indicator
+    await asyncio.wait_for(shown.wait(), 30)
+    await sink.finish("done")
+    assert [kind for kind, _, _ in target.calls] == ["typing", "final"]
+    assert asyncio.all_tasks() == before
