@@ -42,7 +42,7 @@ from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
 from app.commands.run import load_settings
 from app.config import Settings
 from app.prices import load_prices
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from sessions.errors import SessionError
 from sessions.pricing import PriceTable
 

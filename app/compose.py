@@ -1,8 +1,8 @@
 """The composition root: the only module that picks concrete stores, providers and channels.
 
-``gateway run``, ``gateway chat`` and the tests build a :class:`~gateway.app.Gateway` here from
+``gateway run``, ``gateway chat`` and the tests build a :class:`~app.server.Gateway` here from
 :class:`~gateway.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
-gateway is one stateless worker among several: see :mod:`gateway.coordination`.
+gateway is one stateless worker among several: see :mod:`gateway.edge.coordination`.
 """
 
 from __future__ import annotations
@@ -24,41 +24,42 @@ from app.server import Gateway
 from coordination.file_pairing import FilePairingState
 from coordination.local import InProcessCoordinator
 from coordination.memory_ledger import MemoryLedger
-from gateway.access import AccessGate, AccessPolicy, ChannelRules
-from gateway.accounting import Accounting
-from gateway.channel import Channel, ReplySink
-from gateway.commands import FORGET, USAGE
-from gateway.compaction import CompactionSettings
-from gateway.coordination import Coordinator, lease_hook, supports_fencing
-from gateway.erasure import Eraser, ErasureStep, blob_step, memory_step, rerun_step
-from gateway.errors import ConfigError
-from gateway.forget import ForgetCommand
-from gateway.history import StoreHistory
-from gateway.hooks import BeforeCallHook, prompt_persist_hook
-from gateway.ledger import UsageLedger
-from gateway.limits import Limits, LimitSettings
+from gateway.access.gate import AccessGate, AccessPolicy, ChannelRules
+from gateway.access.pairing_live import LivePairing
+from gateway.agent.compaction import CompactionSettings
+from gateway.agent.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.agent.loop import AgentLoop, LoopSettings
+from gateway.agent.prompt import PromptSource
+from gateway.agent.tools import ToolRegistry, ToolSet
+from gateway.delivery.history import StoreHistory
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.router import Router
+from gateway.edge.channel import Channel, ReplySink
+from gateway.edge.commands import FORGET, USAGE
+from gateway.edge.coordination import Coordinator, lease_hook, supports_fencing
+from gateway.edge.errors import ConfigError
+from gateway.edge.ledger import UsageLedger
+from gateway.edge.messages import Inbound
+from gateway.edge.metrics import Metrics
+from gateway.edge.observe import NO_OBSERVER, TurnObserver
+from gateway.edge.pairing import PairingState
+from gateway.edge.provider import Provider
+from gateway.edge.scopes import Scope, scope_of
+from gateway.edge.tools import ToolSource
+from gateway.erasure.eraser import Eraser, ErasureStep, blob_step, memory_step, rerun_step
+from gateway.erasure.forget import ForgetCommand
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import FetchFile, MediaIntake
 from gateway.media.policy import MediaLimits
+from gateway.media.send_file import SendFileTool
 from gateway.media.tool_media import ToolMediaKeeper
 from gateway.media.transcribe import Transcriber
-from gateway.memory_scopes import delete_scope
-from gateway.messages import Inbound
-from gateway.metrics import Metrics
-from gateway.observe import NO_OBSERVER, TurnObserver
-from gateway.pairing import PairingState
-from gateway.pairing_live import LivePairing
-from gateway.persona import PersonaWorkspace
-from gateway.persona_tools import persona_tools
-from gateway.prompt import PromptSource
-from gateway.providers.base import Provider
-from gateway.registry import ConversationRegistry
-from gateway.router import Router
-from gateway.scopes import Scope, scope_of
-from gateway.send_file import SendFileTool
-from gateway.tools import ToolRegistry, ToolSet, ToolSource
-from gateway.turn import AgentLoop, LoopSettings
-from gateway.usage_command import UsageCommand
+from gateway.persona.memory_scopes import delete_scope
+from gateway.persona.tools import persona_tools
+from gateway.persona.workspace import PersonaWorkspace
+from gateway.usage.accounting import Accounting
+from gateway.usage.command import UsageCommand
+from gateway.usage.limits import Limits, LimitSettings
 from sessions.blob_files import FileBlobStore
 from sessions.blobs import BlobStore
 from sessions.jsonl import JsonlSessionStore
@@ -134,7 +135,7 @@ def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | N
     """Speech to text: the OpenAI endpoint when ``GATEWAY_TRANSCRIPTION_MODEL`` is set, the
     offline fake with the offline provider (so ``make run`` shows voice notes), else none."""
     if settings.transcription_model:
-        from gateway.providers.transcription import OpenAITranscriber
+        from providers.transcription import OpenAITranscriber
 
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
         return OpenAITranscriber(api_key=key, model=settings.transcription_model,
@@ -142,7 +143,7 @@ def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | N
                                  timeout=settings.provider_timeout,
                                  max_retries=settings.provider_retries)
     if provider.name == "offline":
-        from gateway.providers.offline import OfflineTranscriber
+        from providers.offline import OfflineTranscriber
 
         return OfflineTranscriber()
     return None
@@ -201,7 +202,7 @@ def build_provider(settings: Settings, name: str | None = None,
     model = model or (settings.model if name == settings.resolved_provider() else None) \
         or DEFAULT_MODELS[name]
     if name == "anthropic":
-        from gateway.providers.anthropic import AnthropicProvider
+        from providers.anthropic import AnthropicProvider
 
         if settings.anthropic_api_key is None:
             raise ConfigError(f"the {name} provider (GATEWAY_PROVIDER or GATEWAY_FALLBACKS) "
@@ -213,7 +214,7 @@ def build_provider(settings: Settings, name: str | None = None,
             timeout=settings.provider_timeout, max_retries=settings.provider_retries,
         )
     if name == "openai":
-        from gateway.providers.openai import OpenAIProvider
+        from providers.openai import OpenAIProvider
 
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "none"
         return OpenAIProvider(
@@ -224,7 +225,7 @@ def build_provider(settings: Settings, name: str | None = None,
             max_tokens_field=settings.openai_max_tokens_field,
             reasoning_effort=settings.openai_reasoning_effort,
         )
-    from gateway.providers.offline import OfflineProvider
+    from providers.offline import OfflineProvider
 
     return OfflineProvider(model=model)
 
@@ -422,7 +423,7 @@ def pairing_state(data_dir: Path, redis_url: str | None,
 
 
 def build_access(settings: Settings, coordinator: Coordinator | None = None) -> AccessPolicy:
-    """Allowlists per channel and DM pairing (see :mod:`gateway.access`)."""
+    """Allowlists per channel and DM pairing (see :mod:`gateway.access.gate`)."""
     rules = {
         "telegram": ChannelRules(
             users=Settings.id_list(settings.telegram_allowed_users),

@@ -1,6 +1,6 @@
 """The composition root, channel half: concrete channels built from settings.
 
-Channels depend on the core's seam only (:mod:`gateway.channel`); everything a channel needs
+Channels depend on the core's seam only (:mod:`gateway.edge.channel`); everything a channel needs
 from outside (settings values, a leader elector, the history port) is chosen here and passed
 to its constructor. Redeliveries are not a channel's business: the router's one duplicate
 check (the coordinator's owed journal) recognises them.
@@ -13,11 +13,11 @@ import os
 from typing import TYPE_CHECKING
 
 from app.config import Settings
-from gateway.channel import Channel
-from gateway.coordination import Coordinator
-from gateway.errors import ConfigError
-from gateway.history import History
-from gateway.metrics import Metrics
+from gateway.edge.channel import Channel
+from gateway.edge.coordination import Coordinator
+from gateway.edge.errors import ConfigError
+from gateway.edge.history import History
+from gateway.edge.metrics import Metrics
 
 if TYPE_CHECKING:  # imported when built: a gateway without the channel never loads it
     from channels.console.channel import ConsoleChannel

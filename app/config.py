@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     persona_rescan: float = Field(1.0, ge=0, le=3600,
                                   validation_alias=_env("GATEWAY_PERSONA_RESCAN"))
 
-    # -- several workers (see gateway.coordination) -----------------------------------------
+    # -- several workers (see gateway.edge.coordination) -----------------------------------------
     # Redis shared by the workers (redis://[:password@]host:port/db); unset: one process.
     # Secret: the URL may carry a password.
     redis_url: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_REDIS_URL"))

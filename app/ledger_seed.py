@@ -13,8 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from coordination.memory_ledger import Seed, SeedEntry
-from gateway.ledger import chat_scope_of, tenant_scope, user_scope
+from gateway.edge.ledger import Seed, SeedEntry, chat_scope_of, tenant_scope, user_scope
 from sessions.errors import SessionError
 from sessions.pricing import PriceTable
 from sessions.replay import replay_bytes

@@ -1,7 +1,7 @@
 """Logging set-up: readable text by default, one JSON object per line with
 ``GATEWAY_LOG_FORMAT=json``; every configured secret is redacted from every record.
 
-The standard library's ``logging`` with the context fields of :mod:`gateway.logctx` (tenant,
+The standard library's ``logging`` with the context fields of :mod:`gateway.edge.logctx` (tenant,
 channel, conversation, session, call), bound by the agent loop for the duration of a turn: a
 JSON line carries them as top-level keys, a text line as ``key=value`` pairs at its end.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from gateway import logctx
+from gateway.edge import logctx
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from sessions.pricing import PriceFileError, PriceTable, parse_price_file
 
 

@@ -30,16 +30,16 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from app.http_errors import json_api_errors
 from app.server_limits import InternalAccess, application, runner_options
-from gateway.channel import Channel, Deliver, FetchChannel, HttpChannel, ReplySink
-from gateway.coordination import Coordinator
-from gateway.errors import ConfigError
-from gateway.http_limits import DEFAULT_TIMEOUT
-from gateway.messages import Attachment, Inbound
-from gateway.metrics import Metrics
-from gateway.observe import NO_OBSERVER, TurnObserver
-from gateway.providers.base import Provider
-from gateway.registry import ConversationRegistry
-from gateway.router import Router
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.router import Router
+from gateway.edge.channel import Channel, Deliver, FetchChannel, HttpChannel, ReplySink
+from gateway.edge.coordination import Coordinator
+from gateway.edge.errors import ConfigError
+from gateway.edge.http_limits import DEFAULT_TIMEOUT
+from gateway.edge.messages import Attachment, Inbound
+from gateway.edge.metrics import Metrics
+from gateway.edge.observe import NO_OBSERVER, TurnObserver
+from gateway.edge.provider import Provider
 from sessions.store import SessionStore
 
 log = logging.getLogger("gateway.app")

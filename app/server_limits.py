@@ -8,7 +8,7 @@ Limits (``GATEWAY_HTTP_TIMEOUT``, default 15 s, is the one knob):
   timer runs from the connection's start);
 * request line and each header at most 8190 bytes, at most :data:`MAX_HEADERS` headers and
   :data:`MAX_HEADER_BYTES` of headers in all (431 beyond: aiohttp bounds only each line);
-* a body is read by its handler within the same time (:mod:`gateway.http_limits`) and at most
+* a body is read by its handler within the same time (:mod:`gateway.edge.http_limits`) and at most
   2 MiB anywhere (each endpoint caps lower where its platform allows).
 
 Internals. ``/healthz`` answers everyone with ``{"ok": ...}`` (and 200/503), enough for a load
@@ -27,8 +27,8 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from gateway.hosts import host_of, is_loopback
-from gateway.http_limits import BODY_TIMEOUT
+from gateway.edge.hosts import host_of, is_loopback
+from gateway.edge.http_limits import BODY_TIMEOUT
 
 MAX_LINE: Final = 8190
 MAX_HEADERS: Final = 48

@@ -1,4 +1,4 @@
-"""Live OpenTelemetry traces: the observer (:mod:`gateway.observe`) backed by the
+"""Live OpenTelemetry traces: the observer (:mod:`gateway.edge.observe`) backed by the
 OpenTelemetry SDK, exported over OTLP/HTTP by a batch processor on its own thread.
 
 Chosen by the composition root when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
@@ -12,7 +12,7 @@ Spans (GenAI semantic conventions 1.37+, attribute builders shared with the file
 
 * a turn: ``invoke_agent gateway``, kind INTERNAL, ``gen_ai.operation.name=invoke_agent``,
   ``gen_ai.agent.name``, ``gen_ai.conversation.id`` (the session), ``gateway.tenant``,
-  ``gateway.channel``, ``gateway.conversation``, ``gateway.turn.outcome``;
+  ``gateway.edge.channel``, ``gateway.agent.conversation``, ``gateway.agent.loop.outcome``;
 * each provider call, a child: ``chat {model}``, kind CLIENT, ``gen_ai.provider.name`` (never
   the deprecated ``gen_ai.system``), ``gen_ai.request.*``, ``gen_ai.response.model``,
   ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``, ``gen_ai.usage.*``,
@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from gateway.observe import (
+from gateway.edge.observe import (
     CallHandle,
     CallInfo,
     CallResult,
@@ -64,7 +64,7 @@ class TraceOptions:
 
 
 class OtelObserver:
-    """A :class:`~gateway.observe.TurnObserver` writing OpenTelemetry spans.
+    """A :class:`~gateway.edge.observe.TurnObserver` writing OpenTelemetry spans.
 
     Spans are ended on the event loop (cheap: the batch processor only queues them); export
     runs on the processor's thread. :meth:`aclose` flushes and shuts the provider down off the
@@ -85,8 +85,8 @@ class OtelObserver:
                 "gen_ai.agent.name": AGENT_NAME,
                 "gen_ai.conversation.id": turn.session,
                 "gateway.tenant": turn.tenant,
-                "gateway.channel": turn.channel,
-                "gateway.conversation": turn.conversation,
+                "gateway.edge.channel": turn.channel,
+                "gateway.agent.conversation": turn.conversation,
             })
         return _TurnSpan(self, span, turn)
 
@@ -145,7 +145,7 @@ class _TurnSpan:
         return _ToolSpan(span, self.owner.options.capture_content)
 
     def finished(self, status: str, latency: float) -> None:
-        self.span.set_attribute("gateway.turn.outcome", status)
+        self.span.set_attribute("gateway.agent.loop.outcome", status)
         if status in ("error", "apologised"):
             self.span.set_status(Status(StatusCode.ERROR, status))
             self.span.set_attribute("error.type", status)

@@ -38,7 +38,7 @@ PROVIDER_VARIANTS = (
 """Diagnostic rows (``--diagnose``), paired with the gateway as shipped to the benchmark."""
 MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
 PROVIDER_PROFILE_GROUPS = (
-    ("provider call: SDK post, SSE stream, answer assembled", "gateway/providers/sdk.py",
+    ("provider call: SDK post, SSE stream, answer assembled", "providers/sdk.py",
      "complete"),
     ("... of which the SDK client's request (auth, retries, HTTP)", "openai/_base_client.py",
      "request"),
@@ -161,13 +161,13 @@ def provider_override(cfg: dict[str, Any]) -> Any:
 
 
 def raw_http_provider(base_url: str) -> Any:
-    """The ``gateway/raw-http`` diagnostic: :class:`~gateway.providers.openai.OpenAIProvider`
+    """The ``gateway/raw-http`` diagnostic: :class:`~providers.openai.OpenAIProvider`
     with its ``_post`` replaced by a bare aiohttp POST of the same bytes (see the module
     docstring). Imported in the child only, when that variant runs."""
     import aiohttp
     import orjson
 
-    from gateway.providers.openai import OpenAIProvider
+    from providers.openai import OpenAIProvider
 
     class RawStream:
         """The response's SSE ``data:`` lines as JSON objects, until ``[DONE]``."""

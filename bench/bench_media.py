@@ -79,7 +79,7 @@ class BodyProvider:
         return {"max_tokens": 64}
 
     async def complete(self, request: Any, on_text: Any = None) -> Any:
-        from gateway.providers.base import ProviderResponse
+        from gateway.edge.provider import ProviderResponse
         from sessions.shapes import encode_body, request_body
 
         encode_body(request_body(self.shape, request.system, request.messages, request.tools,

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.messages import ChannelContext
-from gateway.persona import KB_DIR, OPERATOR_FILES, SKILLS_DIR, PersonaWorkspace
-from gateway.persona_files import scan, scan_targets
-from gateway.scopes import scope_of
+from gateway.edge.messages import ChannelContext
+from gateway.edge.scopes import scope_of
+from gateway.persona.files import scan, scan_targets
+from gateway.persona.workspace import KB_DIR, OPERATOR_FILES, SKILLS_DIR, PersonaWorkspace
 
 CONTEXT = ChannelContext("slack", "private", "Ada", tenant="T0TEAM", chat="D1", person="U1")
 

@@ -79,9 +79,9 @@ async def ways(api: str, base_url: str, size: int) -> tuple[dict[str, Call], Cal
     import anthropic
     import openai
 
-    from gateway.providers.anthropic import AnthropicProvider
-    from gateway.providers.base import ProviderRequest
-    from gateway.providers.openai import OpenAIProvider
+    from gateway.edge.provider import ProviderRequest
+    from providers.anthropic import AnthropicProvider
+    from providers.openai import OpenAIProvider
     from sessions.shapes import request_body
 
     messages = conversation(size)
@@ -144,8 +144,8 @@ def _sdk_stream_providers() -> dict[str, Any]:
     import anthropic
     import openai
 
-    from gateway.providers.anthropic import AnthropicProvider
-    from gateway.providers.openai import OpenAIProvider
+    from providers.anthropic import AnthropicProvider
+    from providers.openai import OpenAIProvider
 
     class OpenAISdkStream(OpenAIProvider):
         async def _post(self, body: bytes, stream: bool) -> Any:
@@ -210,7 +210,7 @@ async def caching() -> list[str]:
 
     from app.compose import build_gateway
     from app.config import Settings
-    from gateway.providers.anthropic import AnthropicProvider
+    from providers.anthropic import AnthropicProvider
     from tests.fakes.providers import FakeProviderServer
 
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
@@ -270,8 +270,8 @@ async def compaction() -> list[str]:
 
     from app.compose import build_gateway
     from app.config import Settings
-    from gateway.providers.anthropic import AnthropicProvider
-    from gateway.window import estimate_tokens
+    from gateway.agent.window import estimate_tokens
+    from providers.anthropic import AnthropicProvider
     from sessions.replay import replay_bytes
     from sessions.shapes import encode_body
     from tests.fakes.providers import FakeProviderServer

@@ -1,6 +1,6 @@
 """Benchmark: the Slack path end to end (Events API over HTTP), against a bare aiohttp echo.
 
-The subject is the gateway, built by ``gateway.compose.build_gateway`` as ``gateway run``
+The subject is the gateway, built by ``app.compose.build_gateway`` as ``gateway run``
 builds it: Slack over HTTP (``POST /slack/events``; bolt, slack_sdk), the real ``openai`` SDK
 streaming from a local fake provider server (``bench/_provider.py``; it answers at once), the
 JSONL store (default durability ``turn``) in a temporary directory, and INFO logging set up as
@@ -98,7 +98,7 @@ PROFILE_GROUPS = (
     ("chat.update (final text)", "slack_sdk/web/async_client.py", "chat_update"),
     ("reactions.remove", "slack_sdk/web/async_client.py", "reactions_remove"),
     ("event worker: dedup, names, record the message", "slack/adapter.py", "_accept"),
-    ("prompt build (persona cache check)", "gateway/persona.py", "build"),
+    ("prompt build (persona cache check)", "gateway/persona/workspace.py", "build"),
     ("render Markdown -> mrkdwn", "slack/render.py", "render_chunks"),
     ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
     *PROVIDER_PROFILE_GROUPS,

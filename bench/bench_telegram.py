@@ -1,6 +1,6 @@
 """Benchmark: the Telegram path end to end, against a bare python-telegram-bot echo bot.
 
-The subject is the gateway, built by ``gateway.compose.build_gateway`` as ``gateway run``
+The subject is the gateway, built by ``app.compose.build_gateway`` as ``gateway run``
 builds it. It runs in long-polling mode with ``TELEGRAM_RATE_LIMIT=off``, the real ``openai``
 SDK streaming from a local fake provider server (``bench/_provider.py``; it answers at once),
 the JSONL store (default durability ``turn``) in a temporary directory, and INFO logging set up
@@ -86,7 +86,7 @@ PROFILE_GROUPS = (
     ("sendMessage (the reply)", "telegram/_bot.py", "send_message"),
     ("TelegramChannel.handle: convert, dedup, record the message", "telegram/adapter.py",
      "handle"),
-    ("prompt build (persona cache check)", "gateway/persona.py", "build"),
+    ("prompt build (persona cache check)", "gateway/persona/workspace.py", "build"),
     ("render Markdown -> Telegram HTML", "telegram/render.py", "render_chunks"),
     ("session log appends (JSONL)", "sessions/jsonl.py", "append"),
     *PROVIDER_PROFILE_GROUPS,

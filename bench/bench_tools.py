@@ -26,8 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.messages import ChannelContext
-from gateway.tools import ToolRegistry, ToolResult
+from gateway.agent.tools import ToolRegistry
+from gateway.edge.messages import ChannelContext
+from gateway.edge.tools import ToolResult
 from sessions.persist import _tools_fp
 
 SCHEMA = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 200},

@@ -26,14 +26,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordination.local import LocalConversations
-from gateway.hooks import prompt_persist_hook
-from gateway.messages import ChannelContext
-from gateway.metrics import Metrics
-from gateway.prompt import BuiltPrompt
-from gateway.registry import ConversationRegistry
-from gateway.router import Router
-from gateway.tools import ToolRegistry
-from gateway.turn import AgentLoop
+from gateway.agent.hooks import prompt_persist_hook
+from gateway.agent.loop import AgentLoop
+from gateway.agent.prompt import BuiltPrompt
+from gateway.agent.tools import ToolRegistry
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.router import Router
+from gateway.edge.messages import ChannelContext
+from gateway.edge.metrics import Metrics
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import Prompt, Section
 from sessions.store import Durability

@@ -52,7 +52,7 @@ import asyncpg
 import psutil
 import redis.asyncio as aioredis
 
-from gateway.persona import seed_if_empty
+from gateway.persona.workspace import seed_if_empty
 from sessions.postgres import schema as pg_schema
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ streaming) and then edited at most every ``min_interval`` seconds (platforms rat
 a typing indicator appears once a turn has run ``typing_delay`` seconds and is renewed every
 ``typing_interval`` while it runs. The final text is handed to the platform, which
 renders it (Markdown -> HTML/mrkdwn, split to the platform's limits) and replaces the preview;
-a reply abandoned instead (:class:`gateway.channel.RetractSink`) has its preview deleted.
+a reply abandoned instead (:class:`gateway.edge.channel.RetractSink`) has its preview deleted.
 Delivery errors are logged and counted by the platform target, never raised into the turn.
 """
 
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from gateway.errors import ChannelError
-from gateway.messages import OutboundFile
+from gateway.edge.errors import ChannelError
+from gateway.edge.messages import OutboundFile
 
 TYPING_DELAY = 0.5
 """Seconds a turn runs before the typing indicator is shown."""

@@ -1,8 +1,8 @@
 """Coordination between gateway workers: one process, or several sharing Redis and PostgreSQL.
 
-The seam is :class:`gateway.coordination.base.Coordinator`; the composition root picks
-:class:`~gateway.coordination.local.InProcessCoordinator` (the default) or, with
-``GATEWAY_REDIS_URL``, :class:`~gateway.coordination.redis_coordinator.RedisCoordinator`.
+The seam is :class:`gateway.edge.coordination.base.Coordinator`; the composition root picks
+:class:`~gateway.edge.coordination.local.InProcessCoordinator` (the default) or, with
+``GATEWAY_REDIS_URL``, :class:`~gateway.edge.coordination.redis_coordinator.RedisCoordinator`.
 Nothing outside the composition root imports a concrete coordinator (or ``redis``).
 
 Several workers, in short:
@@ -14,7 +14,7 @@ Several workers, in short:
   the holder reaches the message in arrival order. Nothing is written to the session by the
   receiver.
 * **Serving.** The holder takes the oldest unanswered row, records it in the session (under a
-  fencing token from PostgreSQL's ``fences`` sequence, see :mod:`gateway.registry`) as its
+  fencing token from PostgreSQL's ``fences`` sequence, see :mod:`gateway.delivery.registry`) as its
   turn starts, runs the turn, and marks the row answered the moment the reply is out. With
   the queue empty it gives the lease up and looks once more, so a message entered meanwhile
   is either seen or finds the lease free. Leases are renewed every ``ttl/3`` while held; a
@@ -27,7 +27,7 @@ Several workers, in short:
   conversations with unanswered rows and no holder, with a newer token, so the dead worker's
   writes are refused by the store if it comes back. The head row comes back marked *resumed*:
   the session log says whether it was recorded (its ``meta.item``) and how far its turn got,
-  and it is finished without being recorded or answered twice (:mod:`gateway.takeover`).
+  and it is finished without being recorded or answered twice (:mod:`gateway.delivery.takeover`).
   Redis losing its state (a restart without persistence, FLUSHDB, a failover) loses leases
   and relayed reply events, never a message, and tokens never go back.
 * **Singletons.** Telegram long polling and Slack Socket Mode run on the worker elected

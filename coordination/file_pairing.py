@@ -1,6 +1,6 @@
 """Pairing state of one gateway (and its CLI): a private JSON file under the data folder.
 
-The gateway (writing behind, see :mod:`gateway.pairing_live`) and ``gateway pairing`` are two
+The gateway (writing behind, see :mod:`gateway.access.pairing_live`) and ``gateway pairing`` are two
 processes changing one file: every update is a read-modify-write under an exclusive ``flock``
 on a lock file beside it, so neither loses the other's change.
 """

@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 import orjson
 
 from coordination import journal_file
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from sessions.files import FILE_MODE, ensure_private_dir, write_all
 from sessions.reserve import FULL_KINDS, Reserve
 from sessions.sync_lane import FileSyncer, SyncLane

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from gateway.coordination import QueueItem
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.coordination import QueueItem
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 
 DEFAULT_PREFIX = "gw:"
 
@@ -90,7 +90,7 @@ def encode_item(item: QueueItem, origin: str) -> str:
     }
     # Attachments are taken in (stored as blobs) before a message is queued, and only their
     # references travel, never their bytes; except files fetched after the acknowledgement
-    # (gateway.messages.deferred), which travel as what the channel said of them, so that
+    # (gateway.edge.messages.deferred), which travel as what the channel said of them, so that
     # whoever serves the item (a restarted process, another worker) can still fetch them.
     if inbound.attachments:
         body["attachments"] = [_attachment(a) for a in inbound.attachments]

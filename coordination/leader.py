@@ -20,16 +20,16 @@ from redis.exceptions import RedisError
 
 from coordination import scripts
 from coordination.redis_queue import LEASE_SAFETY
-from gateway.tasks import bounded, stop
+from gateway.edge.tasks import bounded, stop
 
-log = logging.getLogger("gateway.coordination")
+log = logging.getLogger("gateway.edge.coordination")
 
 RESTART_PAUSE = 1.0
 """Seconds before campaigning again after the job itself failed."""
 
 
 class RedisLeaderElector:
-    """See :class:`gateway.coordination.base.LeaderElector`."""
+    """See :class:`gateway.edge.coordination.base.LeaderElector`."""
 
     def __init__(self, redis: aioredis.Redis, key: str, owner: str, *, ttl: float,
                  name: str) -> None:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from gateway.coordination import LeaseLostError
+from gateway.edge.coordination import LeaseLostError
 
 RECANCEL_EVERY = 0.1
 

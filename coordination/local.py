@@ -2,7 +2,7 @@
 
 A message is recorded the moment it arrives (``records_on_receipt``): first as owed in the
 journal (:mod:`coordination.journal`, which is also the one duplicate check), then in its
-session (except one with files still to fetch, :func:`gateway.messages.deferred`: recorded as
+session (except one with files still to fetch, :func:`gateway.edge.messages.deferred`: recorded as
 its turn starts, the journal holding it and its files' references until then, and the
 conversation's messages queued behind it, or behind a ``/new``, which are recorded as their own
 turns start, so the session keeps the order they came in); then it is
@@ -26,19 +26,19 @@ from typing import Any, Self
 
 from coordination.journal import JOURNAL_FILE, FileJournal
 from coordination.keys import decode_item, encode_item, key_of, member
-from gateway.coordination import Claim, Entered, QueueItem
-from gateway.episodes import Episode
-from gateway.errors import UnavailableError, kind_of
-from gateway.messages import ConversationKey, deferred
-from gateway.pairing import PairingState
+from gateway.edge.coordination import Claim, Entered, QueueItem
+from gateway.edge.episodes import Episode
+from gateway.edge.errors import UnavailableError, kind_of
+from gateway.edge.messages import ConversationKey, deferred
+from gateway.edge.pairing import PairingState
 from sessions.reserve import Reserve
 from sessions.sync_lane import FileSyncer
 
-log = logging.getLogger("gateway.coordination")
+log = logging.getLogger("gateway.edge.coordination")
 
 
 class LocalConversations:
-    """See :class:`gateway.coordination.ConversationQueue`."""
+    """See :class:`gateway.edge.coordination.ConversationQueue`."""
 
     records_on_receipt = True
 
@@ -216,7 +216,7 @@ class LocalConversations:
 
 
 class InProcessCoordinator:
-    """The default :class:`~gateway.coordination.Coordinator`: one gateway process.
+    """The default :class:`~gateway.edge.coordination.Coordinator`: one gateway process.
 
     ``data_dir``: where the owed journal lives (``<data_dir>/state/delivery.jsonl``);
     ``None`` keeps it in memory (tests that need no restart). ``journal``: a given one.

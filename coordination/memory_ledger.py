@@ -1,4 +1,4 @@
-"""The usage ledger of one gateway process (see :class:`gateway.ledger.UsageLedger`).
+"""The usage ledger of one gateway process (see :class:`gateway.edge.ledger.UsageLedger`).
 
 Totals live in memory per (scope, UTC day), only for today and yesterday (a budget asks about
 today; a day is forgotten once two have passed). A restart would start them at zero, so the
@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Sequence
 
-from gateway.ledger import NOTHING, Spent
+from gateway.edge.ledger import NOTHING, Seed, Spent
 
-log = logging.getLogger("gateway.ledger")
+log = logging.getLogger("gateway.edge.ledger")
 
-SeedEntry = tuple[Sequence[str], int, float]
-"""One recorded call: the scopes it counts for, its tokens and its cost."""
-Seed = Callable[[str], Awaitable[Iterable[SeedEntry]]]
 
 
 class MemoryLedger:

@@ -24,12 +24,12 @@ from coordination.leader import RedisLeaderElector
 from coordination.redis_pairing import RedisPairingState
 from coordination.redis_queue import RedisConversations
 from coordination.relay import Relay
-from gateway.coordination import SharedInbox
-from gateway.errors import ConfigError
-from gateway.pairing import PairingState
-from gateway.tasks import bounded, stop
+from gateway.edge.coordination import SharedInbox
+from gateway.edge.errors import ConfigError
+from gateway.edge.pairing import PairingState
+from gateway.edge.tasks import bounded, stop
 
-log = logging.getLogger("gateway.coordination")
+log = logging.getLogger("gateway.edge.coordination")
 
 DEFAULT_LEASE_TTL = 15.0
 
@@ -40,7 +40,7 @@ def new_worker_id() -> str:
 
 
 class RedisCoordinator:
-    """See :class:`gateway.coordination.base.Coordinator` and the module docstring."""
+    """See :class:`gateway.edge.coordination.base.Coordinator` and the module docstring."""
 
     def __init__(self, url: str, inbox: SharedInbox, *, prefix: str = DEFAULT_PREFIX,
                  lease_ttl: float = DEFAULT_LEASE_TTL, worker: str | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The usage ledger in Redis, shared by every worker (see :class:`gateway.ledger.UsageLedger`).
+"""The usage ledger in Redis, shared by every worker (see :class:`gateway.edge.ledger.UsageLedger`).
 
 Keys (under ``GATEWAY_REDIS_PREFIX``)::
 
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.episodes import Episode
-from gateway.ledger import NOTHING, Spent
-from gateway.tasks import bounded
+from gateway.edge.episodes import Episode
+from gateway.edge.ledger import NOTHING, Spent
+from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.ledger")
+log = logging.getLogger("gateway.edge.ledger")
 
 KEEP_DAYS = 3 * 86_400
 # Drop what left the window; if the window is full, the seconds until its oldest leaves;

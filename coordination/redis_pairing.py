@@ -1,6 +1,6 @@
 """The pairing document in Redis, shared by workers and the operator's CLI.
 
-:class:`gateway.pairing.PairingState` is synchronous (access control decides inline), so this
+:class:`gateway.edge.pairing.PairingState` is synchronous (access control decides inline), so this
 uses redis-py's blocking client with short timeouts: one ``GET`` per check of a paired or
 pending person, as the file state reads a file. Updates are optimistic transactions
 (``WATCH``/``MULTI``), retried on a conflict, so two workers never lose each other's change.
@@ -22,7 +22,7 @@ MAX_TRIES = 20
 
 
 class RedisPairingState:
-    """See :class:`gateway.pairing.PairingState`; the document is one JSON string key."""
+    """See :class:`gateway.edge.pairing.PairingState`; the document is one JSON string key."""
 
     def __init__(self, url: str, key: str) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=TIMEOUT,

@@ -1,6 +1,6 @@
 """Conversations shared by workers: the queue in PostgreSQL, the lease in Redis.
 
-What is owed lives with the sessions (:class:`gateway.coordination.SharedInbox`, the
+What is owed lives with the sessions (:class:`gateway.edge.coordination.SharedInbox`, the
 ``inbox`` table): a receiver records a message there, and only then is it acknowledged (its
 platform id is refused there as a duplicate in the same statement). Redis only says who serves
 a conversation now: its lease (``SET NX PX``), renewed every ``ttl/3`` while held. Its value is
@@ -44,13 +44,13 @@ from coordination import scripts
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
 from coordination.lease_guard import LeaseGuard, guarded
 from coordination.relay import Relay
-from gateway.coordination import Claim, Entered, LeaseLostError, QueueItem, SharedInbox
-from gateway.episodes import Episode
-from gateway.errors import UnavailableError, kind_of
-from gateway.messages import ConversationKey
-from gateway.tasks import bounded
+from gateway.edge.coordination import Claim, Entered, LeaseLostError, QueueItem, SharedInbox
+from gateway.edge.episodes import Episode
+from gateway.edge.errors import UnavailableError, kind_of
+from gateway.edge.messages import ConversationKey
+from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.coordination")
+log = logging.getLogger("gateway.edge.coordination")
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ SETTLED_POLL = 0.2
 
 
 class RedisConversations:
-    """See the module docstring and :class:`gateway.coordination.ConversationQueue`."""
+    """See the module docstring and :class:`gateway.edge.coordination.ConversationQueue`."""
 
     records_on_receipt = False
 

@@ -26,10 +26,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from coordination.keys import Keys
-from gateway.channel import ReplySink, RetractSink
-from gateway.tasks import bounded
+from gateway.edge.channel import ReplySink, RetractSink
+from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.coordination")
+log = logging.getLogger("gateway.edge.coordination")
 
 DELTA_INTERVAL = 0.05
 INBOX_TTL = 600
@@ -93,7 +93,7 @@ async def push(redis: aioredis.Redis, inbox: str, item_id: str, kind: str, text:
 
 
 async def retract(sink: ReplySink) -> None:
-    """Retract on ``sink`` when it can (:class:`gateway.channel.RetractSink`)."""
+    """Retract on ``sink`` when it can (:class:`gateway.edge.channel.RetractSink`)."""
     if isinstance(sink, RetractSink):
         await sink.retract()
 

@@ -23,7 +23,7 @@ so a collector, Jaeger, Tempo, Langfuse or Phoenix can ingest an old session. It
 * ``server.address`` / ``server.port``: host and port of the endpoint the call entry recorded
   (:mod:`sessions.endpoint`); left out for logs written before it was recorded and for calls to
   an in-process provider;
-* ours, namespaced: ``gateway.tenant``, ``gateway.call`` and ``gateway.prompt.fingerprint``.
+* ours, namespaced: ``gateway.tenant``, ``gateway.call`` and ``gateway.agent.prompt.fingerprint``.
 
 Ids and times: ``traceId`` (32 hex) is derived from the tenant and session id, so every call of
 a session shares one trace; ``spanId`` (16 hex) from tenant, session and call number. Both are
@@ -136,7 +136,7 @@ def call_span(replay: Replay, turn: Turn, tenant: str | None = None, *,
     attrs["gateway.tenant"] = tenant
     attrs["gateway.call"] = turn.index
     if turn.prompt is not None:
-        attrs["gateway.prompt.fingerprint"] = turn.prompt.fingerprint
+        attrs["gateway.agent.prompt.fingerprint"] = turn.prompt.fingerprint
     start = _parse_ts(turn.ts)
     latency = outcome.latency_ms if outcome is not None else None
     end = start + timedelta(milliseconds=latency) if start is not None and latency else None

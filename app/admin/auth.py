@@ -25,7 +25,7 @@ import hmac
 import time
 from dataclasses import dataclass
 
-from gateway.hosts import host_of, is_loopback
+from gateway.edge.hosts import host_of, is_loopback
 from sessions.errors import InvalidNameError
 from sessions.names import DEFAULT_TENANT, validate_tenant
 

@@ -52,7 +52,7 @@ from app.admin.session_pages import (
 )
 from app.admin.throttle import LoginThrottle
 from app.admin.usage_page import days_of, usage_page
-from gateway.http_limits import BodyRefused, read_body
+from gateway.edge.http_limits import BodyRefused, read_body
 from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore, load, validate_digest
 from sessions.drift import DEFAULT_METRIC, METRICS, drift

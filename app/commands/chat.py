@@ -16,9 +16,9 @@ from app.commands.common import EXIT_USAGE, CommandError
 from app.commands.run import load_settings
 from app.compose import build_gateway, build_store, tool_secrets
 from app.compose_channels import console_channel
-from gateway.errors import ChannelError, ConfigError
-from gateway.history import StoreHistory
-from gateway.ids import InvalidIdError
+from gateway.delivery.history import StoreHistory
+from gateway.edge.errors import ChannelError, ConfigError
+from gateway.edge.ids import InvalidIdError
 
 DESCRIPTION = """\
 Talk to the agent in this terminal, recorded like any other channel. Type /help for the chat

@@ -6,7 +6,7 @@ records a tombstone so an audit shows the erasure (``docs/session-format.md``,
 "Tombstones"). ``--dry-run`` prints what would be removed and changes nothing. ``--audit``
 prints the tombstones (of ``--tenant``, or of every tenant; only the person's with
 ``--user``) as JSON lines. What is erased, and what is not (group conversations belong to
-their chat): :mod:`gateway.erasure`.
+their chat): :mod:`gateway.erasure.eraser`.
 
 With JSONL sessions, a session a running gateway holds open refuses the erasure before
 anything is deleted: stop the gateway first, or let the person send ``/forget`` in a DM.
@@ -25,7 +25,7 @@ import orjson
 from app.commands.common import EXIT_OK, CommandError
 from app.compose import blob_store_for, build_eraser, rerun_store
 from app.config import Settings
-from gateway.scopes import ScopeError, parse_ref
+from gateway.edge.scopes import ScopeError, parse_ref
 from sessions.errors import SessionLockedError
 from sessions.names import DEFAULT_TENANT
 from sessions.store import SessionStore

@@ -18,8 +18,8 @@ from typing import TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, CommandError
 from app.config import Settings
-from gateway.memory_scopes import delete_scope, list_scopes, scope_files
-from gateway.scopes import Scope, ScopeError, ScopeKind, parse_ref
+from gateway.edge.scopes import Scope, ScopeError, ScopeKind, parse_ref
+from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
 from sessions.names import DEFAULT_TENANT
 
 DESCRIPTION = """\

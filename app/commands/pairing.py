@@ -14,7 +14,7 @@ from typing import TextIO
 from app.commands.common import EXIT_USAGE, CommandError
 from app.compose import pairing_state
 from app.config import Settings
-from gateway.pairing import CODE_TTL, PairingError, PairingStore
+from gateway.edge.pairing import CODE_TTL, PairingError, PairingStore
 
 DESCRIPTION = """\
 Someone not on an allowlist who writes to the bot in a DM gets a pairing code; approve the code

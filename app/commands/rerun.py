@@ -30,9 +30,9 @@ from app.commands.rerun_tools import MISSING, RecordedResults, ToolStep, resolve
 from app.commands.run import load_settings
 from app.compose import RERUNS_DIR, build_provider, live_tool_set, rerun_store
 from app.config import Settings
-from gateway.errors import ConfigError, ProviderError
-from gateway.messages import ChannelContext
-from gateway.providers.base import Provider, ProviderRequest
+from gateway.edge.errors import ConfigError, ProviderError
+from gateway.edge.messages import ChannelContext
+from gateway.edge.provider import Provider, ProviderRequest
 from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
 from sessions.attachments import needed

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.messages import ChannelContext
-from gateway.tools import ToolSet
+from gateway.agent.tools import ToolSet
+from gateway.edge.messages import ChannelContext
 from sessions.records import MessageDict
 from sessions.replay import Replay
 

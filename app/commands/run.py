@@ -16,7 +16,7 @@ from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
 from app.compose import build_gateway, tool_secrets
 from app.config import Settings
-from gateway.errors import ChannelError, ConfigError
+from gateway.edge.errors import ChannelError, ConfigError
 
 DESCRIPTION = """\
 Serve the channels named in GATEWAY_CHANNELS (web, telegram, slack) until Ctrl-C or SIGTERM,

@@ -11,7 +11,7 @@ import orjson
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.compose import tool_servers_report
 from app.config import Settings
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 
 DESCRIPTION = """\
 Reads the same settings as `gateway run` (GATEWAY_MCP_CONFIG from the environment or .env),

@@ -23,8 +23,8 @@ from app.admin import Access, AdminSite, SessionSource
 from app.commands.common import EXIT_USAGE, CommandError
 from app.config import Settings
 from app.prices import load_prices
-from gateway.errors import ConfigError
-from gateway.hosts import is_loopback
+from gateway.edge.errors import ConfigError
+from gateway.edge.hosts import is_loopback
 from sessions.blobs import BlobStore
 from sessions.errors import InvalidNameError
 

@@ -32,12 +32,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway import commands
-from gateway.channel import Accepted, Deliver, ReplySink, RouterClosedError
-from gateway.errors import UnavailableError
-from gateway.history import History
-from gateway.ids import DEFAULT_TENANT, valid_id
-from gateway.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
+from gateway.edge import commands
+from gateway.edge.channel import Accepted, Deliver, ReplySink, RouterClosedError
+from gateway.edge.errors import UnavailableError
+from gateway.edge.history import History
+from gateway.edge.ids import DEFAULT_TENANT, valid_id
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
 log = logging.getLogger("channels.console")
 

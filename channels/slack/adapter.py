@@ -3,7 +3,7 @@ chat.postMessage / chat.update in the person's thread.
 
 Data path: bolt verifies the event (:mod:`channels.slack.events`, or the socket in
 :mod:`channels.slack.socket`) and runs our listener before it answers Slack:
-:mod:`channels.slack.convert` turns the event into an :class:`~gateway.messages.Inbound` and
+:mod:`channels.slack.convert` turns the event into an :class:`~gateway.edge.messages.Inbound` and
 ``deliver`` (the access gate in front of the router) is awaited, which returns once the
 message is durably recorded and its turn queued. Only then does Slack get its 200 (or its
 Socket Mode ack), so an acknowledged message survives a crash; when it could not be recorded
@@ -76,14 +76,14 @@ from channels.slack.files import fetch, with_files
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.slack.socket import SocketMode
 from channels.streaming import TYPING_DELAY, EditStreamer
-from gateway import commands
-from gateway.channel import Deliver, ReplySink, RouterClosedError
-from gateway.coordination import LeaderElector
-from gateway.errors import RETRY_AFTER, ChannelError, ConfigError, UnavailableError
-from gateway.ids import InvalidIdError, valid_id
-from gateway.messages import Attachment, Inbound, Sender
-from gateway.metrics import Metrics
-from gateway.tasks import stop
+from gateway.edge import commands
+from gateway.edge.channel import Deliver, ReplySink, RouterClosedError
+from gateway.edge.coordination import LeaderElector
+from gateway.edge.errors import RETRY_AFTER, ChannelError, ConfigError, UnavailableError
+from gateway.edge.ids import InvalidIdError, valid_id
+from gateway.edge.messages import Attachment, Inbound, Sender
+from gateway.edge.metrics import Metrics
+from gateway.edge.tasks import stop
 
 log = logging.getLogger("channels.slack")
 

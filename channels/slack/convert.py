@@ -1,4 +1,4 @@
-"""Slack Events API payloads -> :class:`gateway.messages.Inbound` (pure: no I/O, no clock).
+"""Slack Events API payloads -> :class:`gateway.edge.messages.Inbound` (pure: no I/O, no clock).
 
 What counts as a message to the bot:
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from gateway.ids import InvalidIdError, valid_id
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.ids import InvalidIdError, valid_id
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 
 CHANNEL: Final = "slack"
 

@@ -40,10 +40,10 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.convert import SLASH_COMMAND
-from gateway.errors import RETRY_AFTER
-from gateway.http_limits import BodyRefused, read_body
-from gateway.metrics import Metrics
-from gateway.refusals import RefusalLog
+from gateway.edge.errors import RETRY_AFTER
+from gateway.edge.http_limits import BodyRefused, read_body
+from gateway.edge.metrics import Metrics
+from gateway.edge.refusals import RefusalLog
 
 log = logging.getLogger("channels.slack")
 
@@ -130,7 +130,7 @@ class EventsEndpoint:
     within the server's body time limit (413/408), and only then is the HMAC checked. So a
     client without the signing secret can make us buffer at most :data:`MAX_BODY` bytes per
     request, and only with a fresh timestamp. Refusals are counted and logged once per episode
-    (:class:`gateway.refusals.RefusalLog`), never one line per request.
+    (:class:`gateway.edge.refusals.RefusalLog`), never one line per request.
     """
 
     def __init__(self, app: AsyncApp, signing_secret: str, metrics: Metrics,

@@ -3,7 +3,7 @@ message's turn starts (after Slack got its acknowledgement).
 
 Slack wants its answer to an event within 3 seconds and retries the event when it is late; a
 large or slow file would hold the acknowledgement past that. So :func:`with_files` only
-describes the files (an :class:`~gateway.messages.Attachment` with a ``ref``, the URL), the
+describes the files (an :class:`~gateway.edge.messages.Attachment` with a ``ref``, the URL), the
 message is owed and acknowledged with those references, and the core calls
 :meth:`channels.slack.adapter.SlackChannel.fetch_file`, i.e. :func:`fetch`, when the turn starts,
 in this run or, after a crash or a stop, in the next one.
@@ -28,7 +28,7 @@ from typing import Final
 import aiohttp
 
 from channels.slack.convert import SlackFile, token_allowed
-from gateway.messages import Attachment, Inbound
+from gateway.edge.messages import Attachment, Inbound
 
 log = logging.getLogger("channels.slack")
 

@@ -33,9 +33,9 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channels.slack.convert import CHANNEL, META_REPLY_THREAD, META_TS
 from channels.slack.render import render_chunks
-from gateway.errors import ChannelError
-from gateway.messages import Inbound, OutboundFile
-from gateway.metrics import Metrics
+from gateway.edge.errors import ChannelError
+from gateway.edge.messages import Inbound, OutboundFile
+from gateway.edge.metrics import Metrics
 
 log = logging.getLogger("channels.slack")
 

@@ -73,13 +73,13 @@ from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
 from channels.telegram.webhook import WebhookEndpoint
-from gateway import commands
-from gateway.channel import Deliver, ReplySink, RouterClosedError
-from gateway.coordination import LeaderElector
-from gateway.errors import ChannelError, ConfigError, UnavailableError
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
-from gateway.metrics import Metrics
-from gateway.tasks import stop
+from gateway.edge import commands
+from gateway.edge.channel import Deliver, ReplySink, RouterClosedError
+from gateway.edge.coordination import LeaderElector
+from gateway.edge.errors import ChannelError, ConfigError, UnavailableError
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.metrics import Metrics
+from gateway.edge.tasks import stop
 
 log = logging.getLogger("channels.telegram")
 
@@ -127,7 +127,8 @@ def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
 
 class TelegramChannel:
     """See the module docstring. Implements :class:`channels.base.Channel`,
-    :class:`gateway.channel.FetchChannel` and, in webhook mode, :class:`gateway.app.HttpChannel`."""
+    :class:`gateway.edge.channel.FetchChannel` and, in webhook mode,
+    :class:`gateway.edge.channel.HttpChannel`."""
 
     name = "telegram"
 

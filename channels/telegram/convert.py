@@ -1,4 +1,4 @@
-"""Telegram updates -> :class:`gateway.messages.Inbound` (pure: no I/O, no clock, no state).
+"""Telegram updates -> :class:`gateway.edge.messages.Inbound` (pure: no I/O, no clock, no state).
 
 What becomes an inbound message, and what does not (the :class:`Skip` reason says why):
 
@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 
 from telegram import Message, MessageEntity, Update
 
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 
 CHANNEL: Final = "telegram"
 GroupMode = Literal["mention", "all"]

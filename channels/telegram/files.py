@@ -4,7 +4,7 @@ PTB's ``get_file`` then its download as the message's turn starts (I/O only).
 Polling handles updates one after another, and a webhook's answer waits for its update: a
 download before the message is recorded would hold every other chat's messages (and the next
 ``getUpdates``) behind one person's large file. So :func:`with_files` only describes the files
-(an :class:`~gateway.messages.Attachment` with a ``ref``, the ``file_id``), the message is owed
+(an :class:`~gateway.edge.messages.Attachment` with a ``ref``, the ``file_id``), the message is owed
 and confirmed with those references, and the core calls
 :meth:`channels.telegram.adapter.TelegramChannel.fetch_file`, i.e. :func:`fetch`, when its turn
 starts, in this run or, after a crash or a stop, in the next one (a ``file_id`` stays valid for
@@ -29,7 +29,7 @@ from telegram.error import BadRequest
 
 from channels.telegram.convert import TelegramFile, files_of
 from channels.telegram.sink import BotApi
-from gateway.messages import Attachment, Inbound
+from gateway.edge.messages import Attachment, Inbound
 
 DEFAULT_FILE_BASE_URL: Final = "https://api.telegram.org/file/bot"
 DOWNLOAD_TIMEOUT: Final = 60.0

@@ -40,8 +40,8 @@ from telegram import Update
 from telegram.error import Conflict, RetryAfter
 
 from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
-from gateway.channel import RouterClosedError
-from gateway.errors import UnavailableError
+from gateway.edge.channel import RouterClosedError
+from gateway.edge.errors import UnavailableError
 
 log = logging.getLogger("channels.telegram")
 

@@ -44,9 +44,9 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from channels.telegram.render import TelegramChunk, render_chunks
-from gateway.errors import ChannelError
-from gateway.messages import OutboundFile
-from gateway.metrics import Metrics
+from gateway.edge.errors import ChannelError
+from gateway.edge.messages import OutboundFile
+from gateway.edge.metrics import Metrics
 
 log = logging.getLogger("channels.telegram")
 

@@ -25,11 +25,11 @@ import orjson
 from aiohttp import web
 from telegram import Update
 
-from gateway.channel import RouterClosedError
-from gateway.errors import RETRY_AFTER, UnavailableError
-from gateway.http_limits import BodyRefused, read_body
-from gateway.metrics import Metrics
-from gateway.refusals import RefusalLog
+from gateway.edge.channel import RouterClosedError
+from gateway.edge.errors import RETRY_AFTER, UnavailableError
+from gateway.edge.http_limits import BodyRefused, read_body
+from gateway.edge.metrics import Metrics
+from gateway.edge.refusals import RefusalLog
 
 log = logging.getLogger("channels.telegram")
 

@@ -83,13 +83,13 @@ from channels.web.convert import (
     parse_chat,
 )
 from channels.web.sink import WebSink
-from gateway.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
-from gateway.errors import RETRY_AFTER, ConfigError, UnavailableError
-from gateway.history import History
-from gateway.hosts import host_of, is_loopback
-from gateway.http_limits import body_timeout
-from gateway.ids import DEFAULT_TENANT
-from gateway.messages import ConversationKey, Inbound, Sender
+from gateway.edge.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
+from gateway.edge.errors import RETRY_AFTER, ConfigError, UnavailableError
+from gateway.edge.history import History
+from gateway.edge.hosts import host_of, is_loopback
+from gateway.edge.http_limits import body_timeout
+from gateway.edge.ids import DEFAULT_TENANT
+from gateway.edge.messages import ConversationKey, Inbound, Sender
 
 log = logging.getLogger("channels.web")
 

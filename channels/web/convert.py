@@ -15,9 +15,9 @@ from urllib.parse import quote
 
 import orjson
 
-from gateway.history import HistoryFile, HistoryItem
-from gateway.ids import InvalidIdError, valid_id
-from gateway.messages import Attachment
+from gateway.edge.history import HistoryFile, HistoryItem
+from gateway.edge.ids import InvalidIdError, valid_id
+from gateway.edge.messages import Attachment
 
 MAX_NAME_CHARS = 80
 MAX_CLIENT_ID_CHARS = 128

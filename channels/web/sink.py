@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from channels.web.convert import file_json
-from gateway.history import HistoryFile
-from gateway.messages import OutboundFile
+from gateway.edge.history import HistoryFile
+from gateway.edge.messages import OutboundFile
 
 
 class WebSink:

@@ -22,10 +22,10 @@ notice; nothing here raises for bad input. CPU work (sniffing, Pillow) runs in a
 Files a channel fetches only after the acknowledgement (Slack's: its Events API wants an
 answer within 3 seconds, and a download can take longer; Telegram's: a download would hold
 every other chat's updates behind it) carry a ``ref``
-(:func:`gateway.messages.deferred`). :meth:`MediaIntake.wrap` lets such a message through
+(:func:`gateway.edge.messages.deferred`). :meth:`MediaIntake.wrap` lets such a message through
 untouched, so it is owed with its references; the router calls :meth:`MediaIntake.prepare`
 as its turn starts, which fetches each through ``fetch`` (the channel's
-:meth:`~gateway.channel.FetchChannel.fetch_file`, looked up by channel name).
+:meth:`~gateway.edge.channel.FetchChannel.fetch_file`, looked up by channel name).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.channel import Deliver, ReplySink
-from gateway.errors import TranscriptionError
+from gateway.edge.channel import Deliver, ReplySink
+from gateway.edge.errors import TranscriptionError
+from gateway.edge.messages import Attachment, Inbound, deferred
 from gateway.media.images import ImageError, ImageLimits, fit
 from gateway.media.policy import (
     MediaLimits,
@@ -52,7 +53,6 @@ from gateway.media.policy import (
 )
 from gateway.media.sniff import sniff
 from gateway.media.transcribe import Transcriber
-from gateway.messages import Attachment, Inbound, deferred
 from sessions.attachments import BlobRef, category, ref_block
 from sessions.blobs import BlobStore
 from sessions.errors import BlobWriteError

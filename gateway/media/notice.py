@@ -7,9 +7,9 @@ The notice is recorded in the message's ``meta`` (``notice``), the answer as usu
 
 from __future__ import annotations
 
-from gateway.channel import FileSink, ReplySink
-from gateway.errors import ChannelError
-from gateway.messages import OutboundFile
+from gateway.edge.channel import FileSink, ReplySink
+from gateway.edge.errors import ChannelError
+from gateway.edge.messages import OutboundFile
 
 
 class NoticeFirst:

@@ -1,6 +1,6 @@
 """Files a tool returned (an MCP server's screenshot, a chart, a PDF), stored like attachments.
 
-A tool result may carry files for the model to see (:attr:`gateway.tools.ToolResult.media`).
+A tool result may carry files for the model to see (:attr:`gateway.edge.tools.ToolResult.media`).
 Before the result is recorded, :class:`ToolMediaKeeper` takes each one in the way the intake
 takes a person's attachments (:mod:`gateway.media.intake`): the type is sniffed from the bytes,
 an image over the provider's limits is scaled down (the stored bytes are exactly the bytes
@@ -23,11 +23,11 @@ import dataclasses
 import logging
 from typing import Any
 
+from gateway.edge.tools import ToolMedia, ToolResult
 from gateway.media.images import ImageLimits
 from gateway.media.intake import Examined, fit_image, store
 from gateway.media.policy import MediaLimits, Refusal, note_block, too_large, unsupported
 from gateway.media.sniff import sniff
-from gateway.tools import ToolMedia, ToolResult
 from sessions.attachments import PDF, category
 from sessions.blobs import BlobStore
 
@@ -35,7 +35,7 @@ log = logging.getLogger("gateway.media")
 
 
 class ToolMediaKeeper:
-    """Implements :class:`gateway.tools.MediaKeeper` over a blob store (module docstring)."""
+    """Implements :class:`gateway.edge.tools.MediaKeeper` over a blob store (module docstring)."""
 
     def __init__(self, blobs: BlobStore, *, limits: MediaLimits, images: ImageLimits) -> None:
         self.blobs = blobs

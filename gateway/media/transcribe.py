@@ -16,7 +16,7 @@ class Transcriber(Protocol):
 
     Contract: :meth:`transcribe` returns the text heard in ``audio`` (sniffed as
     ``media_type``; ``name`` is its file name, for servers that want one), or raises
-    :class:`gateway.errors.TranscriptionError` after its own retries, never hanging past its
+    :class:`gateway.edge.errors.TranscriptionError` after its own retries, never hanging past its
     timeout. ``model`` is what the transcript is recorded as coming from. :meth:`aclose` is
     idempotent.
     """

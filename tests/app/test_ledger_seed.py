@@ -8,8 +8,8 @@ from pathlib import Path
 
 from app.ledger_seed import seed_from
 from coordination.memory_ledger import MemoryLedger
-from gateway.ledger import chat_scope_of, day_of, tenant_scope, user_scope
-from gateway.limits import LimitSettings
+from gateway.edge.ledger import chat_scope_of, day_of, tenant_scope, user_scope
+from gateway.usage.limits import LimitSettings
 from sessions.jsonl import JsonlSessionStore
 from sessions.pricing import Price, PriceTable
 from tests.fakes.scripted_provider import ScriptedProvider

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from app import logs
-from gateway import logctx
+from gateway.edge import logctx
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import commands
+from gateway.edge import commands
 from tests.channels.test_slack_gateway import TEAM, events_url, slack_settings
 from tests.channels.test_slack_gateway import running as slack_running
 from tests.channels.test_telegram_harness import ALICE, running, telegram_settings, wait_until

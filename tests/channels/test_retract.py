@@ -18,11 +18,11 @@ from channels.streaming import EditStreamer
 from channels.telegram.adapter import build_bot
 from channels.telegram.sink import BotApi, TelegramTarget
 from channels.web.sink import WebSink
-from gateway.answering import Answering
-from gateway.channel import ReplySink
-from gateway.coordination import LeaseLostError
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.metrics import Metrics
+from gateway.delivery.answering import Answering
+from gateway.edge.channel import ReplySink
+from gateway.edge.coordination import LeaseLostError
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.metrics import Metrics
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 

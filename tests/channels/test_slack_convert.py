@@ -14,7 +14,7 @@ from channels.slack.convert import (
     files_of,
     to_inbound,
 )
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 
 BOT = "U0BOT"
 TEAM = "T123"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.providers.offline import OfflineProvider
+from providers.offline import OfflineProvider
 from tests.channels.test_chat_commands import bot_texts, slash
 from tests.channels.test_slack_gateway import TEAM, events_url, slack_settings, wait_until
 from tests.channels.test_slack_gateway import running as slack_running

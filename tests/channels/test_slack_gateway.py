@@ -21,10 +21,10 @@ from app.server import Gateway
 from channels.slack.adapter import SlackChannel
 from channels.slack.render import render_chunks
 from coordination.local import InProcessCoordinator
-from gateway.errors import ConfigError
-from gateway.metrics import Metrics
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.errors import ConfigError
+from gateway.edge.metrics import Metrics
+from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
+from providers.anthropic import AnthropicProvider
 from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply, content_text
 from tests.fakes.scripted_provider import ScriptedProvider

@@ -18,7 +18,7 @@ from channels.telegram.convert import (
     to_inbound,
 )
 from channels.telegram.files import file_base_url
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 from tests.fakes.telegram_api import FakeTelegramServer
 
 BOT = BotIdentity(id=123456789, username="fake_test_bot")

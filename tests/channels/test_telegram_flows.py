@@ -16,9 +16,9 @@ import pytest
 
 from app.cli import main as cli_main
 from coordination.file_pairing import FilePairingState
-from gateway.pairing import PairingStore
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.offline import OfflineProvider
+from gateway.edge.pairing import PairingStore
+from providers.anthropic import AnthropicProvider
+from providers.offline import OfflineProvider
 from tests.channels.test_telegram_harness import (
     ALICE,
     replay_of,
@@ -46,7 +46,7 @@ async def test_pairing_end_to_end(fake: FakeTelegramServer, tmp_path: Path,
                                   caplog: pytest.LogCaptureFixture) -> None:
     """A stranger's DM gets a pairing code (never logged); once approved, they are answered."""
     caplog.set_level(logging.DEBUG)
-    for noisy in ("httpx", "httpcore", "telegram"):  # as gateway.logs.configure does
+    for noisy in ("httpx", "httpcore", "telegram"):  # as app.logs.configure does
         caplog.set_level(logging.WARNING, logger=noisy)
     provider = ScriptedProvider()
     provider.script("welcome!")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.forget import GROUP_REPLY
-from gateway.providers.offline import OfflineProvider
+from gateway.erasure.forget import GROUP_REPLY
+from providers.offline import OfflineProvider
 from tests.channels.test_telegram_harness import (
     ALICE,
     BOB,

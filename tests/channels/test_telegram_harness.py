@@ -17,8 +17,8 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from channels.telegram.adapter import TelegramChannel
-from gateway.errors import ChannelError, ConfigError
-from gateway.providers.base import Provider
+from gateway.edge.errors import ChannelError, ConfigError
+from gateway.edge.provider import Provider
 from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer, SentCall

@@ -13,8 +13,8 @@ from telegram import Update
 from channels.telegram.adapter import build_bot
 from channels.telegram.polling import Poller
 from channels.telegram.sink import BotApi
-from gateway.errors import UnavailableError
-from gateway.metrics import Metrics
+from gateway.edge.errors import UnavailableError
+from gateway.edge.metrics import Metrics
 from tests.channels.test_telegram_harness import ALICE, BOB, wait_until
 from tests.fakes.telegram_api import FakeTelegramServer
 

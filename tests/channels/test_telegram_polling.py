@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from channels.telegram.render import render_chunks
-from gateway.providers.offline import OfflineProvider
+from providers.offline import OfflineProvider
 from sessions.records import MessageDict
 from tests.channels.test_telegram_harness import (
     ALICE,

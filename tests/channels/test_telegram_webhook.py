@@ -13,7 +13,7 @@ import pytest
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from tests.channels.test_telegram_harness import (
     ALICE,
     channel_of,

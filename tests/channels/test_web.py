@@ -22,12 +22,12 @@ from app.compose_channels import web_channel
 from app.config import Settings
 from app.server import Gateway
 from channels.web.channel import WebChannel
-from gateway.channel import Accepted, Answer, Deliver, ReplySink
-from gateway.errors import ConfigError, ProviderUnavailable
-from gateway.history import StoreHistory
-from gateway.messages import Inbound
-from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.offline import OfflineProvider
+from gateway.delivery.history import StoreHistory
+from gateway.edge.channel import Accepted, Answer, Deliver, ReplySink
+from gateway.edge.errors import ConfigError, ProviderUnavailable
+from gateway.edge.messages import Inbound
+from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
+from providers.offline import OfflineProvider
 from sessions.jsonl import JsonlSessionStore
 
 TOKEN = "t0ken-for-the-tests"

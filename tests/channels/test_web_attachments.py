@@ -14,8 +14,8 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from gateway.providers.offline import OfflineProvider
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
+from providers.offline import OfflineProvider
 from tests.channels.test_web import Start, web_gateways
 from tests.fakes import media
 

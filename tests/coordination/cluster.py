@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.persona import seed_if_empty
+from gateway.persona.workspace import seed_if_empty
 from tests.coordination.services import REDIS_URL
 from tests.ports import PORT_TRIES, address_in_use, free_port
 from tests.sessions.pg import PG_URL

@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.commands import CommandHandler
-from gateway.coordination import ConversationQueue, QueueItem, SharedInbox, lease_hook
-from gateway.hooks import prompt_persist_hook
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.metrics import Metrics
-from gateway.persona import PersonaWorkspace
-from gateway.persona_tools import persona_tools
-from gateway.providers.base import Provider
-from gateway.registry import ConversationRegistry
-from gateway.router import Router
-from gateway.tools import ToolRegistry
-from gateway.turn import AgentLoop
+from gateway.agent.hooks import prompt_persist_hook
+from gateway.agent.loop import AgentLoop
+from gateway.agent.tools import ToolRegistry
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.router import Router
+from gateway.edge.commands import CommandHandler
+from gateway.edge.coordination import ConversationQueue, QueueItem, SharedInbox, lease_hook
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.metrics import Metrics
+from gateway.edge.provider import Provider
+from gateway.persona.tools import persona_tools
+from gateway.persona.workspace import PersonaWorkspace
 from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes

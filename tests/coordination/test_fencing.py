@@ -9,11 +9,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordination.keys import Keys
-from gateway.coordination import LeaseLostError
-from gateway.errors import NotRecordedError
-from gateway.messages import ChannelContext, ConversationKey
-from gateway.metrics import Metrics
-from gateway.registry import ConversationRegistry
+from gateway.delivery.registry import ConversationRegistry
+from gateway.edge.coordination import LeaseLostError
+from gateway.edge.errors import NotRecordedError
+from gateway.edge.messages import ChannelContext, ConversationKey
+from gateway.edge.metrics import Metrics
 from sessions import entries
 from sessions.errors import StaleWriterError
 from sessions.postgres.store import PostgresSessionStore

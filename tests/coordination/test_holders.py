@@ -17,18 +17,18 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordination.keys import Keys, member
-from gateway.commands import FORGET, CommandHandler
-from gateway.coordination import Claim, ConversationQueue, QueueItem
-from gateway.erasure import Eraser
-from gateway.forget import DONE_REPLY, ForgetCommand
-from gateway.messages import ChannelContext, ConversationKey
-from gateway.metrics import Metrics
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
-from gateway.registry import ConversationRegistry
-from gateway.scopes import Scope, scope_of
-from gateway.serving import meta_of
-from gateway.speakers import user_message
-from gateway.turn import APOLOGY
+from gateway.agent.loop import APOLOGY
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.serving import meta_of
+from gateway.delivery.speakers import user_message
+from gateway.edge.commands import FORGET, CommandHandler
+from gateway.edge.coordination import Claim, ConversationQueue, QueueItem
+from gateway.edge.messages import ChannelContext, ConversationKey
+from gateway.edge.metrics import Metrics
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.scopes import Scope, scope_of
+from gateway.erasure.eraser import Eraser
+from gateway.erasure.forget import DONE_REPLY, ForgetCommand
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from coordination.journal import COMPACT_SLACK, FileJournal
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from tests.fakes.reserve import RoomOnRelease
 
 HOUR = 3600.0

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from coordination.keys import Keys
 from coordination.leader import RedisLeaderElector
-from gateway.tasks import stop
+from gateway.edge.tasks import stop
 from tests.coordination.harness import coordinator, wait_until
 from tests.coordination.services import REDIS_URL
 

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from coordination.keys import Keys
 from coordination.lease_guard import LeaseGuard, guarded
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.coordination import Claim, LeaseLostError, QueueItem
+from gateway.edge.coordination import Claim, LeaseLostError, QueueItem
 from sessions.postgres.store import PostgresSessionStore
 from tests.coordination.harness import coordinator, inbox_of, item
 from tests.coordination.services import REDIS_URL

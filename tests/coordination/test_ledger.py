@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 import pytest
 
-from coordination.memory_ledger import MemoryLedger, SeedEntry
+from coordination.memory_ledger import MemoryLedger
 from coordination.redis_ledger import RedisLedger
-from gateway.ledger import NOTHING, Spent, UsageLedger
+from gateway.edge.ledger import NOTHING, SeedEntry, Spent, UsageLedger
 from tests.coordination.services import REDIS_URL, delete_prefix, new_prefix, redis_client
 
 DAY = "2026-12-01"

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.providers.base import ProviderRequest
-from gateway.providers.offline import OfflineProvider
+from gateway.edge.provider import ProviderRequest
+from providers.offline import OfflineProvider
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.pairing import PairingError, PairingStore
+from gateway.edge.pairing import PairingError, PairingStore
 from tests.coordination.harness import coordinator
 
 pytestmark = pytest.mark.services

@@ -8,12 +8,12 @@ from typing import Any
 import orjson
 
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
-from gateway.conversation import Conversation
-from gateway.coordination import QueueItem
-from gateway.messages import ChannelContext, ConversationKey, Inbound, Sender
-from gateway.metrics import Metrics
-from gateway.recorder import SessionRecorder
-from gateway.takeover import INTERRUPTED_TOOL, Found, locate, prepare_rerun
+from gateway.agent.conversation import Conversation
+from gateway.agent.recorder import SessionRecorder
+from gateway.delivery.takeover import INTERRUPTED_TOOL, Found, locate, prepare_rerun
+from gateway.edge.coordination import QueueItem
+from gateway.edge.messages import ChannelContext, ConversationKey, Inbound, Sender
+from gateway.edge.metrics import Metrics
 from sessions.messages import read_messages
 from sessions.store import SessionState
 

@@ -18,7 +18,7 @@ from app.config import Settings
 from app.logs import RedactSecrets
 from coordination.local import InProcessCoordinator
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres.store import PostgresSessionStore
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.channel import Accepted
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.channel import Accepted
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions import entries
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes

@@ -12,7 +12,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.providers.offline import OfflineProvider
+from providers.offline import OfflineProvider
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -14,7 +14,7 @@ from playwright.async_api import Browser, Page, expect
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.providers.base import Provider
+from gateway.edge.provider import Provider
 from tests.e2e.test_browser_chat import CHROMIUM, browser, send
 from tests.fakes.scripted_provider import ScriptedProvider
 

@@ -15,7 +15,7 @@ from playwright.async_api import Browser, expect
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from tests.e2e.test_browser_chat import CHROMIUM, browser, send
 from tests.fakes.scripted_provider import ScriptedProvider
 

@@ -26,9 +26,9 @@ from PIL import Image
 from app.compose import blob_store_for, build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.access import AccessPolicy
+from gateway.access.gate import AccessPolicy
+from gateway.agent.tools import ToolRegistry
 from gateway.media.images import IMAGE_LIMITS
-from gateway.tools import ToolRegistry
 from sessions.replay import replay_bytes
 from sessions.shapes import TOOL_FILES_INTRO
 from tests.e2e.test_provider_replay import API, make_provider, replay_cli

@@ -19,9 +19,9 @@ from app.cli import main as cli_main
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import Provider
-from gateway.providers.openai import OpenAIProvider
+from gateway.edge.provider import Provider
+from providers.anthropic import AnthropicProvider
+from providers.openai import OpenAIProvider
 from tests.fakes.providers import FakeProviderServer, RecordedRequest, Reply
 
 API = ["anthropic", "openai"]

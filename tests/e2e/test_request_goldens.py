@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ProviderError
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import ProviderRequest
-from gateway.providers.openai import OpenAIProvider
+from gateway.edge.errors import ProviderError
+from gateway.edge.provider import ProviderRequest
+from providers.anthropic import AnthropicProvider
+from providers.openai import OpenAIProvider
 from sessions.records import CachePlan
 from tests.fakes.providers import FakeProviderServer
 

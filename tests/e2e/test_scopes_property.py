@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.providers.anthropic import AnthropicProvider
+from providers.anthropic import AnthropicProvider
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer

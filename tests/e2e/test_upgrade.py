@@ -42,7 +42,7 @@ async def test_previous_data_folder_runs_and_migrates(
     data = tmp_path / "data"
     shutil.copytree(FIXTURE, data)
     before = (data / "persona" / "MEMORY.md").read_bytes()
-    caplog.set_level(logging.WARNING, logger="gateway.persona")
+    caplog.set_level(logging.WARNING, logger="gateway.persona.workspace")
     settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data),  # type: ignore[call-arg]
                         GATEWAY_PORT=0)
     for _ in range(2):  # two starts: the second one says nothing more
@@ -55,7 +55,7 @@ async def test_previous_data_folder_runs_and_migrates(
             await gateway.aclose()
     assert resumed["session"] == ADA_SESSION
     assert (data / "persona" / "MEMORY.md").read_bytes() == before == b"I like tea\n"
-    warnings = [r for r in caplog.records if r.name == "gateway.persona"]
+    warnings = [r for r in caplog.records if r.name == "gateway.persona.workspace"]
     assert len(warnings) == 1
     assert "MEMORY.md (10 characters)" in warnings[0].getMessage()
 

@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from app.admin import Access, AdminSite
-from gateway.persona import seed_if_empty
+from gateway.persona.workspace import seed_if_empty
 from sessions.jsonl import JsonlSessionStore
 from tests.app.admin.helpers import TOKEN, serve
 from tests.fakes.scripted_provider import ScriptedProvider

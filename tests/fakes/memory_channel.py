@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.channel import Accepted, Deliver, ReplySink
-from gateway.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
+from gateway.edge.channel import Accepted, Deliver, ReplySink
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
 
 class MemorySink:

@@ -1,11 +1,11 @@
-"""A turn observer that records what it is told, in order (a fake of gateway.observe)."""
+"""A turn observer that records what it is told, in order (a fake of gateway.edge.observe)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway import logctx
-from gateway.observe import (
+from gateway.edge import logctx
+from gateway.edge.observe import (
     CallHandle,
     CallInfo,
     CallResult,

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions.records import MessageDict
 from sessions.shapes import Shape, request_body
 

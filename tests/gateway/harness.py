@@ -10,27 +10,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordination.local import LocalConversations
-from gateway.accounting import Accounting
-from gateway.commands import USAGE
-from gateway.compaction import CompactionSettings
-from gateway.hooks import BeforeCallHook, prompt_persist_hook
-from gateway.ledger import UsageLedger
-from gateway.limits import Limits, LimitSettings
+from gateway.agent.compaction import CompactionSettings
+from gateway.agent.hooks import BeforeCallHook, prompt_persist_hook
+from gateway.agent.loop import AgentLoop, LoopSettings
+from gateway.agent.tools import ToolRegistry
+from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.router import Router
+from gateway.delivery.serving import RETRY_DELAY
+from gateway.edge.commands import USAGE
+from gateway.edge.ledger import UsageLedger
+from gateway.edge.metrics import Metrics
+from gateway.edge.observe import NO_OBSERVER, TurnObserver
+from gateway.edge.provider import Provider
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import FetchFile, MediaIntake
 from gateway.media.policy import MediaLimits
 from gateway.media.transcribe import Transcriber
-from gateway.metrics import Metrics
-from gateway.observe import NO_OBSERVER, TurnObserver
-from gateway.persona import PersonaWorkspace
-from gateway.persona_tools import persona_tools
-from gateway.providers.base import Provider
-from gateway.registry import ConversationRegistry
-from gateway.router import Router
-from gateway.serving import RETRY_DELAY
-from gateway.tools import ToolRegistry
-from gateway.turn import AgentLoop, LoopSettings
-from gateway.usage_command import UsageCommand
+from gateway.persona.tools import persona_tools
+from gateway.persona.workspace import PersonaWorkspace
+from gateway.usage.accounting import Accounting
+from gateway.usage.command import UsageCommand
+from gateway.usage.limits import Limits, LimitSettings
 from sessions.blobs import BlobStore
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore

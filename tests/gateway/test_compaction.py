@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.compaction import INSTRUCTIONS, SUMMARY_HEADER
-from gateway.errors import ProviderUnavailable
-from gateway.providers.base import ProviderRequest
-from gateway.window import estimate_tokens
+from gateway.agent.compaction import INSTRUCTIONS, SUMMARY_HEADER
+from gateway.agent.window import estimate_tokens
+from gateway.edge.errors import ProviderUnavailable
+from gateway.edge.provider import ProviderRequest
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import Replay, Turn
 from sessions.scan import message_text

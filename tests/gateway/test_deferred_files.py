@@ -13,12 +13,12 @@ from typing import Any
 from coordination.journal import FileJournal
 from coordination.keys import decode_item, encode_item
 from coordination.local import LocalConversations
-from gateway.coordination import QueueItem
+from gateway.edge.coordination import QueueItem
+from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender, deferred
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import MediaIntake
 from gateway.media.policy import MediaLimits
-from gateway.messages import Attachment, ConversationKey, Inbound, Sender, deferred
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
 from sessions.blob_files import FileBlobStore
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes import media

@@ -9,7 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
-from gateway.errors import ProviderError, ProviderRateLimited, ProviderTimeout, ProviderUnavailable
+from gateway.edge.errors import (
+    ProviderError,
+    ProviderRateLimited,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import Replay
 from tests.fakes.scripted_provider import ScriptedProvider

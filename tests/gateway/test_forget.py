@@ -12,10 +12,10 @@ import pytest
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.commands import FORGET, arguments, parse
-from gateway.forget import GROUP_REPLY
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.speakers import attribution, user_message
+from gateway.delivery.speakers import attribution, user_message
+from gateway.edge.commands import FORGET, arguments, parse
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.erasure.forget import GROUP_REPLY
 from sessions.replay import replay_bytes
 from tests.fakes.memory_channel import MemoryChannel
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import TranscriptionError
+from gateway.edge.errors import TranscriptionError
+from gateway.edge.messages import Attachment
 from gateway.media.policy import MediaLimits
-from gateway.messages import Attachment
-from gateway.providers.offline import OfflineTranscriber
+from providers.offline import OfflineTranscriber
 from sessions.blob_files import FileBlobStore
 from sessions.blobs import load
 from sessions.errors import BlobWriteError

@@ -13,9 +13,9 @@ import pytest
 from app.admin.session_pages import _notices as notices
 from app.commands.replay import _print_summary as print_summary
 from coordination.memory_ledger import MemoryLedger
-from gateway.ledger import day_of, tenant_scope, user_scope
-from gateway.limits import Limits, LimitSettings
-from gateway.messages import ChannelContext, ConversationKey
+from gateway.edge.ledger import day_of, tenant_scope, user_scope
+from gateway.edge.messages import ChannelContext, ConversationKey
+from gateway.usage.limits import Limits, LimitSettings
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider

@@ -10,9 +10,9 @@ from pathlib import Path
 from coordination.journal import FileJournal
 from coordination.keys import encode_item, member
 from coordination.local import LocalConversations
-from gateway.coordination import Claim, QueueItem
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.coordination import Claim, QueueItem
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core

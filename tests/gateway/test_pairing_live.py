@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import pytest
 
 from coordination.file_pairing import FilePairingState
-from gateway.pairing import MAX_PENDING, PairingStore
-from gateway.pairing_live import LivePairing
+from gateway.access.pairing_live import LivePairing
+from gateway.edge.pairing import MAX_PENDING, PairingStore
 from tests.channels.test_telegram_harness import running, settled, telegram_settings, wait_until
 from tests.fakes.telegram_api import FakeTelegramServer
 
@@ -130,7 +130,7 @@ async def test_codes_survive_a_failing_state_and_are_written_once_it_recovers(
 ) -> None:
     """Codes given while the real state fails stay in memory, are written once it works again,
     and the failure episode is logged once."""
-    caplog.set_level(logging.INFO, logger="gateway.access")
+    caplog.set_level(logging.INFO, logger="gateway.access.gate")
     path = tmp_path / "pairing.json"
     flaky = Flaky(path, failures=2)
     on_file = PairingStore(FilePairingState(path))
@@ -142,7 +142,7 @@ async def test_codes_survive_a_failing_state_and_are_written_once_it_recovers(
         await wait_until(lambda: len(on_file.listing()["pending"]) == 2)
         assert live.memory.queued == []
     assert sorted(on_file.listing()["pending"]) == sorted(c for c in codes if c is not None)
-    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access.gate"]
     assert [line.split(":")[0] for line in lines] == ["pairing state", "pairing state"]
     assert "cannot write or read it (OSError)" in lines[0]
     assert "recovered" in lines[1]

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ToolError
-from gateway.messages import ChannelContext
-from gateway.persona import KB_HEADER, SECTION_ORDER, PersonaWorkspace
-from gateway.persona_tools import persona_tools
-from gateway.scopes import scope_of
-from gateway.tools import ToolRegistry
+from gateway.agent.tools import ToolRegistry
+from gateway.edge.errors import ToolError
+from gateway.edge.messages import ChannelContext
+from gateway.edge.scopes import scope_of
+from gateway.persona.tools import persona_tools
+from gateway.persona.workspace import KB_HEADER, SECTION_ORDER, PersonaWorkspace
 from sessions.records import Section
 
 WEB = ChannelContext(channel="web", chat_type="private", speaker="Ada", chat="ada", person="ada")

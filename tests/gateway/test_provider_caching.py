@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ProviderError, ProviderUnavailable
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import ProviderRequest
-from gateway.providers.openai import OpenAIProvider, has_reasoning
+from gateway.edge.errors import ProviderError, ProviderUnavailable
+from gateway.edge.provider import ProviderRequest
+from providers.anthropic import AnthropicProvider
+from providers.openai import OpenAIProvider, has_reasoning
 from sessions.records import CachePlan, MessageDict
 from sessions.shapes import encode_body, request_body
 from tests.fakes.providers import FakeProviderServer, Reply
@@ -101,7 +101,7 @@ async def test_openai_params_for_a_reasoning_model(
     srv: FakeProviderServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A reasoning model gets max_completion_tokens and reasoning_effort, never temperature."""
-    caplog.set_level(logging.WARNING, "gateway.providers.openai")
+    caplog.set_level(logging.WARNING, "providers.openai")
     provider = OpenAIProvider("k", "o4-mini", base_url=srv.openai_base_url, max_retries=0,
                               stream=False, temperature=0.3, reasoning_effort="low")
     assert provider.params() == {"max_completion_tokens": 1024, "reasoning_effort": "low"}
@@ -117,7 +117,7 @@ async def test_openai_params_for_a_reasoning_model(
 
 async def test_openai_params_for_an_older_server(caplog: pytest.LogCaptureFixture) -> None:
     """max_tokens on request; a reasoning effort for a model without reasoning is not sent."""
-    caplog.set_level(logging.WARNING, "gateway.providers.openai")
+    caplog.set_level(logging.WARNING, "providers.openai")
     provider = OpenAIProvider("k", "llama3.1", base_url="http://127.0.0.1:9/v1",
                               max_tokens=77, temperature=0.3, stream=False,
                               max_tokens_field="max_tokens", reasoning_effort="high")

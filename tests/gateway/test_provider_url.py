@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.providers import anthropic as anthropic_provider
-from gateway.providers import openai as openai_provider
+from providers import anthropic as anthropic_provider
+from providers import openai as openai_provider
 
 BASES = ["http://127.0.0.1:9", "http://127.0.0.1:9/", "http://127.0.0.1:9/v1",
          "http://127.0.0.1:9/proxy/v1/"]

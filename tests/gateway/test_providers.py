@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import (
+from gateway.edge.errors import (
     ConfigError,
     ProviderError,
     ProviderRateLimited,
@@ -16,12 +16,12 @@ from gateway.errors import (
     ProviderTimeout,
     ProviderUnavailable,
 )
-from gateway.persona_tools import KbSearch, KbWrite, MemoryWrite, MoodSet, SoulPatch
-from gateway.providers.anthropic import AnthropicProvider
-from gateway.providers.base import ProviderRequest, ProviderResponse
-from gateway.providers.common import parse_tool_input
-from gateway.providers.offline import OfflineProvider
-from gateway.providers.openai import OpenAIProvider
+from gateway.edge.provider import ProviderRequest, ProviderResponse
+from gateway.persona.tools import KbSearch, KbWrite, MemoryWrite, MoodSet, SoulPatch
+from providers.anthropic import AnthropicProvider
+from providers.common import parse_tool_input
+from providers.offline import OfflineProvider
+from providers.openai import OpenAIProvider
 from sessions.records import MessageDict, ToolSchema
 from sessions.shapes import encode_body, request_body
 from tests.fakes.providers import FakeProviderServer, Reply, ToolCall

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.messages import ChannelContext, ConversationKey
-from gateway.metrics import Metrics
-from gateway.registry import ConversationRegistry
+from gateway.delivery.registry import ConversationRegistry
+from gateway.edge.messages import ChannelContext, ConversationKey
+from gateway.edge.metrics import Metrics
 from sessions.errors import SessionWriteError
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes

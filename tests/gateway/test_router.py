@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from coordination.file_pairing import FilePairingState
-from gateway.access import AccessGate, AccessPolicy, ChannelRules
-from gateway.channel import Accepted
-from gateway.messages import ConversationKey, Inbound, Sender
-from gateway.metrics import Metrics
-from gateway.pairing import PairingStore
-from gateway.pairing_live import LivePairing
-from gateway.providers.base import ProviderRequest, ProviderResponse, TextSink
+from gateway.access.gate import AccessGate, AccessPolicy, ChannelRules
+from gateway.access.pairing_live import LivePairing
+from gateway.edge.channel import Accepted
+from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.metrics import Metrics
+from gateway.edge.pairing import PairingStore
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
@@ -61,11 +61,11 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
 async def test_global_turn_cap(tmp_path: Path) -> None:
     """No more than max_concurrent_turns turns run at once."""
     from coordination.local import LocalConversations
-    from gateway.persona import PersonaWorkspace
-    from gateway.registry import ConversationRegistry
-    from gateway.router import Router
-    from gateway.tools import ToolRegistry
-    from gateway.turn import AgentLoop
+    from gateway.agent.loop import AgentLoop
+    from gateway.agent.tools import ToolRegistry
+    from gateway.delivery.registry import ConversationRegistry
+    from gateway.delivery.router import Router
+    from gateway.persona.workspace import PersonaWorkspace
     from tests.fakes.memory_channel import MemoryChannel
 
     metrics = Metrics()

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import persona as persona_module
-from gateway.ids import InvalidIdError, valid_id
-from gateway.memory_scopes import delete_scope, list_scopes, scope_files
-from gateway.messages import ChannelContext
-from gateway.persona import PersonaWorkspace
-from gateway.persona_tools import persona_tools
-from gateway.scopes import Scope, ScopeError, parse_ref, scope_of, segment
-from gateway.tools import ToolRegistry
+from gateway.agent.tools import ToolRegistry
+from gateway.edge.ids import InvalidIdError, valid_id
+from gateway.edge.messages import ChannelContext
+from gateway.edge.scopes import Scope, ScopeError, parse_ref, scope_of, segment
+from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
+from gateway.persona.tools import persona_tools
+from gateway.persona.workspace import PersonaWorkspace
+from gateway.persona.workspace import workspace as persona_module
 
 ADA_DM = ChannelContext("telegram", "private", "Ada", chat="1001", person="1001")
 BOB_DM = ChannelContext("telegram", "private", "Bob", chat="1002", person="1002")
@@ -274,7 +274,7 @@ async def test_old_workspace_is_migrated_without_loss_and_logged_once(
     for rel, text in OLD_WORKSPACE.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    caplog.set_level(logging.WARNING, logger="gateway.persona")
+    caplog.set_level(logging.WARNING, logger="gateway.persona.workspace")
     ws = PersonaWorkspace(root)
     built = await ws.build(ADA_DM)
     assert {k: v.decode() for k, v in tree(root).items() if k != ".layout"} == OLD_WORKSPACE
@@ -282,7 +282,7 @@ async def test_old_workspace_is_migrated_without_loss_and_logged_once(
     assert sections["user"].endswith("Ada, a mathematician.")
     assert sections["notes"] == "## Notes from the operator\nTEAM-A-SECRET launch code is 4242"
     assert "memory" not in sections
-    warnings = [r.getMessage() for r in caplog.records if r.name == "gateway.persona"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "gateway.persona.workspace"]
     assert len(warnings) == 1
     assert "USER.md (21 characters), MEMORY.md (33 characters), MOOD.md (8 characters), " \
            "kb/ (1 note)" in warnings[0]
@@ -290,4 +290,4 @@ async def test_old_workspace_is_migrated_without_loss_and_logged_once(
     assert (root / "MEMORY.md").read_text() == OLD_WORKSPACE["MEMORY.md"]
     caplog.clear()
     await PersonaWorkspace(root).build(BOB_DM)  # the next start: nothing to say
-    assert [r for r in caplog.records if r.name == "gateway.persona"] == []
+    assert [r for r in caplog.records if r.name == "gateway.persona.workspace"] == []

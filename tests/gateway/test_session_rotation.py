@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.history import StoreHistory
-from gateway.messages import ChannelContext, ConversationKey
-from gateway.metrics import Metrics
-from gateway.registry import ConversationRegistry
+from gateway.delivery.history import StoreHistory
+from gateway.delivery.registry import ConversationRegistry
+from gateway.edge.messages import ChannelContext, ConversationKey
+from gateway.edge.metrics import Metrics
 from sessions.jsonl import JsonlSessionStore
 from tests.sessions.helpers import user
 

@@ -1,4 +1,4 @@
-"""The providers' SSE reading (gateway/providers/sse.py and the two stream classes) against the
+"""The providers' SSE reading (providers/sse.py and the two stream classes) against the
 SDKs' own decoders and streams: the same events, items and errors for the same bytes."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
-from gateway.providers.anthropic import AnthropicProvider, EventStream
-from gateway.providers.base import ProviderRequest
-from gateway.providers.openai import ChunkStream, OpenAIProvider
-from gateway.providers.sse import SseDecoder, loads
+from gateway.edge.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
+from gateway.edge.provider import ProviderRequest
+from providers.anthropic import AnthropicProvider, EventStream
+from providers.openai import ChunkStream, OpenAIProvider
+from providers.sse import SseDecoder, loads
 from tests.fakes.providers import FakeProviderServer, Reply
 
 # -- what the SDKs decode: the decoders ---------------------------------------------------

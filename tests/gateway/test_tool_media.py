@@ -12,12 +12,13 @@ from typing import Any
 
 from PIL import Image
 
+from gateway.agent.tools import ToolRegistry, run_tool_uses
+from gateway.edge.messages import ChannelContext
+from gateway.edge.metrics import Metrics
+from gateway.edge.tools import ToolMedia, ToolResult
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.policy import MediaLimits
 from gateway.media.tool_media import ToolMediaKeeper
-from gateway.messages import ChannelContext
-from gateway.metrics import Metrics
-from gateway.tools import ToolMedia, ToolRegistry, ToolResult, run_tool_uses
 from sessions.attachments import human_size
 from sessions.blob_files import FileBlobStore
 from tests.fakes import media

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.messages import ChannelContext
-from gateway.metrics import Metrics
-from gateway.tools import ToolRegistry, ToolResult, run_tool_uses
+from gateway.agent.tools import ToolRegistry, run_tool_uses
+from gateway.edge.messages import ChannelContext
+from gateway.edge.metrics import Metrics
+from gateway.edge.tools import ToolResult
 
 WEB = ChannelContext(channel="web", chat_type="private", speaker="ada")
 

@@ -15,7 +15,7 @@ import pytest
 
 from coordination.keys import decode_item
 from coordination.local import LocalConversations
-from gateway.errors import ProviderRateLimited, UnavailableError
+from gateway.edge.errors import ProviderRateLimited, UnavailableError
 from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NotRebuildableError, Replay
@@ -328,7 +328,7 @@ async def test_answer_fenced_off_after_the_call_is_not_delivered(tmp_path: Path)
 async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
     """Hooks run in order, and the call entry is recorded (the store reads it back) before
     the provider is called."""
-    from gateway.hooks import CallContext, prompt_persist_hook
+    from gateway.agent.hooks import CallContext, prompt_persist_hook
 
     seen: list[str] = []
     store = JsonlSessionStore(tmp_path / "d")

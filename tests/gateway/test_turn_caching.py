@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.persona import OPERATOR_SECTIONS
-from gateway.prompt import stable_prefix
+from gateway.agent.prompt import stable_prefix
+from gateway.persona.workspace import OPERATOR_SECTIONS
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import CachePlan, Section
 from sessions.replay import Replay, replay_bytes

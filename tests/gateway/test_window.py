@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import conversation_order
-from gateway.window import ConversationOrder, choose_window, estimate_tokens, to_ranges
+from gateway.agent.conversation import conversation_order
+from gateway.agent.window import ConversationOrder, choose_window, estimate_tokens, to_ranges
 
 
 def user(text: str) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
-from gateway.coordination import Coordinator
-from gateway.providers.base import Provider, ProviderRequest, ProviderResponse, TextSink
+from gateway.edge.coordination import Coordinator
+from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
 from sessions.store import SessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 

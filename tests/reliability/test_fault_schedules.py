@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import UnavailableError
+from gateway.edge.errors import UnavailableError
 from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.turn import APOLOGY
+from gateway.agent.loop import APOLOGY
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply

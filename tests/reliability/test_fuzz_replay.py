@@ -107,10 +107,10 @@ async def _write_gateway_log(root: Path) -> bytes:
     from app.compose import build_loop
     from app.config import Settings
     from coordination.local import LocalConversations
-    from gateway.messages import ConversationKey, Inbound, Sender
-    from gateway.metrics import Metrics
-    from gateway.registry import ConversationRegistry
-    from gateway.router import Router
+    from gateway.delivery.registry import ConversationRegistry
+    from gateway.delivery.router import Router
+    from gateway.edge.messages import ConversationKey, Inbound, Sender
+    from gateway.edge.metrics import Metrics
     from tests.fakes.scripted_provider import ScriptedProvider
 
     provider = ScriptedProvider()

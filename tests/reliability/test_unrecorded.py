@@ -18,7 +18,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from coordination.local import InProcessCoordinator
-from gateway.errors import RETRY_AFTER
+from gateway.edge.errors import RETRY_AFTER
 from tests.channels.test_slack_gateway import slack_settings
 from tests.channels.test_telegram_harness import ALICE, telegram_settings, wait_until
 from tests.fakes.journal import FaultyJournal

@@ -56,7 +56,7 @@ FULL_ATTRIBUTES = {
     "gen_ai.response.id", "gen_ai.response.model",
     "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.system_instructions",
     "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.response.finish_reasons",
-    "gen_ai.tool.definitions", "gateway.tenant", "gateway.call", "gateway.prompt.fingerprint",
+    "gen_ai.tool.definitions", "gateway.tenant", "gateway.call", "gateway.agent.prompt.fingerprint",
 }
 PART_KEYS = {
     "text": {"type", "content"},
@@ -201,7 +201,7 @@ async def test_span_fields_and_required_attributes(replay: Replay) -> None:
         "gen_ai.response.finish_reasons": ["stop"],
         "gateway.tenant": "default",
         "gateway.call": 2,
-        "gateway.prompt.fingerprint": PROMPT_A.fingerprint,
+        "gateway.agent.prompt.fingerprint": PROMPT_A.fingerprint,
     }
     assert content(attrs, "gen_ai.system_instructions") == [
         {"type": "text", "content": PROMPT_A.text}]

@@ -4,7 +4,7 @@
 - :mod:`.names`: ``server__tool`` names within the providers' rules
 - :mod:`.results`: an MCP tool result as the text the model gets
 - :mod:`.connection`: one server, supervised (start, watch, restart with backoff, stop)
-- :mod:`.toolbox`: every configured server as one :class:`gateway.tools.ToolSource`
+- :mod:`.toolbox`: every configured server as one :class:`gateway.edge.tools.ToolSource`
 """
 
 from toolsets.mcp.config import McpConfig, ServerConfig, load_config

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 
 Protocol = Literal["auto", "legacy"]
 PYTHON_VARIABLE = "GATEWAY_PYTHON"

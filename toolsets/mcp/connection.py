@@ -40,9 +40,9 @@ from mcp_types import (
 from mcp_types import Tool as ListedTool
 from pydantic import ValidationError
 
-from gateway.messages import ChannelContext
-from gateway.tasks import stop
-from gateway.tools import ToolResult
+from gateway.edge.messages import ChannelContext
+from gateway.edge.tasks import stop
+from gateway.edge.tools import ToolResult
 from toolsets.mcp.config import ServerConfig
 from toolsets.mcp.names import tool_name
 from toolsets.mcp.results import to_tool_result
@@ -77,7 +77,7 @@ class ConnectionSettings:
 
 
 class McpTool:
-    """One tool of one server, as the core's :class:`gateway.tools.Tool`."""
+    """One tool of one server, as the core's :class:`gateway.edge.tools.Tool`."""
 
     def __init__(self, connection: ServerConnection, listed: ListedTool) -> None:
         self._connection = connection

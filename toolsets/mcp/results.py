@@ -2,7 +2,7 @@
 
 Text blocks are passed as they are, joined by newlines. Embedded text resources come with a
 line naming their URI; resource links are one line. Images, and binary resources that say they
-are images or PDFs, become :class:`~gateway.tools.ToolMedia` (named ``TOOL-N``, with a
+are images or PDFs, become :class:`~gateway.edge.tools.ToolMedia` (named ``TOOL-N``, with a
 ``[image: TOOL-N]`` line where they were): the core stores them in the blob store and the model
 sees them as images or documents, never as base64 text. Audio and other binary resources
 become a one-line placeholder with their type, size and a short SHA-256 (no provider reads
@@ -34,7 +34,7 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from gateway.tools import ToolMedia, ToolResult
+from gateway.edge.tools import ToolMedia, ToolResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _NAME_LIMIT = 64

@@ -1,4 +1,4 @@
-"""Every configured MCP server as one :class:`gateway.tools.ToolSource`.
+"""Every configured MCP server as one :class:`gateway.edge.tools.ToolSource`.
 
 The toolbox starts one :class:`~toolsets.mcp.connection.ServerConnection` per server and
 answers "which MCP tools does tenant T see" from their current tool lists: servers in the

@@ -12,7 +12,7 @@ from app.admin.chart import drift_chart, nice_ceiling
 from app.admin.diff import DiffLine, diff_versions, line_diff
 from app.admin.listing import ListQuery, select
 from app.admin.markup import Markup, esc, join, tag
-from gateway.hosts import host_of
+from gateway.edge.hosts import host_of
 from sessions.drift import DriftPoint
 from sessions.replay import PromptVersion, SectionRef
 from sessions.store import SessionInfo

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gateway.errors import ProviderUnavailable
+from gateway.edge.errors import ProviderUnavailable
 from sessions.jsonl import JsonlSessionStore
 from tests.app.admin.helpers import serve, site_for
 from tests.fakes.scripted_provider import ScriptedProvider

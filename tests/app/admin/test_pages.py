@@ -14,7 +14,7 @@ import pytest
 from app.admin.auth import COOKIE
 from app.compose import build_gateway
 from app.config import Settings
-from gateway.providers.offline import OfflineProvider
+from providers.offline import OfflineProvider
 from sessions import entries
 from sessions.jsonl import JsonlSessionStore
 from tests.app.admin.helpers import SCRIPT, TOKEN, raw_session, rich_session, serve, site_for

@@ -32,7 +32,7 @@ def schema() -> Iterator[str]:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """``gateway db <args>`` in-process through ``gateway.cli.main``."""
+    """``gateway db <args>`` in-process through ``app.cli.main``."""
     def run(*argv: str) -> Result:
         try:
             code: int | str | None = main(["db", *argv])

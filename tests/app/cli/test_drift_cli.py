@@ -48,7 +48,7 @@ def data(tmp_path: Path) -> Data:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], data: Data) -> Callable[..., Result]:
-    """``gateway drift --data-dir <data> <args>`` in-process through ``gateway.cli.main``."""
+    """``gateway drift --data-dir <data> <args>`` in-process through ``app.cli.main``."""
     def run(*argv: str) -> Result:
         try:
             code: int | str | None = main(["drift", "--data-dir", str(data.root), *argv])

@@ -50,7 +50,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], root: Path) -> Callable[..., Result]:
-    """``gateway export --data-dir <root> <args>`` in-process through ``gateway.cli.main``."""
+    """``gateway export --data-dir <root> <args>`` in-process through ``app.cli.main``."""
     def run(*argv: str) -> Result:
         try:
             code: int | str | None = main(["export", "--data-dir", str(root), *argv])

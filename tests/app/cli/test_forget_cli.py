@@ -18,7 +18,7 @@ import pytest
 from app.cli import main as cli_main
 from app.compose import blob_store_for, build_gateway
 from app.config import Settings
-from gateway.messages import Attachment
+from gateway.edge.messages import Attachment
 from sessions import entries
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres.store import PostgresSessionStore

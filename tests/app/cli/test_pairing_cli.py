@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import main
 from coordination.file_pairing import FilePairingState
-from gateway.pairing import MAX_BAD_ATTEMPTS, PairingStore
+from gateway.edge.pairing import MAX_BAD_ATTEMPTS, PairingStore
 
 
 def test_approve_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

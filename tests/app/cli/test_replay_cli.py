@@ -134,7 +134,7 @@ def sessions(tmp_path: Path) -> Sessions:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], sessions: Sessions) -> Callable[..., Result]:
-    """``gateway replay --data-dir <sessions> <args>`` in-process through ``gateway.cli.main``."""
+    """``gateway replay --data-dir <sessions> <args>`` in-process through ``app.cli.main``."""
     def run(*argv: str, data_dir: bool = True) -> Result:
         args = ["replay", *(["--data-dir", str(sessions.data_dir)] if data_dir else []), *argv]
         try:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from app.cli import main as cli_main
-from gateway.providers.anthropic import AnthropicProvider
+from providers.anthropic import AnthropicProvider
 from sessions.ablation import Ablation, RerunError, ablate, rerun_request
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import PROMPT_JOINER

@@ -64,7 +64,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], root: Path) -> Callable[..., Result]:
-    """``gateway sessions <action> --data-dir <root> <args>`` through ``gateway.cli.main``."""
+    """``gateway sessions <action> --data-dir <root> <args>`` through ``app.cli.main``."""
     def run(action: str, *argv: str) -> Result:
         try:
             code: int | str | None = main(["sessions", action, "--data-dir", str(root), *argv])

@@ -20,7 +20,7 @@ import pytest
 from app.cli import main
 from app.compose import build_gateway
 from app.config import Settings
-from gateway.providers.anthropic import AnthropicProvider
+from providers.anthropic import AnthropicProvider
 from sessions.jsonl import JsonlSessionStore
 from sessions.pricing import DEFAULT_PRICES
 from tests.fakes.providers import FakeProviderServer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ConfigError
+from gateway.edge.errors import ConfigError
 from toolsets.mcp.config import load_config, parse_config
 from toolsets.mcp.names import tool_name
 

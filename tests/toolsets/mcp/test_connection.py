@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gateway.tools import ToolMedia
+from gateway.edge.tools import ToolMedia
 from toolsets.mcp import McpToolbox, ToolboxSettings
 from toolsets.mcp.config import parse_config
 from toolsets.mcp.connection import Backoff, ConnectionSettings

@@ -18,7 +18,7 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from gateway.tools import ToolMedia
+from gateway.edge.tools import ToolMedia
 from toolsets.mcp.results import to_tool_result
 
 

@@ -1,0 +1,2 @@
+"""Access: allowlists and DM pairing, decided before anything reaches the router.
+"""

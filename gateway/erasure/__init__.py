@@ -1,0 +1,2 @@
+"""Erasure: a person's data removed on request (``gateway forget``, ``/forget``).
+"""

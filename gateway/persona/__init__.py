@@ -1,0 +1,2 @@
+"""The persona: the system prompt, built from layers with explicit owners, and memory scopes.
+"""
