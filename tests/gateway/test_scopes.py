@@ -20,7 +20,7 @@ from gateway.edge.scopes import Scope, ScopeError, parse_ref, scope_of, segment
 from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
 from gateway.persona.tools import persona_tools
 from gateway.persona.workspace import PersonaWorkspace
-from gateway.persona.workspace import workspace as persona_module
+from gateway.persona import workspace as persona_module
 
 ADA_DM = ChannelContext("telegram", "private", "Ada", chat="1001", person="1001")
 BOB_DM = ChannelContext("telegram", "private", "Bob", chat="1002", person="1002")
