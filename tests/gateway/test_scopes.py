@@ -17,10 +17,10 @@ from gateway.agent.tools import ToolRegistry
 from gateway.edge.ids import InvalidIdError, valid_id
 from gateway.edge.messages import ChannelContext
 from gateway.edge.scopes import Scope, ScopeError, parse_ref, scope_of, segment
+from gateway.persona import workspace as persona_module
 from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
 from gateway.persona.tools import persona_tools
 from gateway.persona.workspace import PersonaWorkspace
-from gateway.persona import workspace as persona_module
 
 ADA_DM = ChannelContext("telegram", "private", "Ada", chat="1001", person="1001")
 BOB_DM = ChannelContext("telegram", "private", "Bob", chat="1002", person="1002")
