@@ -9,7 +9,11 @@ Limits (``GATEWAY_HTTP_TIMEOUT``, default 15 s, is the one knob):
 * request line and each header at most 8190 bytes, at most :data:`MAX_HEADERS` headers and
   :data:`MAX_HEADER_BYTES` of headers in all (431 beyond: aiohttp bounds only each line);
 * a body is read by its handler within the same time (:mod:`gateway.edge.http_limits`) and at most
-  2 MiB anywhere (each endpoint caps lower where its platform allows).
+  2 MiB anywhere (each endpoint caps lower where its platform allows);
+* a body is never inflated: aiohttp's automatic decompression is off (it inflated a gzip body
+  on the event loop as it arrived, on every path, before any handler could check a token), and
+  a request that declares a ``Content-Encoding`` other than ``identity`` is answered 415
+  before routing reaches a handler. No platform we serve sends compressed requests.
 
 Internals. ``/healthz`` answers everyone with ``{"ok": ...}`` (and 200/503), enough for a load
 balancer; the full body (channels, queue depth, coordination) and ``/metrics`` need, with
@@ -41,7 +45,8 @@ LINGER: Final = 2.0
 def application(timeout: float, middlewares: Sequence[Middleware] = ()) -> web.Application:
     """The gateway's aiohttp application with the limits above (the header budget runs
     before ``middlewares``)."""
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[header_budget, *middlewares])
+    app = web.Application(client_max_size=MAX_BODY,
+                          middlewares=[header_budget, plain_bodies, *middlewares])
     app[BODY_TIMEOUT] = timeout
     return app
 
@@ -49,7 +54,8 @@ def application(timeout: float, middlewares: Sequence[Middleware] = ()) -> web.A
 def runner_options(timeout: float) -> dict[str, Any]:
     """Keyword arguments of ``web.AppRunner`` (passed on to aiohttp's request handler)."""
     return {"keepalive_timeout": timeout, "max_line_size": MAX_LINE,
-            "max_field_size": MAX_LINE, "max_headers": MAX_HEADERS, "lingering_time": LINGER}
+            "max_field_size": MAX_LINE, "max_headers": MAX_HEADERS, "lingering_time": LINGER,
+            "auto_decompress": False}
 
 
 @web.middleware
@@ -57,6 +63,18 @@ async def header_budget(request: web.Request, handler: Any) -> web.StreamRespons
     size = sum(len(name) + len(value) + 4 for name, value in request.raw_headers)
     if size > MAX_HEADER_BYTES:
         return web.json_response({"error": "request headers are too large"}, status=431)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@web.middleware
+async def plain_bodies(request: web.Request, handler: Any) -> web.StreamResponse:
+    """415 for a body in a ``Content-Encoding`` (module docstring); its bytes are not read."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        return web.json_response(
+            {"error": "compressed request bodies are not accepted (Content-Encoding)"},
+            status=415, headers={"Accept-Encoding": "identity"})
     response: web.StreamResponse = await handler(request)
     return response
 

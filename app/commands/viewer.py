@@ -23,6 +23,7 @@ from app.admin import Access, AdminSite, SessionSource
 from app.commands.common import EXIT_USAGE, CommandError
 from app.config import Settings
 from app.prices import load_prices
+from app.server_limits import plain_bodies
 from gateway.edge.errors import ConfigError
 from gateway.edge.hosts import is_loopback
 from sessions.blobs import BlobStore
@@ -77,9 +78,9 @@ async def run(args: argparse.Namespace, source: SessionSource, settings: Setting
         prices = load_prices(settings.prices_file)
     except ConfigError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    runner = web.AppRunner(AdminSite(source, access, prices=prices,
-                                     blobs=blobs).application(),
-                           access_log=None, handle_signals=False)
+    app = AdminSite(source, access, prices=prices, blobs=blobs).application()
+    app.middlewares.append(plain_bodies)  # as the gateway's server: no body is inflated
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
     try:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 import signal
 import sys
@@ -95,3 +96,14 @@ async def test_viewer_process_with_token_asks_for_it(tmp_path: Path) -> None:
         async with http.get(base + "/admin/",
                             headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
             assert resp.status == 200
+
+
+async def test_viewer_process_refuses_compressed_bodies(tmp_path: Path) -> None:
+    """The standalone viewer, like the gateway, answers a gzip body 415 without inflating it."""
+    raw_session(tmp_path, "s1")
+    body = gzip.compress(b"token=" + b"x" * (4 * 1024 * 1024))
+    async with viewer_process(tmp_path, token=TOKEN) as base, aiohttp.ClientSession() as http, \
+            http.post(base + "/admin/login", data=body, headers={
+                "Content-Encoding": "gzip",
+                "Content-Type": "application/x-www-form-urlencoded"}) as resp:
+        assert resp.status == 415
