@@ -277,7 +277,7 @@ async def replay_expansion(data: bytes, rounds: int) -> dict[str, list[float]]:
         await writer.aclose()
         log = await store.read_log("default", "s1")
         replay = replay_bytes(log)
-        turn = replay.turn(1)
+        turn = replay.call(1)
 
         async def expand() -> None:
             found = await load(blobs, "default", replay.attachments(turn))

@@ -299,15 +299,15 @@ async def compaction() -> list[str]:
         [log] = list((data / "sessions").glob("*.jsonl"))
         replay = replay_bytes(log.read_bytes())
     equal = sum(encode_body(replay.request(t)) == raw
-                for t, raw in zip(replay.turns, received, strict=True))
-    summaries = [t for t in replay.turns if t.lineage and t.lineage.reason == "compaction"]
-    ordinary = [t for t in replay.turns if t not in summaries]
+                for t, raw in zip(replay.calls, received, strict=True))
+    summaries = [t for t in replay.calls if t.lineage and t.lineage.reason == "compaction"]
+    ordinary = [t for t in replay.calls if t not in summaries]
     largest = max(sum(estimate_tokens(m) for m in replay.sent(t)) for t in ordinary)
     verdict = "**pass**" if equal == len(received) and largest <= LONG_WINDOW else "**miss**"
     return [
         "| measure | value | target | result |", "|---|---|---|---|",
         f"| messages in the conversation | {len(replay.messages)} | | |",
-        f"| provider calls (compaction calls) | {len(replay.turns)} ({len(summaries)}) | | |",
+        f"| provider calls (compaction calls) | {len(replay.calls)} ({len(summaries)}) | | |",
         f"| largest call, estimated tokens sent (summary included) | {largest:,} | "
         f"<= {LONG_WINDOW:,} (the window) | |",
         f"| requests byte-equal to their replay | {equal} of {len(received)} | all | "

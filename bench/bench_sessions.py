@@ -53,7 +53,7 @@ from sessions.records import (
     Section,
     Window,
 )
-from sessions.replay import Replay, Turn, replay_bytes
+from sessions.replay import Call, Replay, replay_bytes
 
 OUT = Path(__file__).resolve().parent / "out" / "sessions.md"
 WORDS = (
@@ -163,7 +163,7 @@ async def generate(directory: Path, target_lines: int) -> Path:
     return writer.path
 
 
-def sent_count(turn: Turn) -> int:
+def sent_count(turn: Call) -> int:
     """Messages sent in a turn, from its window and injected list (no message parsing)."""
     if turn.window is None:
         return 0
@@ -172,7 +172,7 @@ def sent_count(turn: Turn) -> int:
 
 def full_replay(data: bytes) -> tuple[Replay, int]:
     replay = replay_bytes(data)
-    return replay, sum(sent_count(t) for t in replay.turns)
+    return replay, sum(sent_count(t) for t in replay.calls)
 
 
 def floor_loads(data: bytes) -> int:
@@ -402,7 +402,7 @@ async def measure(args: argparse.Namespace) -> str:
         "## (a) Replay",
         "",
         f"Session: {line_count} lines, {len(data) / 1e6:.1f} MB, {len(replay.messages)} messages, "
-        f"{len(replay.turns)} turns, {len(replay.prompts)} prompt versions, {sent_total} "
+        f"{len(replay.calls)} turns, {len(replay.prompts)} prompt versions, {sent_total} "
         "messages sent in total.",
         "",
         "| measure | median | target | result |",

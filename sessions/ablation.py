@@ -8,7 +8,7 @@ what the gateway would have built from those sections. :func:`rerun_request` gat
 else the recorded call sent (the window of messages, tools, model, params) unchanged.
 
 A v1/v2 prompt has no named sections; replay gives it a single section named ``prompt``, which
-can be dropped or replaced as a whole. A turn without a recorded prompt cannot be ablated.
+can be dropped or replaced as a whole. A call without a recorded prompt cannot be ablated.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sessions.records import (
     Section,
     ToolSchema,
 )
-from sessions.replay import PromptVersion, Replay, Turn
+from sessions.replay import Call, PromptVersion, Replay
 
 REASON_RERUN = "rerun"
 REASON_ABLATED = "rerun:ablated"
@@ -61,7 +61,7 @@ class RerunParts:
     params; a v1 header may not name a model); the caller then supplies its provider's own.
     """
 
-    turn: int
+    call: int
     prompt: Prompt
     recorded_fingerprint: str | None
     recorded_text: str | None
@@ -90,7 +90,7 @@ class RerunParts:
 
         The messages sent ride in the call entry as ``injected`` messages (sent, but not message
         entries of that log) with an empty window: written as message entries, every assistant
-        message among them would close a turn of its own, and the rerun would not be turn 1.
+        message among them would close a call of its own, and the rerun would not be call 1.
         """
         return CallRequest(
             prompt=self.prompt,
@@ -126,7 +126,7 @@ def ablate(
     dropped = tuple(drop)
     swaps = dict(replace or {})
     if version is None:
-        raise RerunError("this turn has no recorded system prompt, so it has no sections to "
+        raise RerunError("this call has no recorded system prompt, so it has no sections to "
                          "drop or replace")
     available = section_names(version)
     unknown = [n for n in (*dropped, *swaps) if n not in available]
@@ -154,9 +154,9 @@ def ablate(
 
 
 def _recorded_prompt(version: PromptVersion | None) -> Prompt:
-    """The prompt a turn was sent with, as a :class:`Prompt` whose sections rebuild its text."""
+    """The prompt a call was sent with, as a :class:`Prompt` whose sections rebuild its text."""
     if version is None:
-        # A v1/v2 turn before any prompt entry: the rerun sends none (the caller says so).
+        # A v1/v2 call before any prompt entry: the rerun sends none (the caller says so).
         return Prompt.from_sections([])
     if version.text is None:
         raise RerunError(f"prompt #{version.number} could not be rebuilt from the log (a "
@@ -171,47 +171,47 @@ def _recorded_prompt(version: PromptVersion | None) -> Prompt:
 
 def rerun_request(
     replay: Replay,
-    turn: Turn,
+    call: Call,
     ablation: Ablation | None = None,
     model: str | None = None,
 ) -> RerunParts:
-    """Turn ``turn``'s recorded request parts, with ``ablation`` applied to its prompt and
+    """Call ``call``'s recorded request parts, with ``ablation`` applied to its prompt and
     ``model`` (when given) in place of the recorded model."""
-    if turn.window is None:
-        raise RerunError(f"turn {turn.index}'s request was not recorded "
-                         f"({turn.prompt_notice or 'no call entry'}); it cannot be rerun")
-    if turn.prompt is None and replay.version >= 3:
+    if call.window is None:
+        raise RerunError(f"call {call.index}'s request was not recorded "
+                         f"({call.prompt_notice or 'no call entry'}); it cannot be rerun")
+    if call.prompt is None and replay.version >= 3:
         # Every v3 call names its prompt; a missing one is a gap in the log, not "no prompt".
-        raise RerunError(f"turn {turn.index}'s system prompt is missing from the log "
-                         f"({turn.prompt_notice}); it cannot be rerun as recorded")
+        raise RerunError(f"call {call.index}'s system prompt is missing from the log "
+                         f"({call.prompt_notice}); it cannot be rerun as recorded")
     tools: tuple[ToolSchema, ...] = ()
-    if turn.tools_fingerprint is not None:
-        found = replay.tools_of(turn)
+    if call.tools_fingerprint is not None:
+        found = replay.tools_of(call)
         if found is None:
-            raise RerunError(f"turn {turn.index} names tool set {turn.tools_fingerprint}, "
+            raise RerunError(f"call {call.index} names tool set {call.tools_fingerprint}, "
                              "which is not in the log")
         tools = tuple(found)
     spec = ablation or Ablation()
     if spec.empty:
-        prompt = _recorded_prompt(turn.prompt)
+        prompt = _recorded_prompt(call.prompt)
     else:
-        prompt = ablate(turn.prompt, spec.drop, spec.replace)
-    version = turn.prompt
+        prompt = ablate(call.prompt, spec.drop, spec.replace)
+    version = call.prompt
     header_model = replay.header.get("model")
-    recorded_model = turn.model or (header_model if isinstance(header_model, str) else None)
+    recorded_model = call.model or (header_model if isinstance(header_model, str) else None)
     return RerunParts(
-        turn=turn.index,
+        call=call.index,
         prompt=prompt,
         recorded_fingerprint=version.fingerprint if version is not None else None,
         recorded_text=version.text if version is not None else None,
         recorded_sections=tuple(r.name for r in version.sections) if version else (),
-        messages=tuple(replay.sent(turn)),
+        messages=tuple(replay.sent(call)),
         tools=tools,
         model=model or recorded_model or None,
-        params=dict(turn.params) if turn.params is not None else None,
-        provider=turn.provider,
+        params=dict(call.params) if call.params is not None else None,
+        provider=call.provider,
         dropped=tuple(dict.fromkeys(spec.drop)),
         replaced=tuple(spec.replace),
-        cache=(None if turn.cache is None
-               else evolve(turn.cache, system=min(turn.cache.system, len(prompt.sections)))),
+        cache=(None if call.cache is None
+               else evolve(call.cache, system=min(call.cache.system, len(prompt.sections)))),
     )

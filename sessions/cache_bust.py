@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sessions.replay import Replay, Turn
+from sessions.replay import Call, Replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +51,15 @@ def _cached(usage: Mapping[str, Any] | None, *keys: str) -> int | None:
     return sum(v for k in keys if isinstance(v := usage.get(k), int) and v > 0)
 
 
-def _had_cache(replay: Replay, turn: Turn) -> bool:
-    if turn.cache is not None:
+def _had_cache(replay: Replay, call: Call) -> bool:
+    if call.cache is not None:
         return True
-    outcome = replay.outcome_of(turn)
+    outcome = replay.outcome_of(call)
     return bool(outcome and _cached(outcome.usage, "cache_read_input_tokens",
                                     "cache_creation_input_tokens"))
 
 
-def first_change(before: Turn, after: Turn) -> tuple[str, int] | None:
+def first_change(before: Call, after: Call) -> tuple[str, int] | None:
     """The first part (``tools`` or a section name) and its position that differ between two
     calls' requests, in cache order; None when tools and prompt are the same."""
     if before.tools_fingerprint != after.tools_fingerprint:
@@ -81,21 +81,21 @@ def first_change(before: Turn, after: Turn) -> tuple[str, int] | None:
 def cache_busts(replay: Replay) -> list[CacheBust]:
     """Every cache-busting change of the session, in call order."""
     found: list[CacheBust] = []
-    previous: Turn | None = None
-    for turn in replay.turns:
-        if turn.prompt is None or turn.window is None:
+    previous: Call | None = None
+    for call in replay.calls:
+        if call.prompt is None or call.window is None:
             continue  # not a recorded request: nothing to compare
-        if turn.lineage is not None and turn.lineage.reason == "compaction":
+        if call.lineage is not None and call.lineage.reason == "compaction":
             continue  # a summary's own call: not part of the conversation's cached prefix
         if previous is not None and _had_cache(replay, previous):
-            change = first_change(previous, turn)
+            change = first_change(previous, call)
             if change is not None:
                 section, position = change
                 plan = previous.cache
-                before, after = replay.outcome_of(previous), replay.outcome_of(turn)
+                before, after = replay.outcome_of(previous), replay.outcome_of(call)
                 found.append(CacheBust(
-                    call=turn.index,
-                    version=turn.prompt.number,
+                    call=call.index,
+                    version=call.prompt.number,
                     section=section,
                     stable=section == "tools" or (plan is not None and position < plan.system),
                     cached_before=_cached(before.usage if before else None,
@@ -104,5 +104,5 @@ def cache_busts(replay: Replay) -> list[CacheBust]:
                     read_after=_cached(after.usage if after else None,
                                        "cache_read_input_tokens"),
                 ))
-        previous = turn
+        previous = call
     return found

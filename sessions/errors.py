@@ -97,18 +97,18 @@ class BlobMissingError(SessionReadError, LookupError):
     """A message refers to a blob (attachment bytes) that the blob store does not hold.
 
     ``digest`` is the full sha256; ``label`` says which attachment (name, type, size). Replay
-    raises it for the call that cannot be rebuilt (``turn`` set), never a body without it.
+    raises it for the call that cannot be rebuilt (``call`` set), never a body without it.
     """
 
-    def __init__(self, digest: str, label: str, *, turn: int | None = None,
+    def __init__(self, digest: str, label: str, *, call: int | None = None,
                  line: int | None = None) -> None:
         what = f"blob sha256 {digest} is not in the blob store ({label})"
-        if turn is not None:
-            what = f"turn {turn} cannot be rebuilt: {what}"
+        if call is not None:
+            what = f"call {call} cannot be rebuilt: {what}"
         super().__init__(what, line=line)
         self.digest = digest
         self.label = label
-        self.turn = turn
+        self.call = call
 
 
 class BlobWriteError(SessionError, OSError):

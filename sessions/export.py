@@ -48,7 +48,7 @@ from sessions import genai
 from sessions.endpoint import server
 from sessions.names import DEFAULT_TENANT
 from sessions.otlp import SPAN_KIND_CLIENT, Span, traces_data
-from sessions.replay import Replay, Turn
+from sessions.replay import Call, Replay
 from sessions.replay_json import endpoint_json, outcome_json
 
 SERVICE = "gateway"
@@ -89,38 +89,38 @@ def _parse_ts(ts: str | None) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def call_span(replay: Replay, turn: Turn, tenant: str | None = None, *,
+def call_span(replay: Replay, call: Call, tenant: str | None = None, *,
               content: bool = True) -> Span:
     """The GenAI inference span of one call (see the module docstring for every field)."""
     session = replay.session_id
     tenant = tenant or tenant_of(replay)
-    outcome = replay.outcome_of(turn)
-    provider = turn.provider or _header_str(replay, "provider") or genai.UNKNOWN_PROVIDER
-    model = turn.model or _header_str(replay, "model")
+    outcome = replay.outcome_of(call)
+    provider = call.provider or _header_str(replay, "provider") or genai.UNKNOWN_PROVIDER
+    model = call.model or _header_str(replay, "model")
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": genai.OPERATION_CHAT,
         "gen_ai.provider.name": provider,
         "gen_ai.conversation.id": session,
         "gen_ai.request.model": model,
-        **genai.request_attributes(turn.params),
+        **genai.request_attributes(call.params),
     }
-    address = server(turn.endpoint)
+    address = server(call.endpoint)
     if address is not None:
         attrs["server.address"], attrs["server.port"] = address
     if outcome is not None:
         attrs["gen_ai.response.id"] = outcome.response_id
         attrs["gen_ai.response.model"] = outcome.response_model
         attrs.update(genai.usage_attributes(outcome.usage))
-    if content and turn.prompt is not None and turn.prompt.text is not None:
+    if content and call.prompt is not None and call.prompt.text is not None:
         attrs["gen_ai.system_instructions"] = genai.as_json(
-            genai.system_instructions(turn.prompt.text))
-    if content and turn.window is not None:
+            genai.system_instructions(call.prompt.text))
+    if content and call.window is not None:
         attrs["gen_ai.input.messages"] = genai.as_json(
-            [m for message in replay.sent(turn) for m in genai.genai_messages(message)])
+            [m for message in replay.sent(call) for m in genai.genai_messages(message)])
     error = outcome.error if outcome is not None else None
     reason: str | None = None
-    if turn.assistant is not None:
-        answer = replay.messages[turn.assistant]
+    if call.assistant is not None:
+        answer = replay.messages[call.assistant]
         reason = genai.answer_reason(answer, outcome.stop_reason if outcome else None)
         if content:
             attrs["gen_ai.output.messages"] = genai.as_json(genai.output_messages(answer, reason))
@@ -130,21 +130,21 @@ def call_span(replay: Replay, turn: Turn, tenant: str | None = None, *,
         attrs["gen_ai.response.finish_reasons"] = [reason]
     if error is not None:
         attrs["error.type"] = str(error.get("kind") or "_OTHER")
-    tools = replay.tools_of(turn)
+    tools = replay.tools_of(call)
     if content and tools is not None:
         attrs["gen_ai.tool.definitions"] = genai.as_json(genai.tool_definitions(tools))
     attrs["gateway.tenant"] = tenant
-    attrs["gateway.call"] = turn.index
-    if turn.prompt is not None:
-        attrs["gateway.agent.prompt.fingerprint"] = turn.prompt.fingerprint
-    start = _parse_ts(turn.ts)
+    attrs["gateway.call"] = call.index
+    if call.prompt is not None:
+        attrs["gateway.agent.prompt.fingerprint"] = call.prompt.fingerprint
+    start = _parse_ts(call.ts)
     latency = outcome.latency_ms if outcome is not None else None
     end = start + timedelta(milliseconds=latency) if start is not None and latency else None
     return Span(
         name=f"{genai.OPERATION_CHAT} {model}" if model else genai.OPERATION_CHAT,
         kind=SPAN_KIND_CLIENT,
         trace_id=trace_id(tenant, session),
-        span_id=span_id(tenant, session, turn.index),
+        span_id=span_id(tenant, session, call.index),
         start_ns=_nanos(start),
         end_ns=_nanos(end),
         attributes=attrs,
@@ -152,10 +152,10 @@ def call_span(replay: Replay, turn: Turn, tenant: str | None = None, *,
     )
 
 
-def otlp_record(replay: Replay, turn: Turn, tenant: str | None = None, *,
+def otlp_record(replay: Replay, call: Call, tenant: str | None = None, *,
                 content: bool = True) -> dict[str, Any]:
     """One OTLP/JSON ``TracesData`` line holding the call's span."""
-    span = call_span(replay, turn, tenant, content=content)
+    span = call_span(replay, call, tenant, content=content)
     return traces_data([span], {"service.name": SERVICE}, SCOPE)
 
 
@@ -171,27 +171,27 @@ def _header_str(replay: Replay, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def jsonl_record(replay: Replay, turn: Turn, tenant: str | None = None) -> dict[str, Any]:
+def jsonl_record(replay: Replay, call: Call, tenant: str | None = None) -> dict[str, Any]:
     """One self-contained request/response record (keys in :data:`JSONL_KEYS` order)."""
-    tools = replay.tools_of(turn)
+    tools = replay.tools_of(call)
     return {
         "session": replay.session_id,
         "tenant": tenant or tenant_of(replay),
-        "call": turn.index,
-        "ts": turn.ts,
-        "provider": turn.provider or _header_str(replay, "provider"),
-        "model": turn.model or _header_str(replay, "model"),
-        "endpoint": endpoint_json(turn),
-        "params": dict(turn.params) if turn.params is not None else None,
-        "system": turn.prompt.text if turn.prompt is not None else None,
-        "messages": replay.sent(turn) if turn.window is not None else None,
+        "call": call.index,
+        "ts": call.ts,
+        "provider": call.provider or _header_str(replay, "provider"),
+        "model": call.model or _header_str(replay, "model"),
+        "endpoint": endpoint_json(call),
+        "params": dict(call.params) if call.params is not None else None,
+        "system": call.prompt.text if call.prompt is not None else None,
+        "messages": replay.sent(call) if call.window is not None else None,
         "tools": list(tools) if tools is not None else None,
-        "response": replay.messages[turn.assistant] if turn.assistant is not None else None,
-        "outcome": outcome_json(replay.outcome_of(turn)),
+        "response": replay.messages[call.assistant] if call.assistant is not None else None,
+        "outcome": outcome_json(replay.outcome_of(call)),
     }
 
 
-RecordBuilder: TypeAlias = Callable[[Replay, Turn, str | None], dict[str, Any]]
+RecordBuilder: TypeAlias = Callable[[Replay, Call, str | None], dict[str, Any]]
 EXPORT_FORMATS: Mapping[str, RecordBuilder] = {"otlp-json": otlp_record, "jsonl": jsonl_record}
 
 
@@ -201,4 +201,4 @@ def records(replay: Replay, fmt: str, tenant: str | None = None) -> Iterator[dic
     build = EXPORT_FORMATS.get(fmt)
     if build is None:
         raise ValueError(f"unknown export format {fmt!r} (choose from {', '.join(EXPORT_FORMATS)})")
-    return (build(replay, turn, tenant) for turn in replay.turns)
+    return (build(replay, call, tenant) for call in replay.calls)

@@ -1,19 +1,20 @@
 """Offline replay: rebuild every provider call of a session log. Pure: bytes in, objects out.
 
-A *turn* is one provider call. In format v3 each ``call`` entry opens a turn and the assistant
-message after it closes it (a call that failed has no assistant message). In v1/v2, as in the
-seed project, each assistant message closes a turn, its prompt is the nearest preceding prompt
+A *call* is one provider request (a *turn*, which answers one inbound message, makes one or
+more). In format v3 each ``call`` entry opens a call and the assistant message after it closes
+it (a call that failed has no assistant message). In v1/v2, as in the seed project, each
+assistant message closes a call, its prompt is the nearest preceding prompt
 entry, and the messages sent are all earlier messages.
 
-Honesty rules: turns before the first prompt entry keep a null prompt (never back-filled); a v1
-log says its prompt was not recorded; a v2/v3 log with turns but no prompt entry says prompt
+Honesty rules: calls before the first prompt entry keep a null prompt (never back-filled); a v1
+log says its prompt was not recorded; a v2/v3 log with calls but no prompt entry says prompt
 persistence likely failed. A torn last line (one with no newline after it: a write that was
 interrupted) is tolerated; a corrupt complete line, the last one included, becomes a
 :class:`Problem` with its line number. An empty file or a bad header raises
 :class:`~sessions.errors.SessionReadError` (the only error replay raises for bad input).
 
 Cost is O(file size): message entries are kept as byte offsets into the log and parsed when
-asked for, and turns carry window bounds, never copies of the transcript.
+asked for, and calls carry window bounds, never copies of the transcript.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from sessions.replay_model import (
     NOTICE_PROMPT_MISSING,
     NOTICE_V1,
     REBUILT,
+    Call,
     Gap,
     MessageLog,
     NotRebuildableError,
@@ -58,9 +60,9 @@ from sessions.replay_model import (
     PromptVersion,
     Refused,
     Replay,
+    RerunOf,
     SectionRef,
     Status,
-    Turn,
 )
 
 __all__ = [  # the model's names stay importable from here, where callers always found them
@@ -72,6 +74,7 @@ __all__ = [  # the model's names stay importable from here, where callers always
     "NOT_REBUILDABLE",
     "NOT_RECORDED",
     "REBUILT",
+    "Call",
     "Gap",
     "MessageLog",
     "NotRebuildableError",
@@ -80,9 +83,9 @@ __all__ = [  # the model's names stay importable from here, where callers always
     "PromptVersion",
     "Refused",
     "Replay",
+    "RerunOf",
     "SectionRef",
     "Status",
-    "Turn",
     "replay_bytes",
 ]
 
@@ -102,7 +105,7 @@ class _Builder:
         self.tool_sets: dict[str, tuple[Mapping[str, Any], ...]] = {}
         self.prompts: list[dict[str, Any]] = []  # mutable drafts of PromptVersion
         self.prompt_by_fp: dict[str, int] = {}
-        self.turns: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
         self.pending: dict[str, Any] | None = None
         self.outcomes: dict[int, Outcome] = {}
         self.last_seq: int | None = None
@@ -140,19 +143,19 @@ class _Builder:
         if self.version >= 3:
             if self.pending is not None:
                 self.pending["assistant"] = index
-                self.turns.append(self.pending)
+                self.calls.append(self.pending)
                 self.pending = None
             else:
-                draft = _turn_draft(line, ts, None, NOTICE_CALL_UNRECORDED, None,
+                draft = _call_draft(line, ts, None, NOTICE_CALL_UNRECORDED, None,
                                     assistant=index)
                 draft["status"] = (NOT_RECORDED, "no call entry; its failure left no trace")
-                self.turns.append(draft)
+                self.calls.append(draft)
             return
         prompt = len(self.prompts) - 1 if self.prompts else None
         notice = None
         if prompt is None:
             notice = NOTICE_V1 if self.version < 2 else NOTICE_BEFORE_FIRST
-        self.turns.append(_turn_draft(line, ts, prompt, notice, ((0, index),), assistant=index))
+        self.calls.append(_call_draft(line, ts, prompt, notice, ((0, index),), assistant=index))
 
     def on_refusal(self, entry: dict[str, Any], line: int) -> None:
         limit = entry.get("limit")
@@ -175,13 +178,13 @@ class _Builder:
             what = item.get("type")
             if what == "call":
                 if self.pending is not None:
-                    self.turns.append(self.pending)
-                self.pending = _turn_draft(line, at, None, NOTICE_CALL_UNRECORDED, None)
+                    self.calls.append(self.pending)
+                self.pending = _call_draft(line, at, None, NOTICE_CALL_UNRECORDED, None)
                 self.pending["status"] = (NOT_RECORDED, f"persist failed: {when}")
             elif what == "message" and item.get("role") == "assistant":
                 if self.pending is not None:  # the call's answer never reached the log
                     self.pending["notes"].append(f"its answer was not recorded ({when})")
-                    self.turns.append(self.pending)
+                    self.calls.append(self.pending)
                     self.pending = None
             elif what == "outcome" and self.pending is not None:
                 self.pending["notes"].append(f"its outcome was not recorded ({when})")
@@ -236,7 +239,7 @@ class _Builder:
         self.prompts.append({
             "number": len(self.prompts) + 1, "line": line, "ts": _str_or_none(entry.get("ts")),
             "fingerprint": fp, "reason": reason if isinstance(reason, str) else None,
-            "sections": tuple(refs), "text": text, "verified": verified, "first_turn": None,
+            "sections": tuple(refs), "text": text, "verified": verified, "first_call": None,
         })
 
     def on_tools(self, entry: dict[str, Any], line: int) -> None:
@@ -251,7 +254,7 @@ class _Builder:
 
     def on_call(self, entry: dict[str, Any], line: int) -> None:
         if self.pending is not None:  # the previous call got no answer (error or crash)
-            self.turns.append(self.pending)
+            self.calls.append(self.pending)
         window = _window(entry.get("window"), len(self.starts))
         if window is None:
             self.problem(line, "call entry has a malformed window")
@@ -264,7 +267,7 @@ class _Builder:
         tools = entry.get("tools")
         params = entry.get("params")
         call = entry.get("call")
-        self.pending = _turn_draft(
+        self.pending = _call_draft(
             line, _str_or_none(entry.get("ts")), prompt, notice, window, injected=injected or (),
             call=call if isinstance(call, int) else None,
             provider=_str_or_none(entry.get("provider")), model=_str_or_none(entry.get("model")),
@@ -310,20 +313,20 @@ class _Builder:
 
     def finish(self, header: Mapping[str, Any], torn: bool) -> Replay:
         if self.pending is not None:
-            self.turns.append(self.pending)
+            self.calls.append(self.pending)
             self.pending = None
-        turns: list[Turn] = []
-        for number, draft in enumerate(self.turns, start=1):
+        calls: list[Call] = []
+        for number, draft in enumerate(self.calls, start=1):
             p = draft["prompt"]
-            if p is not None and self.prompts[p]["first_turn"] is None:
-                self.prompts[p]["first_turn"] = number
+            if p is not None and self.prompts[p]["first_call"] is None:
+                self.prompts[p]["first_call"] = number
         versions = tuple(PromptVersion(**draft) for draft in self.prompts)
-        for number, d in enumerate(self.turns, start=1):
+        for number, d in enumerate(self.calls, start=1):
             p = d["prompt"]
             version = versions[p] if p is not None else None
             status, why = d["status"] or _judge_call(self, d, version)
-            # Positional: a keyword splat per turn is measurably slower on long sessions.
-            turns.append(Turn(number, d["line"], d["ts"], version,
+            # Positional: a keyword splat per call is measurably slower on long sessions.
+            calls.append(Call(number, d["line"], d["ts"], version,
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
                               d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"],
@@ -331,10 +334,10 @@ class _Builder:
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
-        elif not versions and turns:
+        elif not versions and calls:
             notice = NOTICE_NO_PROMPTS
         if notice == NOTICE_NO_PROMPTS:
-            turns = [_with_notice(t, NOTICE_NO_PROMPTS) for t in turns]
+            calls = [_with_notice(t, NOTICE_NO_PROMPTS) for t in calls]
         return Replay(
             gaps=tuple(self.gaps),
             refusals=tuple(self.refusals),
@@ -342,7 +345,7 @@ class _Builder:
             version=self.version,
             messages=MessageLog(self.data, self.starts, self.ends),
             prompts=versions,
-            turns=tuple(turns),
+            calls=tuple(calls),
             tool_sets=self.tool_sets,
             outcomes=self.outcomes,
             problems=tuple(self.problems),
@@ -353,7 +356,7 @@ class _Builder:
 
 def _judge_call(builder: _Builder, d: dict[str, Any],
                 version: PromptVersion | None) -> tuple[Status, str | None]:
-    """Whether a turn's request can be rebuilt from the log, and if not, what is missing."""
+    """Whether a call's request can be rebuilt from the log, and if not, what is missing."""
     if builder.version < 3:
         return NOT_RECORDED, f"format v{builder.version} predates call recording"
     if builder.damaged is not None and builder.damaged < d["line"]:
@@ -378,11 +381,11 @@ def _judge_call(builder: _Builder, d: dict[str, Any],
     return REBUILT, None
 
 
-def _with_notice(turn: Turn, notice: str) -> Turn:
-    """A session-wide notice replaces the generic per-turn one, not a more specific one."""
-    if turn.prompt is not None or turn.prompt_notice not in (None, NOTICE_BEFORE_FIRST):
-        return turn
-    return replace(turn, prompt_notice=notice)
+def _with_notice(call: Call, notice: str) -> Call:
+    """A session-wide notice replaces the generic per-call one, not a more specific one."""
+    if call.prompt is not None or call.prompt_notice not in (None, NOTICE_BEFORE_FIRST):
+        return call
+    return replace(call, prompt_notice=notice)
 
 
 def _cost_or_none(value: Any) -> float | None:
@@ -391,7 +394,7 @@ def _cost_or_none(value: Any) -> float | None:
     return float(value) if math.isfinite(value) and value >= 0 else None
 
 
-def _turn_draft(
+def _call_draft(
     line: int,
     ts: str | None,
     prompt: int | None,
@@ -483,7 +486,7 @@ def replay_bytes(data: bytes) -> Replay:
     """Replay a whole session log given as bytes."""
     # Replay allocates only acyclic containers (dicts, lists, tuples from orjson and our
     # records), which reference counting frees on its own; the cyclic collector would only
-    # re-traverse the survivors (turns, prompt versions) again and again, costing 5-10 % on
+    # re-traverse the survivors (calls, prompt versions) again and again, costing 5-10 % on
     # large logs. It is paused for this synchronous call only and restored after, whatever
     # state it was in.
     was_enabled = gc.isenabled()

@@ -1,7 +1,7 @@
-"""JSON views of a replay: one turn (``--turn N --json``) and a whole session (``--json``).
+"""JSON views of a replay: one call (``--call N --json``) and a whole session (``--json``).
 
 The whole-session shape is linear in the log's size: every message, section text and tool set
-appears once, and turns point at them by index, number or fingerprint. ``docs/session-format.md``
+appears once, and calls point at them by index, number or fingerprint. ``docs/session-format.md``
 documents it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sessions.endpoint import origin
-from sessions.replay import Outcome, PromptVersion, Replay, Turn
+from sessions.replay import Call, Outcome, PromptVersion, Replay
 
 
 def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
@@ -27,40 +27,40 @@ def outcome_json(outcome: Outcome | None) -> dict[str, Any] | None:
     }
 
 
-def endpoint_json(turn: Turn) -> str | None:
+def endpoint_json(call: Call) -> str | None:
     """The endpoint the call entry records (``scheme://host:port``), or None when it records
     none (logs written before it was, in-process providers). Read through
     :func:`sessions.endpoint.origin` again, so only an origin ever comes out of a log."""
-    return origin(turn.endpoint)
+    return origin(call.endpoint)
 
 
-def turn_json(replay: Replay, turn: Turn) -> dict[str, Any]:
-    """One turn with everything the provider received, verbatim (null where not recorded)."""
-    prompt = turn.prompt
-    tools = replay.tools_of(turn)
+def call_json(replay: Replay, call: Call) -> dict[str, Any]:
+    """One call with everything the provider received, verbatim (null where not recorded)."""
+    prompt = call.prompt
+    tools = replay.tools_of(call)
     return {
-        "index": turn.index,
-        "ts": turn.ts,
-        **status_json(turn),
+        "index": call.index,
+        "ts": call.ts,
+        **status_json(call),
         "systemPrompt": prompt.text if prompt else None,
         "promptFingerprint": prompt.fingerprint if prompt else None,
         "promptReason": prompt.reason if prompt else None,
-        "promptNotice": turn.prompt_notice,
-        "messages": replay.sent(turn) if turn.window is not None else None,
-        "assistant": replay.messages[turn.assistant] if turn.assistant is not None else None,
-        "provider": turn.provider,
-        "model": turn.model,
-        "endpoint": endpoint_json(turn),
-        "params": turn.params,
+        "promptNotice": call.prompt_notice,
+        "messages": replay.sent(call) if call.window is not None else None,
+        "assistant": replay.messages[call.assistant] if call.assistant is not None else None,
+        "provider": call.provider,
+        "model": call.model,
+        "endpoint": endpoint_json(call),
+        "params": call.params,
         "tools": list(tools) if tools is not None else None,
-        "outcome": outcome_json(replay.outcome_of(turn)),
+        "outcome": outcome_json(replay.outcome_of(call)),
     }
 
 
-def status_json(turn: Turn) -> dict[str, Any]:
+def status_json(call: Call) -> dict[str, Any]:
     """Whether the call rebuilds (``status``: rebuilt, not_recorded, not_rebuildable), why
     not, and what else the log says about it."""
-    return {"status": turn.status, "why": turn.why, "notes": list(turn.notes)}
+    return {"status": call.status, "why": call.why, "notes": list(call.notes)}
 
 
 def _prompt_json(version: PromptVersion) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def _prompt_json(version: PromptVersion) -> dict[str, Any]:
         "reason": version.reason,
         "sections": [{"name": s.name, "hash": s.hash} for s in version.sections],
         "verified": version.verified,
-        "firstTurn": version.first_turn,
+        "firstCall": version.first_call,
     }
 
 
@@ -101,7 +101,7 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         "sections": sections,
         "prompts": [_prompt_json(v) for v in replay.prompts],
         "toolSets": {fp: list(tools) for fp, tools in replay.tool_sets.items()},
-        "turns": [
+        "calls": [
             {
                 "index": t.index,
                 "ts": t.ts,
@@ -111,7 +111,7 @@ def replay_json(replay: Replay) -> dict[str, Any]:
                 "window": [list(r) for r in t.window] if t.window is not None else None,
                 "injected": [{"position": i.position, "message": i.message} for i in t.injected],
                 "assistant": t.assistant,
-                "call": t.call,
+                "call": t.entry_number,
                 "provider": t.provider,
                 "model": t.model,
                 "endpoint": endpoint_json(t),
@@ -119,6 +119,6 @@ def replay_json(replay: Replay) -> dict[str, Any]:
                 "tools": t.tools_fingerprint,
                 "outcome": outcome_json(replay.outcome_of(t)),
             }
-            for t in replay.turns
+            for t in replay.calls
         ],
     }

@@ -1,4 +1,4 @@
-"""What replay rebuilds from one log: the calls (:class:`Turn`), prompt versions, outcomes,
+"""What replay rebuilds from one log: the calls (:class:`Call`), prompt versions, outcomes,
 gaps and refusals, the messages as byte offsets (:class:`MessageLog`), and :class:`Replay`,
 which holds them and builds a call's request body. :mod:`sessions.replay` fills them in."""
 
@@ -29,7 +29,7 @@ from sessions.shapes import Shape, request_body
 
 NOTICE_V1 = "system prompt not recorded (predates prompt recording)"
 NOTICE_NO_PROMPTS = "no prompt entry in this session: prompt persistence likely failed"
-NOTICE_BEFORE_FIRST = "no prompt recorded before this turn (not back-filled)"
+NOTICE_BEFORE_FIRST = "no prompt recorded before this call (not back-filled)"
 NOTICE_CALL_UNRECORDED = "this call was not recorded (prompt persistence failed for it)"
 NOTICE_PROMPT_MISSING = "the call names a prompt that is not in the log"
 
@@ -68,7 +68,7 @@ class PromptVersion:
     sections: tuple[SectionRef, ...]
     text: str | None
     verified: bool
-    first_turn: int | None
+    first_call: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class Call:
     """One provider call. Indices point into :attr:`Replay.messages`; ``index`` is 1-based."""
 
     index: int
@@ -96,7 +96,8 @@ class Turn:
     window: Window | None
     injected: tuple[Injected, ...]
     assistant: int | None
-    call: int | None
+    entry_number: int | None
+    """The number its ``call`` entry gives it (0-based; None without a call entry)."""
     provider: str | None
     model: str | None
     params: Mapping[str, Any] | None
@@ -152,6 +153,28 @@ class Refused:
     after: int
 
 
+@dataclass(frozen=True, slots=True)
+class RerunOf:
+    """What a rerun log (``gateway replay --rerun N --save``) reruns: the header's
+    ``rerunOf``."""
+
+    session: str
+    tenant: str | None
+    call: int | None
+
+    @classmethod
+    def from_header(cls, header: Mapping[str, Any]) -> RerunOf | None:
+        """The header's ``rerunOf``, or None when it has none. Its call number is ``call``;
+        rerun logs written before calls were called calls name it ``turn``, read the same."""
+        value = header.get("rerunOf")
+        if not isinstance(value, Mapping) or not isinstance(value.get("session"), str):
+            return None
+        number = value.get("call", value.get("turn"))
+        tenant = value.get("tenant")
+        return cls(value["session"], tenant if isinstance(tenant, str) else None,
+                   number if type(number) is int else None)
+
+
 class NotRebuildableError(SessionReadError):
     """A request body was asked of a call replay cannot rebuild; the message says why."""
 
@@ -203,7 +226,7 @@ class Replay:
     version: int
     messages: MessageLog
     prompts: tuple[PromptVersion, ...]
-    turns: tuple[Turn, ...]
+    calls: tuple[Call, ...]
     tool_sets: Mapping[str, tuple[Mapping[str, Any], ...]]
     outcomes: Mapping[int, Outcome]
     problems: tuple[Problem, ...]
@@ -217,78 +240,83 @@ class Replay:
         return str(self.header.get("id", ""))
 
     @property
+    def rerun_of(self) -> RerunOf | None:
+        """The call this log reruns, when it is a saved rerun."""
+        return RerunOf.from_header(self.header)
+
+    @property
     def prompts_recorded(self) -> bool:
         return bool(self.prompts)
 
-    def turn(self, number: int) -> Turn:
-        """Turn ``number`` (1-based); IndexError when there is no such turn."""
-        if not 1 <= number <= len(self.turns):
-            raise IndexError(f"turn {number} out of range 1..{len(self.turns)}")
-        return self.turns[number - 1]
+    def call(self, number: int) -> Call:
+        """Call ``number`` (1-based); IndexError when there is no such call."""
+        if not 1 <= number <= len(self.calls):
+            raise IndexError(f"call {number} out of range 1..{len(self.calls)}")
+        return self.calls[number - 1]
 
-    def sent(self, turn: Turn) -> list[MessageDict]:
-        """The messages the provider received for ``turn`` (empty when not recorded)."""
-        if turn.window is None:
+    def sent(self, call: Call) -> list[MessageDict]:
+        """The messages the provider received for ``call`` (empty when not recorded)."""
+        if call.window is None:
             return []
-        return window_messages(self.messages, turn.window, turn.injected)
+        return window_messages(self.messages, call.window, call.injected)
 
-    def tools_of(self, turn: Turn) -> tuple[Mapping[str, Any], ...] | None:
-        if turn.tools_fingerprint is None:
+    def tools_of(self, call: Call) -> tuple[Mapping[str, Any], ...] | None:
+        if call.tools_fingerprint is None:
             return None
-        return self.tool_sets.get(turn.tools_fingerprint)
+        return self.tool_sets.get(call.tools_fingerprint)
 
-    def outcome_of(self, turn: Turn) -> Outcome | None:
-        return None if turn.call is None else self.outcomes.get(turn.call)
+    def outcome_of(self, call: Call) -> Outcome | None:
+        return None if call.entry_number is None else self.outcomes.get(call.entry_number)
 
-    def attachments(self, turn: Turn) -> list[BlobRef]:
-        """The blobs ``turn``'s request needs (each once), to load before :meth:`request`."""
-        return needed(self.sent(turn))
+    def attachments(self, call: Call) -> list[BlobRef]:
+        """The blobs ``call``'s request needs (each once), to load before :meth:`request`."""
+        return needed(self.sent(call))
 
-    def request(self, turn: Turn, shape: Shape | None = None,
+    def request(self, call: Call, shape: Shape | None = None,
                 blobs: Mapping[str, bytes] | None = None) -> dict[str, Any]:
-        """The provider request body of ``turn``, rebuilt (shape defaults to the recorded one).
+        """The provider request body of ``call``, rebuilt (shape defaults to the recorded one).
 
         ``blobs`` holds the bytes of :meth:`attachments` (hash -> bytes), from the blob store.
         Raises :class:`NotRebuildableError` for a call that was not recorded or misses a piece
-        (:attr:`Turn.status_text` says which; a blob missing from ``blobs`` is named by hash),
+        (:attr:`Call.status_text` says which; a blob missing from ``blobs`` is named by hash),
         and
         :class:`~sessions.errors.SessionReadError` when the recorded content blocks or tool
         schemas are too malformed to take that shape (a hand-edited or corrupted log).
         """
-        if not turn.rebuildable:
-            raise NotRebuildableError(f"turn {turn.index} cannot be rebuilt: "
-                                      f"{turn.status_text}", line=turn.line)
+        if not call.rebuildable:
+            raise NotRebuildableError(f"call {call.index} cannot be rebuilt: "
+                                      f"{call.status_text}", line=call.line)
         chosen: Shape
         if shape is not None:
             chosen = shape
         else:
-            chosen = "openai" if turn.provider == "openai" else "anthropic"
-        system = turn.prompt.text if turn.prompt else None
+            chosen = "openai" if call.provider == "openai" else "anthropic"
+        system = call.prompt.text if call.prompt else None
         sections = (
-            tuple(ref.text or "" for ref in turn.prompt.sections) if turn.prompt else ()
+            tuple(ref.text or "" for ref in call.prompt.sections) if call.prompt else ()
         )
         try:
             return request_body(
                 chosen,
                 system,
-                self.sent(turn),
-                self.tools_of(turn) or (),
-                turn.model or str(self.header.get("model") or ""),
-                turn.params or {},
-                cache=turn.cache,
+                self.sent(call),
+                self.tools_of(call) or (),
+                call.model or str(self.header.get("model") or ""),
+                call.params or {},
+                cache=call.cache,
                 sections=sections,
                 blobs=blobs,
             )
         except BlobMissingError as exc:  # the log is whole; the blob store lacks a piece
             raise NotRebuildableError(
-                f"turn {turn.index} cannot be rebuilt: recorded but not rebuildable (blob "
-                f"sha256 {exc.digest} is not in the blob store: {exc.label})", line=turn.line
+                f"call {call.index} cannot be rebuilt: recorded but not rebuildable (blob "
+                f"sha256 {exc.digest} is not in the blob store: {exc.label})", line=call.line
             ) from exc
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             # The shapes index blocks and schemas as the providers define them; a log may hold
-            # anything. Say which turn cannot be rebuilt instead of crashing the caller.
+            # anything. Say which call cannot be rebuilt instead of crashing the caller.
             raise SessionReadError(
-                f"turn {turn.index} cannot be rebuilt as a {chosen} request: a recorded content "
+                f"call {call.index} cannot be rebuilt as a {chosen} request: a recorded content "
                 f"block, tool schema or prompt section is malformed or missing "
-                f"({type(exc).__name__})", line=turn.line
+                f"({type(exc).__name__})", line=call.line
             ) from exc

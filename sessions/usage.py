@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sessions.pricing import PriceTable
-from sessions.replay import Replay, Turn
+from sessions.replay import Call, Replay
 
 By = Literal["conversation", "user", "tenant", "model", "day", "session"]
 BY: tuple[By, ...] = ("conversation", "user", "tenant", "model", "day", "session")
@@ -111,20 +111,20 @@ def calls_of(replay: Replay, prices: PriceTable | None = None) -> Iterator[CallU
     tenant = str(header.get("tenant") or "default")
     channel = str(header.get("channel") or "")
     conversation = str(header.get("conversation") or "")
-    for turn in replay.turns:
-        outcome = replay.outcome_of(turn)
+    for call in replay.calls:
+        outcome = replay.outcome_of(call)
         if outcome is None:
             continue
         usage = outcome.usage or {}
-        model = turn.model or str(header.get("model") or "")
+        model = call.model or str(header.get("model") or "")
         cost, repriced = outcome.cost_usd, False
         if cost is None and prices is not None and usage:
             cost = prices.cost(model, usage)
             repriced = cost is not None
         yield CallUsage(
             tenant=tenant, session=replay.session_id, channel=channel,
-            conversation=conversation, user=sender_of(replay, turn, channel),
-            provider=turn.provider or "", model=model, ts=turn.ts,
+            conversation=conversation, user=sender_of(replay, call, channel),
+            provider=call.provider or "", model=model, ts=call.ts,
             input_tokens=_count(usage, "input_tokens"),
             cache_write=_count(usage, "cache_creation_input_tokens"),
             cache_read=_count(usage, "cache_read_input_tokens"),
@@ -133,12 +133,12 @@ def calls_of(replay: Replay, prices: PriceTable | None = None) -> Iterator[CallU
         )
 
 
-def sender_of(replay: Replay, turn: Turn, channel: str) -> str | None:
-    """``channel:sender`` of the message ``turn``'s window ends on (see the module doc)."""
-    if not turn.window:
+def sender_of(replay: Replay, call: Call, channel: str) -> str | None:
+    """``channel:sender`` of the message ``call``'s window ends on (see the module doc)."""
+    if not call.window:
         return None
     messages = replay.messages
-    for start, end in reversed(turn.window):
+    for start, end in reversed(call.window):
         for index in range(min(end, len(messages)) - 1, start - 1, -1):
             meta = messages.entry(index).get("meta")
             sender = meta.get("sender") if isinstance(meta, dict) else None

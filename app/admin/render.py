@@ -15,7 +15,7 @@ from app.admin.attachments import attachment_view
 from app.admin.markup import Markup, join, tag
 from sessions.cache_bust import CacheBust
 from sessions.encoding import dumps
-from sessions.replay import Outcome, PromptVersion, Replay, Turn
+from sessions.replay import Call, Outcome, PromptVersion, Replay
 from sessions.scan import message_text
 
 
@@ -175,14 +175,14 @@ def _usage_text(usage: Mapping[str, Any] | None) -> str | None:
     return ", ".join(f"{k} {v}" for k, v in usage.items())
 
 
-def turn_summary(replay: Replay, turn: Turn, bust: CacheBust | None = None) -> Markup:
+def call_summary(replay: Replay, call: Call, bust: CacheBust | None = None) -> Markup:
     """The one-line summary of a call: number, model, prompt, stop reason, usage, cost, error,
     and ``bust``: the cache-busting change this call was the first to send, if any."""
-    outcome = replay.outcome_of(turn)
-    bits: list[Markup | str] = [tag("strong", f"Call {turn.index}")]
-    if turn.model:
-        bits.append(tag("span", turn.model))
-    bits.append(tag("span", version_label(turn.prompt) if turn.prompt else "prompt unknown"))
+    outcome = replay.outcome_of(call)
+    bits: list[Markup | str] = [tag("strong", f"Call {call.index}")]
+    if call.model:
+        bits.append(tag("span", call.model))
+    bits.append(tag("span", version_label(call.prompt) if call.prompt else "prompt unknown"))
     if outcome is not None:
         if outcome.stop_reason:
             bits.append(tag("span", outcome.stop_reason))
@@ -195,9 +195,9 @@ def turn_summary(replay: Replay, turn: Turn, bust: CacheBust | None = None) -> M
             bits.append(tag("span", money(outcome.cost_usd), class_="cost"))
         if outcome.error:
             bits.append(tag("span", f"error {outcome.error.get('kind', '?')}", class_="badge bad"))
-    elif turn.assistant is None:
+    elif call.assistant is None:
         bits.append(tag("span", "no answer recorded", class_="badge warn"))
-    lineage = lineage_text(turn)
+    lineage = lineage_text(call)
     if lineage:
         bits.append(tag("span", lineage, class_="badge lineage"))
     if bust is not None:
@@ -205,9 +205,9 @@ def turn_summary(replay: Replay, turn: Turn, bust: CacheBust | None = None) -> M
                         title="the cached prompt prefix was rebuilt from here on"
                               + (" (the stable prefix every conversation shares)"
                                  if bust.stable else "")))
-    if not turn.rebuildable:  # replay offers no body for it, and says why
-        bits.append(tag("span", turn.status_text, class_="badge bad", data_status=turn.status))
-    bits.extend(tag("span", note, class_="badge warn") for note in turn.notes)
+    if not call.rebuildable:  # replay offers no body for it, and says why
+        bits.append(tag("span", call.status_text, class_="badge bad", data_status=call.status))
+    bits.extend(tag("span", note, class_="badge warn") for note in call.notes)
     return join(bits, " · ")
 
 
@@ -238,10 +238,10 @@ def _ranges_text(ranges: Sequence[tuple[int, int]]) -> str:
                      for a, b in ranges if b > a) or "none"
 
 
-def lineage_text(turn: Turn) -> str | None:
+def lineage_text(call: Call) -> str | None:
     """Why a call was made and what stands for what: a compaction call, a fallback, a call
     that sends a summary (the call numbers are the viewer's 1-based ones)."""
-    lineage = turn.lineage
+    lineage = call.lineage
     if lineage is None:
         return None
     parts = []
@@ -257,12 +257,12 @@ def lineage_text(turn: Turn) -> str | None:
     return "; ".join(parts) or None
 
 
-def _window_text(replay: Replay, turn: Turn) -> str:
-    if turn.window is None:
+def _window_text(replay: Replay, call: Call) -> str:
+    if call.window is None:
         return "not recorded"
     ranges = ", ".join(f"#{a + 1} to #{b}" if b - a > 1 else f"#{b}"
-                       for a, b in turn.window if b > a) or "none"
-    extra = f" plus {len(turn.injected)} injected" if turn.injected else ""
+                       for a, b in call.window if b > a) or "none"
+    extra = f" plus {len(call.injected)} injected" if call.injected else ""
     return f"log messages {ranges}{extra}"
 
 
@@ -274,13 +274,13 @@ def _answer_view(outcome: Outcome | None) -> Markup | None:
                  tag("pre", message_text(outcome.answer.get("content")) or "", class_="prompt")])
 
 
-def _sent_views(replay: Replay, turn: Turn, where: Where | None) -> Markup:
-    if turn.window is None:
+def _sent_views(replay: Replay, call: Call, where: Where | None) -> Markup:
+    if call.window is None:
         return tag("p", "The messages of this call were not recorded.", class_="muted")
-    indices: list[int | None] = [i for a, b in turn.window for i in range(a, b)]
-    for item in sorted(turn.injected, key=lambda i: i.position):
+    indices: list[int | None] = [i for a, b in call.window for i in range(a, b)]
+    for item in sorted(call.injected, key=lambda i: i.position):
         indices.insert(item.position, None)
-    sent = replay.sent(turn)
+    sent = replay.sent(call)
     views = []
     for index, message in zip(indices, sent, strict=True):
         ts = None if index is None else replay.messages.entry(index).get("ts")
@@ -289,10 +289,10 @@ def _sent_views(replay: Replay, turn: Turn, where: Where | None) -> Markup:
     return join(views)
 
 
-def _tools_view(replay: Replay, turn: Turn) -> Markup:
-    tools = replay.tools_of(turn)
+def _tools_view(replay: Replay, call: Call) -> Markup:
+    tools = replay.tools_of(call)
     if tools is None:
-        text = "not recorded" if turn.tools_fingerprint else "none sent"
+        text = "not recorded" if call.tools_fingerprint else "none sent"
         return tag("p", text, class_="muted")
     items = []
     for schema in tools:
@@ -306,11 +306,11 @@ def _tools_view(replay: Replay, turn: Turn) -> Markup:
     return tag("ul", items, class_="tools")
 
 
-def turn_request(replay: Replay, turn: Turn, where: Where | None = None) -> Markup:
-    """Everything the provider received for ``turn``, verbatim, and what came back."""
-    prompt = turn.prompt
+def request_view(replay: Replay, call: Call, where: Where | None = None) -> Markup:
+    """Everything the provider received for ``call``, verbatim, and what came back."""
+    prompt = call.prompt
     if prompt is None:
-        system: Markup = tag("p", turn.prompt_notice or "not recorded", class_="notice")
+        system: Markup = tag("p", call.prompt_notice or "not recorded", class_="notice")
     elif prompt.text is None:
         system = tag("p", "The prompt text could not be rebuilt (see problems).", class_="notice")
     else:
@@ -319,22 +319,22 @@ def turn_request(replay: Replay, turn: Turn, where: Where | None = None) -> Mark
     if prompt is not None:
         prompt_fact = join([f"v{prompt.number} ", tag("code", prompt.fingerprint),
                             f" ({prompt.reason or 'no reason'})"])
-    tools = replay.tools_of(turn)
-    sent_count = len(replay.sent(turn)) if turn.window is not None else 0
+    tools = replay.tools_of(call)
+    sent_count = len(replay.sent(call)) if call.window is not None else 0
     return tag(
         "div",
         _facts([
-            ("provider", turn.provider), ("model", turn.model),
-            ("params", tag("code", compact(turn.params)) if turn.params is not None else None),
-            ("prompt", prompt_fact), ("window", _window_text(replay, turn)),
-            *_outcome_rows(replay.outcome_of(turn)),
-            ("lineage", lineage_text(turn)),
+            ("provider", call.provider), ("model", call.model),
+            ("params", tag("code", compact(call.params)) if call.params is not None else None),
+            ("prompt", prompt_fact), ("window", _window_text(replay, call)),
+            *_outcome_rows(replay.outcome_of(call)),
+            ("lineage", lineage_text(call)),
         ]),
-        _answer_view(replay.outcome_of(turn)),
+        _answer_view(replay.outcome_of(call)),
         tag("h4", "System prompt"), system,
         tag("details", tag("summary", f"Messages sent ({sent_count})"),
-            _sent_views(replay, turn, where), class_="sent", open=True),
+            _sent_views(replay, call, where), class_="sent", open=True),
         tag("details", tag("summary", f"Tools ({len(tools) if tools is not None else 0})"),
-            _tools_view(replay, turn), class_="tools-box"),
+            _tools_view(replay, call), class_="tools-box"),
         class_="request",
     )

@@ -20,18 +20,18 @@ from app.admin.markup import Markup, join, tag
 from app.admin.pages import Frame, layout
 from app.admin.render import (
     Where,
+    call_summary,
     message_view,
     money,
     notice_marker,
     pretty,
     prompt_marker,
-    turn_request,
-    turn_summary,
+    request_view,
 )
 from sessions.cache_bust import CacheBust, cache_busts
 from sessions.drift import METRICS, DriftPoint
 from sessions.pricing import PriceTable
-from sessions.replay import NotRebuildableError, PromptVersion, Replay, Turn
+from sessions.replay import Call, NotRebuildableError, PromptVersion, Replay
 from sessions.usage import UsageRow, aggregate, calls_of, total
 
 INLINE_BUDGET = 2_000_000
@@ -75,7 +75,7 @@ def _header(view: SessionView) -> Markup:
     outcomes = list(replay.outcomes.values())
     latency = sum(o.latency_ms or 0.0 for o in outcomes)
     errors = sum(1 for o in outcomes if o.error)
-    models = sorted({t.model for t in replay.turns if t.model})
+    models = sorted({t.model for t in replay.calls if t.model})
     usage = ", ".join(f"{k} {v:g}" for k, v in _usage_totals(replay).items())
     spent = total(aggregate(calls_of(replay, view.prices), "tenant"))
     rows: list[tuple[str, str]] = [
@@ -85,7 +85,7 @@ def _header(view: SessionView) -> Markup:
         ("started", str(h.get("startedAt") or "—")),
         ("format", f"v{replay.version}"),
         ("messages", str(len(replay.messages))),
-        ("provider calls", f"{len(replay.turns)}" + (f" ({errors} failed)" if errors else "")),
+        ("provider calls", f"{len(replay.calls)}" + (f" ({errors} failed)" if errors else "")),
         ("prompt versions", str(len(replay.prompts))),
         ("models", ", ".join(models) or "—"),
         ("usage", usage or "—"),
@@ -168,7 +168,7 @@ def _timeline(view: SessionView) -> Markup:
             tag("td", v.ts or "—", class_="ts"), tag("td", v.reason or "—", class_="reason"),
             tag("td", tag("code", v.fingerprint)),
             tag("td", ", ".join(s.name for s in v.sections)),
-            tag("td", str(v.first_turn) if v.first_turn is not None else "never used"),
+            tag("td", str(v.first_call) if v.first_call is not None else "never used"),
             tag("td", "yes" if v.verified else tag("span", "no", class_="badge warn")))
         for v in replay.prompts
     ]
@@ -199,53 +199,53 @@ def _inline_cost(view: SessionView) -> int:
     replay = view.replay
     per_message = view.size // max(1, len(replay.messages))
     cost = 0
-    for turn in replay.turns:
-        cost += len(turn.prompt.text or "") if turn.prompt else 0
-        cost += sum(b - a for a, b in turn.window or ()) * per_message
+    for call in replay.calls:
+        cost += len(call.prompt.text or "") if call.prompt else 0
+        cost += sum(b - a for a, b in call.window or ()) * per_message
     return cost
 
 
-def _turn_block(view: SessionView, turn: Turn, inline: bool) -> Markup:
+def _call_block(view: SessionView, call: Call, inline: bool) -> Markup:
     where = view.where
     if inline:
-        body = turn_request(view.replay, turn, where)
+        body = request_view(view.replay, call, where)
     else:
-        link = urls.turn(where.session_id, where.tenant, where.home, turn.index)
-        body = tag("div", tag("a", f"Open the request of call {turn.index}", href=link),
+        link = urls.call(where.session_id, where.tenant, where.home, call.index)
+        body = tag("div", tag("a", f"Open the request of call {call.index}", href=link),
                    class_="lazy",
-                   data_src=urls.turn(where.session_id, where.tenant, where.home, turn.index,
+                   data_src=urls.call(where.session_id, where.tenant, where.home, call.index,
                                       fragment=True))
-    return tag("details", tag("summary", turn_summary(view.replay, turn,
-                                                     view.busts.get(turn.index))), body,
-               class_="turn", id=f"call-{turn.index}")
+    return tag("details", tag("summary", call_summary(view.replay, call,
+                                                     view.busts.get(call.index))), body,
+               class_="call", id=f"call-{call.index}")
 
 
-def _position(replay: Replay, turn: Turn) -> int:
+def _position(replay: Replay, call: Call) -> int:
     """Where a call goes in the conversation: before its answer, else after what it saw."""
-    if turn.assistant is not None:
-        return turn.assistant
-    if turn.window:
-        return max(b for _, b in turn.window)
+    if call.assistant is not None:
+        return call.assistant
+    if call.window:
+        return max(b for _, b in call.window)
     return len(replay.messages)
 
 
 def conversation(view: SessionView, inline: bool) -> Markup:
     """Messages in log order; before each answer, its call, and a marker if the prompt changed."""
     replay = view.replay
-    at: dict[int, list[Turn]] = {}
-    for turn in replay.turns:
-        at.setdefault(_position(replay, turn), []).append(turn)
+    at: dict[int, list[Call]] = {}
+    for call in replay.calls:
+        at.setdefault(_position(replay, call), []).append(call)
     out: list[Markup] = []
     shown: str | None = None  # fingerprint or notice of the prompt last shown
     for index in range(len(replay.messages) + 1):
-        for turn in at.get(index, ()):
-            if turn.prompt is not None and turn.prompt.fingerprint != shown:
-                out.append(prompt_marker(turn.prompt, view.where, first=shown is None))
-                shown = turn.prompt.fingerprint
-            elif turn.prompt is None and turn.prompt_notice and turn.prompt_notice != shown:
-                out.append(notice_marker(turn.prompt_notice))
-                shown = turn.prompt_notice
-            out.append(_turn_block(view, turn, inline))
+        for call in at.get(index, ()):
+            if call.prompt is not None and call.prompt.fingerprint != shown:
+                out.append(prompt_marker(call.prompt, view.where, first=shown is None))
+                shown = call.prompt.fingerprint
+            elif call.prompt is None and call.prompt_notice and call.prompt_notice != shown:
+                out.append(notice_marker(call.prompt_notice))
+                shown = call.prompt_notice
+            out.append(_call_block(view, call, inline))
         if index < len(replay.messages):
             entry = replay.messages.entry(index)
             ts = entry.get("ts")
@@ -276,36 +276,36 @@ def session_page(view: SessionView, points: list[DriftPoint], metric: str,
 # -- one call ----------------------------------------------------------------------------------
 
 
-def turn_page(view: SessionView, turn: Turn,
+def call_page(view: SessionView, call: Call,
               blobs: Mapping[str, bytes] | None = None) -> Markup:
     """One call; ``blobs``: the bytes of its attachments, to rebuild its body exactly (shown
     with the base64 elided)."""
     where = view.where
     replay = view.replay
-    back = urls.session(where.session_id, where.tenant, where.home) + f"#call-{turn.index}"
+    back = urls.session(where.session_id, where.tenant, where.home) + f"#call-{call.index}"
     body = join([
         tag("p", tag("a", f"← session {where.session_id}", href=back)),
-        tag("h1", f"Call {turn.index}"),
-        tag("p", turn_summary(replay, turn, view.busts.get(turn.index))),
-        turn_request(replay, turn, where),
-        _request_body(replay, turn, blobs),
+        tag("h1", f"Call {call.index}"),
+        tag("p", call_summary(replay, call, view.busts.get(call.index))),
+        request_view(replay, call, where),
+        _request_body(replay, call, blobs),
         tag("h4", "Answer"),
-        message_view(replay.messages[turn.assistant], index=turn.assistant, where=where)
-        if turn.assistant is not None else tag("p", "No answer was recorded.", class_="muted"),
+        message_view(replay.messages[call.assistant], index=call.assistant, where=where)
+        if call.assistant is not None else tag("p", "No answer was recorded.", class_="muted"),
     ])
-    return layout(f"Call {turn.index} of {where.session_id}", body, view.frame)
+    return layout(f"Call {call.index} of {where.session_id}", body, view.frame)
 
 
-def _request_body(replay: Replay, turn: Turn, blobs: Mapping[str, bytes] | None) -> Markup:
-    if not turn.rebuildable:
-        return tag("p", f"No request body: this call was {turn.status_text}.",
+def _request_body(replay: Replay, call: Call, blobs: Mapping[str, bytes] | None) -> Markup:
+    if not call.rebuildable:
+        return tag("p", f"No request body: this call was {call.status_text}.",
                    class_="notice bad")
     try:
-        body = replay.request(turn, blobs=blobs)
+        body = replay.request(call, blobs=blobs)
     except NotRebuildableError as exc:  # a blob the store does not hold (named in the message)
         return tag("p", f"No request body: {exc}.", class_="notice bad")
     summary = "Request body as rebuilt by replay (JSON)"
-    if replay.attachments(turn):
+    if replay.attachments(call):
         summary += ", attachment bytes elided"
     return tag("details", tag("summary", summary), tag("pre", pretty(elided(body)),
                                                        class_="json"))

@@ -4,7 +4,8 @@ Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
 
     GET  /admin/                            sessions list   ?tenant=&channel=&q=&page=
     GET  /admin/session/{id}                one session     ?tenant=&metric=
-    GET  /admin/session/{id}/turn/{n}       one provider call (``&fragment=1``: just its body)
+    GET  /admin/session/{id}/call/{n}       one provider call (``&fragment=1``: just its body)
+    GET  /admin/session/{id}/turn/{n}       its old address: a permanent redirect to ``call/{n}``
     GET  /admin/session/{id}/diff?a=&b=     section diff of prompt versions a and b
     GET  /admin/usage                       cost per day (chart) and per session ?tenant=&days=
     GET  /admin/session/{id}/blob/{hash}    an attachment the session refers to (thumbnails)
@@ -42,13 +43,13 @@ from app.admin.auth import ALL_TENANTS, COOKIE, COOKIE_TTL, Access, Refused
 from app.admin.listing import ListQuery, list_page
 from app.admin.markup import Markup
 from app.admin.pages import Frame, error_page, login_page
-from app.admin.render import Where, turn_request
+from app.admin.render import Where, request_view
 from app.admin.session_pages import (
     INLINE_BUDGET,
     SessionView,
+    call_page,
     diff_page,
     session_page,
-    turn_page,
 )
 from app.admin.throttle import LoginThrottle
 from app.admin.usage_page import days_of, usage_page
@@ -180,7 +181,8 @@ class AdminSite:
             web.get(f"{p}/static/{{name}}", self._static),
             web.get(f"{p}/session/{{id}}", self._guard(self._session)),
             web.get(f"{p}/session/{{id}}/diff", self._guard(self._diff)),
-            web.get(f"{p}/session/{{id}}/turn/{{n}}", self._guard(self._turn)),
+            web.get(f"{p}/session/{{id}}/call/{{n}}", self._guard(self._call)),
+            web.get(f"{p}/session/{{id}}/turn/{{n}}", self._old_call),
             web.get(f"{p}/usage", self._guard(self._usage)),
             web.get(f"{p}/session/{{id}}/blob/{{hash}}", self._guard(self._blob)),
             web.get(f"{p}/{{tail:.*}}", self._guard(self._not_found)),
@@ -354,21 +356,29 @@ class AdminSite:
 
         return html(await asyncio.to_thread(render))
 
-    async def _turn(self, request: web.Request) -> web.StreamResponse:
+    async def _call(self, request: web.Request) -> web.StreamResponse:
         number = _int(request.match_info["n"], "call number")
         view = await self._load(request)
         try:
-            turn = view.replay.turn(number)
+            call = view.replay.call(number)
         except IndexError:
             raise Refused(404, f"This session has no call {number} "
-                               f"(it has {len(view.replay.turns)}).") from None
+                               f"(it has {len(view.replay.calls)}).") from None
         if request.query.get("fragment"):
-            return html(await asyncio.to_thread(turn_request, view.replay, turn, view.where))
+            return html(await asyncio.to_thread(request_view, view.replay, call, view.where))
         found: dict[str, bytes] = {}
-        refs = view.replay.attachments(turn)
+        refs = view.replay.attachments(call)
         if refs and self.blobs is not None:
             found = await load(self.blobs, view.where.tenant, refs)
-        return html(await asyncio.to_thread(turn_page, view, turn, found))
+        return html(await asyncio.to_thread(call_page, view, call, found))
+
+    async def _old_call(self, request: web.Request) -> web.StreamResponse:
+        """``.../turn/N`` (bookmarks and links from before the page was named for calls): the same
+        page at ``.../call/N``, query kept. Only the path changes, so nothing is checked here;
+        the new address is guarded as usual."""
+        old = request.rel_url
+        path = old.path.rsplit("/turn/", 1)[0] + "/call/" + request.match_info["n"]
+        raise web.HTTPMovedPermanently(old.with_path(path).with_query(old.query))
 
     async def _blob(self, request: web.Request) -> web.StreamResponse:
         """An attachment of a session the admin may see, only if that session refers to it."""

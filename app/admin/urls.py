@@ -29,8 +29,8 @@ def session(session_id: str, tenant: str, home: str = DEFAULT_TENANT, suffix: st
     return path + _query({"tenant": _tenant_param(tenant, home), **params})
 
 
-def turn(session_id: str, tenant: str, home: str, number: int, *, fragment: bool = False) -> str:
-    return session(session_id, tenant, home, f"/turn/{number}", fragment=1 if fragment else None)
+def call(session_id: str, tenant: str, home: str, number: int, *, fragment: bool = False) -> str:
+    return session(session_id, tenant, home, f"/call/{number}", fragment=1 if fragment else None)
 
 
 def diff(session_id: str, tenant: str, home: str, a: int, b: int) -> str:

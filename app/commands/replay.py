@@ -32,8 +32,8 @@ from sessions.errors import (
 )
 from sessions.files import read_regular
 from sessions.names import DEFAULT_TENANT
-from sessions.replay import Replay, Turn, replay_bytes
-from sessions.replay_json import replay_json, turn_json
+from sessions.replay import Call, Replay, replay_bytes
+from sessions.replay_json import call_json, replay_json
 from sessions.scan import message_text
 from sessions.shapes import SHAPES, encode_body
 from sessions.store import SessionStore
@@ -113,13 +113,13 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
     if args.rerun is not None:  # the one mode that sends a request (never writes the session)
         return await rerun_cmd.run(args, replay, out, data_dir, blobs)
     if args.request is not None:
-        turn = _turn(replay, args.request)
-        if not turn.rebuildable:
-            raise CommandError(f"session {replay.session_id}: call {turn.index} cannot be "
-                               f"rebuilt: {turn.status_text}", EXIT_UNREADABLE)
-        found = await turn_blobs(replay, turn, blobs, args.tenant)
+        call = _call(replay, args.request)
+        if not call.rebuildable:
+            raise CommandError(f"session {replay.session_id}: call {call.index} cannot be "
+                               f"rebuilt: {call.status_text}", EXIT_UNREADABLE)
+        found = await call_blobs(replay, call, blobs, args.tenant)
         try:  # a missing blob: which one, which call; never a body without it
-            body = replay.request(turn, args.shape, found)
+            body = replay.request(call, args.shape, found)
         except SessionReadError as exc:
             raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc
         if args.raw:
@@ -127,11 +127,11 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
         else:
             _dump(body, out)
     elif args.call is not None:
-        turn = _turn(replay, args.call)
+        call = _call(replay, args.call)
         if args.json:
-            _dump(turn_json(replay, turn), out)
+            _dump(call_json(replay, call), out)
         else:
-            _print_turn(replay, turn, out)
+            _print_call(replay, call, out)
     elif args.json:
         _dump(replay_json(replay), out)
     else:
@@ -139,10 +139,10 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
     return 0
 
 
-async def turn_blobs(replay: Replay, turn: Turn, blobs: BlobStore | None,
+async def call_blobs(replay: Replay, call: Call, blobs: BlobStore | None,
                      tenant: str | None) -> dict[str, bytes]:
-    """The attachment bytes ``turn``'s request needs, from the session's tenant's blobs."""
-    refs = replay.attachments(turn)
+    """The attachment bytes ``call``'s request needs, from the session's tenant's blobs."""
+    refs = replay.attachments(call)
     if not refs or blobs is None:
         return {}
     owner = tenant or replay.header.get("tenant")
@@ -150,12 +150,12 @@ async def turn_blobs(replay: Replay, turn: Turn, blobs: BlobStore | None,
                                  refs)
 
 
-def _turn(replay: Replay, number: int) -> Turn:
+def _call(replay: Replay, number: int) -> Call:
     try:
-        return replay.turn(number)
+        return replay.call(number)
     except IndexError as exc:
         raise CommandError(
-            f"session {replay.session_id} has no call {number} (it has {len(replay.turns)})"
+            f"session {replay.session_id} has no call {number} (it has {len(replay.calls)})"
         ) from exc
 
 
@@ -257,7 +257,12 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
     w(f"session {replay.session_id}  (format v{replay.version})\n")
     w(f"  started {h.get('startedAt', '-')}  channel {h.get('channel', '-')}  "
       f"conversation {h.get('conversation', '-')}  tenant {h.get('tenant', DEFAULT_TENANT)}\n")
-    w(f"  messages {len(replay.messages)}  calls {len(replay.turns)}  "
+    rerun = replay.rerun_of
+    if rerun is not None:
+        number = rerun.call if rerun.call is not None else "?"
+        w(f"  rerun of call {number} of session {rerun.session}"
+          f"{f' (tenant {rerun.tenant})' if rerun.tenant else ''}\n")
+    w(f"  messages {len(replay.messages)}  calls {len(replay.calls)}  "
       f"prompts recorded: {'yes' if replay.prompts_recorded else 'no'}\n")
     if replay.notice:
         w(f"notice: {replay.notice}\n")
@@ -275,13 +280,13 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
     if not replay.prompts:
         w("  (none)\n")
     for v in replay.prompts:
-        first = v.first_turn if v.first_turn is not None else "none"
+        first = v.first_call if v.first_call is not None else "none"
         names = ",".join(s.name for s in v.sections)
         check = "" if v.verified else "  UNVERIFIED"
         w(f"  #{v.number}  {v.ts or '-'}  {v.fingerprint}  {v.reason or '-'}  "
           f"first call {first}  [{names}]{check}\n")
     w("calls:\n")
-    for t in replay.turns:
+    for t in replay.calls:
         prompt = f"prompt #{t.prompt.number}" if t.prompt else "prompt -"
         sent = f"{len(replay.sent(t))} msgs" if t.window is not None else "window -"
         model = f"  {t.model}" if t.model else ""
@@ -307,34 +312,34 @@ def _refused(item: Any) -> str:
     return f"a {kind} entry"
 
 
-def _print_turn(replay: Replay, turn: Turn, out: TextIO) -> None:
+def _print_call(replay: Replay, call: Call, out: TextIO) -> None:
     w = out.write
-    w(f"=== call {turn.index} of session {replay.session_id}: {turn.status_text}\n")
-    for note in turn.notes:
+    w(f"=== call {call.index} of session {replay.session_id}: {call.status_text}\n")
+    for note in call.notes:
         w(f"note: {note}\n")
-    if turn.model:
-        w(f"provider {turn.provider or '-'}  model {turn.model}  params "
-          f"{dumps(turn.params).decode()}\n")
-    if turn.prompt is not None:
-        v = turn.prompt
+    if call.model:
+        w(f"provider {call.provider or '-'}  model {call.model}  params "
+          f"{dumps(call.params).decode()}\n")
+    if call.prompt is not None:
+        v = call.prompt
         w(f"--- system prompt #{v.number} {v.fingerprint} ({v.reason or '-'})\n")
         w(v.text if v.text is not None else "[prompt text could not be rebuilt; see problems]")
         w("\n")
     else:
-        w(f"--- system prompt: {turn.prompt_notice or 'not recorded'}\n")
-    tools = replay.tools_of(turn)
+        w(f"--- system prompt: {call.prompt_notice or 'not recorded'}\n")
+    tools = replay.tools_of(call)
     if tools is not None:
         w(f"--- tools: {', '.join(str(t.get('name')) for t in tools)}\n")
-    if turn.window is None:
+    if call.window is None:
         w("--- messages sent: not recorded\n")
     else:
-        sent = replay.sent(turn)
+        sent = replay.sent(call)
         w(f"--- messages sent ({len(sent)})\n")
         for message in sent:
             w(f"[{message.get('role')}] {describe(message)}\n")
     w("--- assistant\n")
-    if turn.assistant is not None:
-        w(describe(replay.messages[turn.assistant]) + "\n")
+    if call.assistant is not None:
+        w(describe(replay.messages[call.assistant]) + "\n")
     else:
-        outcome = replay.outcome_of(turn)
+        outcome = replay.outcome_of(call)
         w(f"[no answer: {outcome.error if outcome and outcome.error else 'not recorded'}]\n")

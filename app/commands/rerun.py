@@ -48,7 +48,7 @@ from sessions.fingerprint import fingerprint
 from sessions.names import DEFAULT_TENANT, validate_tenant
 from sessions.persist import persist_call
 from sessions.records import MessageDict, Outcome
-from sessions.replay import Replay, Turn
+from sessions.replay import Call, Replay
 from sessions.replay_json import outcome_json
 from sessions.store import SessionStore, SessionWriter
 
@@ -114,25 +114,25 @@ async def run(
     args: argparse.Namespace, replay: Replay, out: TextIO, data_dir: Path | None,
     blobs: BlobStore | None = None,
 ) -> int:
-    """Rerun turn ``args.rerun`` of ``replay`` (options already passed :func:`check_options`);
+    """Rerun call ``args.rerun`` of ``replay`` (options already passed :func:`check_options`);
     0 when the provider answered, 1 when it failed."""
     try:
-        turn = replay.turn(args.rerun)
+        call = replay.call(args.rerun)
     except IndexError as exc:
         raise CommandError(f"session {replay.session_id} has no call {args.rerun} "
-                           f"(it has {len(replay.turns)})") from exc
+                           f"(it has {len(replay.calls)})") from exc
     files = _replacement_files(args.replace_section)
     ablation = Ablation(drop=tuple(args.drop_section),
                         replace={name: text for name, (_, text) in files.items()})
     try:
-        parts = rerun_request(replay, turn, ablation, model=args.model)
+        parts = rerun_request(replay, call, ablation, model=args.model)
     except RerunError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     if args.save and data_dir is None:
         raise CommandError("--save needs a data directory (--data-dir or GATEWAY_DATA_DIR)")
     owner = args.tenant or replay.header.get("tenant")
     owner = owner if isinstance(owner, str) else DEFAULT_TENANT
-    found = await _attachments(parts.messages, blobs, owner, turn.index, {})
+    found = await _attachments(parts.messages, blobs, owner, call.index, {})
     provider, notes = _choose_provider(args.provider, parts.provider)
     try:
         same = provider.name == parts.provider
@@ -147,9 +147,9 @@ async def run(
                 assert data_dir is not None
                 store, writer = await _open_log(data_dir, replay, parts, args, files)
                 saved = data_dir / RERUNS_DIR / writer.tenant / f"{writer.session_id}.jsonl"
-            steps = await _converse(provider, replay, turn, parts, model, params, writer,
+            steps = await _converse(provider, replay, call, parts, model, params, writer,
                                     live_tools=args.live_tools,
-                                    files=Files(blobs, owner, turn.index, found))
+                                    files=Files(blobs, owner, call.index, found))
         except (SessionWriteError, OSError) as exc:
             raise CommandError(f"cannot save the rerun: {exc}", EXIT_UNREADABLE) from exc
         finally:
@@ -231,11 +231,11 @@ def _unconfigured(settings: Settings, name: str) -> str | None:
 def _notes(replay: Replay, parts: RerunParts, provider: str, same: bool,
            model_given: str | None) -> list[str]:
     notes: list[str] = []
-    turn = replay.turn(parts.turn)
-    if turn.prompt is None:
-        notice = turn.prompt_notice or "not recorded"
-        notes.append(f"system prompt of this turn: {notice}; the rerun sends none")
-    elif not turn.prompt.verified:
+    call = replay.call(parts.call)
+    if call.prompt is None:
+        notice = call.prompt_notice or "not recorded"
+        notes.append(f"system prompt of this call: {notice}; the rerun sends none")
+    elif not call.prompt.verified:
         notes.append("the recorded prompt does not match its fingerprint (see replay problems)")
     if parts.params is None:
         notes.append(f"params were not recorded; using {provider}'s own")
@@ -254,7 +254,7 @@ async def _attachments(messages: Sequence[MessageDict], blobs: BlobStore | None,
     found = {} if not refs or blobs is None else await load(blobs, owner, refs)
     for ref in refs:
         if ref.hash not in found:
-            raise CommandError(str(BlobMissingError(ref.hash, ref.label(), turn=number)),
+            raise CommandError(str(BlobMissingError(ref.hash, ref.label(), call=number)),
                                EXIT_UNREADABLE)
     return {**have, **found}
 
@@ -282,7 +282,7 @@ class Step:
     tools: tuple[ToolStep, ...] = ()
 
 
-async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: RerunParts,
+async def _converse(provider: Provider, replay: Replay, call: Call, parts: RerunParts,
                     model: str, params: Mapping[str, Any], writer: SessionWriter | None, *,
                     live_tools: bool, files: Files) -> list[Step]:
     """Send the recorded request; while the answer asks for tools whose results can be had
@@ -292,21 +292,21 @@ async def _converse(provider: Provider, replay: Replay, turn: Turn, parts: Rerun
     in a turn) are loaded before the call that sends them."""
     settings = load_settings()
     recorded = RecordedResults(replay)
-    near = turn.assistant if turn.assistant is not None else len(replay.messages)
+    near = call.assistant if call.assistant is not None else len(replay.messages)
     tenant = str(replay.header.get("tenant") or DEFAULT_TENANT)
     context = ChannelContext(channel="rerun", chat_type="private", speaker=None, tenant=tenant)
     messages = list(parts.messages)
     steps: list[Step] = []
     async with live_tool_set(settings, tenant, enabled=live_tools, provider=provider,
                              blobs=files.store) as live:
-        for call in range(settings.max_iterations):
+        for attempt in range(settings.max_iterations):
             if writer is not None:
                 await persist_call(writer, parts.call_request(
                     provider.name, model, params, messages=messages,
                     endpoint=provider.endpoint))
             answer = await _send(provider, parts, messages, model, params, files.loaded)
             if writer is not None:
-                await _record(writer, answer, call)
+                await _record(writer, answer, attempt)
             uses = _tool_calls(answer.message)
             if answer.message is None or not uses:
                 steps.append(Step(answer))
@@ -353,7 +353,7 @@ async def _open_log(data_dir: Path, replay: Replay, parts: RerunParts,
         raise CommandError(str(exc)) from exc
     store = rerun_store(data_dir)
     extra = {
-        "rerunOf": {"session": replay.session_id, "tenant": tenant, "turn": parts.turn,
+        "rerunOf": {"session": replay.session_id, "tenant": tenant, "call": parts.call,
                     "promptFingerprint": parts.recorded_fingerprint},
         "ablation": {
             "drop": list(parts.dropped),
@@ -419,13 +419,13 @@ def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
           steps: Sequence[Step], saved: Path | None) -> dict[str, Any]:
     """Everything the rerun shows, as one JSON-ready dict (the ``--json`` output): ``rerun``
     is the first answer, ``steps`` every call when tool results let the rerun go on."""
-    turn = replay.turn(parts.turn)
-    recorded = replay.messages[turn.assistant] if turn.assistant is not None else None
+    call = replay.call(parts.call)
+    recorded = replay.messages[call.assistant] if call.assistant is not None else None
     return {
         "session": replay.session_id,
-        "call": parts.turn,
+        "call": parts.call,
         "provider": {"recorded": parts.provider, "rerun": provider},
-        "model": {"recorded": turn.model or replay.header.get("model"), "rerun": model},
+        "model": {"recorded": call.model or replay.header.get("model"), "rerun": model},
         "params": dict(params),
         "messages": len(parts.messages),
         "tools": [str(t.get("name")) for t in parts.tools],
@@ -439,7 +439,7 @@ def _view(replay: Replay, parts: RerunParts, provider: str, model: str,
             "sections": [s.name for s in parts.prompt.sections],
         },
         "notes": notes,
-        "recorded": {"assistant": recorded, "outcome": outcome_json(replay.outcome_of(turn))},
+        "recorded": {"assistant": recorded, "outcome": outcome_json(replay.outcome_of(call))},
         "rerun": _answer_json(steps[0]),
         "steps": [_answer_json(step) for step in steps],
         "saved": str(saved) if saved is not None else None,

@@ -369,8 +369,8 @@ async def test_replay_matches_provider_requests(fake: FakeSlackServer, tmp_path:
             replay = replay_bytes(await gateway.store.read_log(TEAM, info.session_id))
         bodies = [r.body for r in srv.requests_for("anthropic")]
     assert info.conversation == f"slack:{dm}"
-    assert len(bodies) == len(replay.turns) == 2
-    assert [replay.request(turn) for turn in replay.turns] == bodies
+    assert len(bodies) == len(replay.calls) == 2
+    assert [replay.request(turn) for turn in replay.calls] == bodies
     assert content_text(bodies[1]["messages"][-1]["content"]) == "and again"
 
 

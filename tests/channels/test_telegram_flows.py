@@ -141,8 +141,8 @@ async def test_conversation_across_restart_replays_every_call(
     said = [m["content"] for m in replay.messages
             if m["role"] == "user" and isinstance(m["content"], str)]
     assert said == ["hi, I'm Alice", "remember that I like tea"]
-    assert len(bodies) == len(replay.turns) == 3
-    assert [replay.request(turn) for turn in replay.turns] == bodies
+    assert len(bodies) == len(replay.calls) == 3
+    assert [replay.request(turn) for turn in replay.calls] == bodies
     for n, body in enumerate(bodies, start=1):
         code, out = await asyncio.to_thread(replay_cli, tmp_path, replay.session_id,
                                             "--request", str(n), "--json")

@@ -318,7 +318,7 @@ async def _inbox_row(store: PostgresSessionStore, client_id: str) -> str:
 
 def _count_calls(replay: Replay, counts: Counter[str]) -> None:
     """Count each recorded call under the message it answers (the last user message sent)."""
-    for turn in replay.turns:
+    for turn in replay.calls:
         users = [m for m in replay.sent(turn) if m.get("role") == "user"]
         content = users[-1].get("content") if users else None
         found = _MESSAGE.search(content) if isinstance(content, str) else None

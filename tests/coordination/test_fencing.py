@@ -89,7 +89,7 @@ async def test_worker_that_loses_its_lease_mid_turn_stops_and_the_turn_is_finish
     assert len(fast.bodies) == 1
     assert [(m["role"], content_text(m["content"])) for m in fast.bodies[0]["messages"]] == [
         ("user", "question")]
-    assert [turn.assistant for turn in replay.turns] == [None, 1]  # A's call, then B's
+    assert [turn.assistant for turn in replay.calls] == [None, 1]  # A's call, then B's
 
 
 async def test_lease_lost_error_is_a_plain_exception() -> None:

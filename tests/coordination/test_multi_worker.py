@@ -100,7 +100,7 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
             if sent.reply is not None:
                 assert sent.reply == answer[0], (conv, sent.client_id)
         # Every call rebuilds from the log into a well-formed request.
-        for turn in replay.turns:
+        for turn in replay.calls:
             body = replay.request(turn)
             roles = [m["role"] for m in body["messages"]]
             assert (roles[0], roles[-1]) == ("user", "user"), (conv, turn.index)
@@ -114,7 +114,7 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
                     params=turn.params or {}))
                 assert again.message["content"] == replay.messages[turn.assistant]["content"]
             calls += 1
-        answered_by = sorted(t.assistant for t in replay.turns if t.assistant is not None)
+        answered_by = sorted(t.assistant for t in replay.calls if t.assistant is not None)
         assert answered_by == [i for i, m in enumerate(replay.messages)
                                if m["role"] == "assistant"]
     assert calls >= MESSAGES

@@ -87,7 +87,7 @@ async def test_messages_to_one_conversation_through_two_workers_keep_order(
         expected += [("user", f"m{n}"), ("assistant", f"re:m{n}")]
     assert transcript(replay) == expected
     assert {await acc.session(5) for acc in accepted} == {replay.session_id}
-    assert [turn.assistant for turn in replay.turns] == list(range(1, 24, 2))
+    assert [turn.assistant for turn in replay.calls] == list(range(1, 24, 2))
 
 
 async def test_platform_ids_are_deduplicated_across_workers(

@@ -26,7 +26,7 @@ def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
 
 
 def requests(replay: Replay) -> list[dict[str, Any]]:
-    return [replay.request(turn, "anthropic") for turn in replay.turns]
+    return [replay.request(turn, "anthropic") for turn in replay.calls]
 
 
 async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
         finally:
             await store.aclose()
     assert again.session_id == first.session_id
-    assert (replay.problems, len(replay.turns)) == ((), 4)
+    assert (replay.problems, len(replay.calls)) == ((), 4)
     assert requests(replay) == provider.bodies
     assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:memory_write"]
 
@@ -83,7 +83,7 @@ async def test_attachments_live_beside_the_sessions_in_the_database(tmp_path: Pa
                 await core.channel.wait_replies(1)
             async with running_core(store, provider, tmp_path / "p", blobs=blobs) as core:
                 replay = await core.replay(accepted.session_id)
-            turn = replay.turn(1)
+            turn = replay.call(1)
             found = await load(PostgresBlobStore(store), "default", replay.attachments(turn))
         finally:
             await store.aclose()

@@ -82,7 +82,7 @@ def assert_every_call_replays(data_dir: Path, session: str, api: str,
     """Every request the fake received is, byte for byte, what replay rebuilds for its call."""
     code, summary = replay_cli(data_dir, session, "--json")
     assert code == 0
-    turns = orjson.loads(summary)["turns"]
+    turns = orjson.loads(summary)["calls"]
     assert len(turns) == len(requests)
     for n, received in enumerate(requests, start=1):
         code, out = replay_cli(data_dir, session, "--request", str(n), "--shape", api, "--raw")
@@ -183,7 +183,7 @@ async def test_endpoint_in_replay_json_and_the_jsonl_export(tmp_path: Path, api:
                                                   reply["session"], "--format", "jsonl"])
     assert code == 0
     exported = [orjson.loads(line) for line in out.getvalue().splitlines()]
-    assert [t["endpoint"] for t in orjson.loads(whole)["turns"]] == [endpoint] * calls
+    assert [t["endpoint"] for t in orjson.loads(whole)["calls"]] == [endpoint] * calls
     assert orjson.loads(one)["endpoint"] == endpoint
     assert [r["endpoint"] for r in exported] == [endpoint] * calls
 
@@ -234,7 +234,7 @@ async def test_fallback_after_529_every_attempt_replays(tmp_path: Path) -> None:
         assert code == 0
         assert out.encode() == received.raw
     _code, summary = await asyncio.to_thread(replay_cli, data, reply["session"], "--json")
-    calls = orjson.loads(summary)["turns"]
+    calls = orjson.loads(summary)["calls"]
     assert [(c["provider"], c["model"]) for c in calls] == [
         ("anthropic", "claude-test"), ("openai", "gpt-test")]
 

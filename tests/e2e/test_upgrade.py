@@ -60,7 +60,7 @@ async def test_previous_data_folder_runs_and_migrates(
     assert "MEMORY.md (10 characters)" in warnings[0].getMessage()
 
     ada = replay_bytes((data / "sessions" / f"{ADA_SESSION}.jsonl").read_bytes())
-    last = ada.turn(len(ada.turns))
+    last = ada.call(len(ada.calls))
     assert last.prompt is not None
     assert "## Notes from the operator\nI like tea" in last.prompt.text
     assert "jazz" not in last.prompt.text  # bob's new memory is bob's

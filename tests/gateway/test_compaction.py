@@ -12,7 +12,7 @@ from gateway.agent.window import estimate_tokens
 from gateway.edge.errors import ProviderUnavailable
 from gateway.edge.provider import ProviderRequest
 from sessions.jsonl import JsonlSessionStore
-from sessions.replay import Replay, Turn
+from sessions.replay import Call, Replay
 from sessions.scan import message_text
 from tests.fakes.scripted_provider import Reply, ScriptedProvider
 from tests.gateway.harness import Core, running_core
@@ -31,8 +31,8 @@ def summarising(request: ProviderRequest) -> Reply:
     return "noted"
 
 
-def compactions(replay: Replay) -> list[Turn]:
-    return [t for t in replay.turns if t.lineage is not None and t.lineage.reason == "compaction"]
+def compactions(replay: Replay) -> list[Call]:
+    return [t for t in replay.calls if t.lineage is not None and t.lineage.reason == "compaction"]
 
 
 async def chat(core: Core, count: int, start: int = 0) -> str:
@@ -47,7 +47,7 @@ async def chat(core: Core, count: int, start: int = 0) -> str:
 
 def assert_replays(replay: Replay, provider: ScriptedProvider) -> None:
     """Every body the provider received is the one replay rebuilds for its call."""
-    assert [replay.request(t) for t in replay.turns] == provider.bodies
+    assert [replay.request(t) for t in replay.calls] == provider.bodies
 
 
 async def test_long_history_is_summarised_and_every_call_fits_and_replays(
@@ -63,7 +63,7 @@ async def test_long_history_is_summarised_and_every_call_fits_and_replays(
     summaries = compactions(replay)
     assert len(summaries) >= 2
     assert_replays(replay, provider)
-    for number, turn in enumerate(replay.turns):
+    for number, turn in enumerate(replay.calls):
         request = provider.requests[number]
         lineage = turn.lineage
         if lineage is not None and lineage.reason == "compaction":
@@ -78,7 +78,7 @@ async def test_long_history_is_summarised_and_every_call_fits_and_replays(
             assert not summaries or turn.index < summaries[0].index
             continue
         # It sends the latest summary written before it, as message 0.
-        source = replay.turn(lineage.summary + 1)
+        source = replay.call(lineage.summary + 1)
         assert source in summaries
         assert source.index < turn.index
         assert lineage.replaces == source.lineage.replaces  # type: ignore[union-attr]
@@ -105,7 +105,7 @@ async def test_turned_off_the_oldest_messages_fall_out(tmp_path: Path) -> None:
         session = await chat(core, 12)
         replay = await core.replay(session)
     assert compactions(replay) == []
-    assert len(replay.turns) == 12
+    assert len(replay.calls) == 12
     first_sent = message_text(provider.requests[-1].messages[0]["content"]) or ""
     assert not first_sent.startswith(("message 0:", SUMMARY_HEADER))
     assert_replays(replay, provider)
@@ -127,12 +127,12 @@ async def test_a_restart_keeps_sending_the_summary(tmp_path: Path) -> None:
         await core.channel.say("c1", "one more")
         await core.channel.wait_replies(1)
         after = await core.replay(session)
-    assert len(after.turns) == len(before.turns) + 1
-    resumed = after.turns[-1]
+    assert len(after.calls) == len(before.calls) + 1
+    resumed = after.calls[-1]
     assert resumed.lineage is not None
-    assert resumed.lineage.summary == latest.call
+    assert resumed.lineage.summary == latest.entry_number
     assert message_text(again.requests[0].messages[0]["content"]).startswith(SUMMARY_HEADER)
-    assert [after.request(t) for t in after.turns[len(before.turns):]] == again.bodies
+    assert [after.request(t) for t in after.calls[len(before.calls):]] == again.bodies
 
 
 async def test_a_failed_compaction_leaves_the_window_to_drop_messages(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ async def test_a_failed_compaction_leaves_the_window_to_drop_messages(tmp_path: 
     assert failed
     outcomes = [replay.outcome_of(t) for t in failed]
     assert all(o is not None and o.error and o.error["kind"] == "unavailable" for o in outcomes)
-    answered = [t for t in replay.turns if t.lineage is None or t.lineage.reason is None]
+    answered = [t for t in replay.calls if t.lineage is None or t.lineage.reason is None]
     assert len(answered) == 10
     assert all(t.assistant is not None for t in answered)
     assert_replays(replay, provider)

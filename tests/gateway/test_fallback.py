@@ -35,7 +35,7 @@ async def one_turn(tmp_path: Path, providers: list[ScriptedProvider]) -> tuple[R
 def reasons(replay: Replay) -> list[tuple[str | None, str | None, int | None]]:
     """(provider, reason, after) of every call."""
     return [(t.provider, t.lineage.reason if t.lineage else None,
-             t.lineage.after if t.lineage else None) for t in replay.turns]
+             t.lineage.after if t.lineage else None) for t in replay.calls]
 
 
 async def test_overload_falls_back_and_every_attempt_is_recorded(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ async def test_overload_falls_back_and_every_attempt_is_recorded(tmp_path: Path)
     replay, text = await one_turn(tmp_path, [primary, fallback])
     assert text == "from the fallback"
     assert reasons(replay) == [("anthropic", None, None), ("openai", "fallback", 0)]
-    first, second = replay.turns
+    first, second = replay.calls
     assert replay.outcome_of(first).error == {  # type: ignore[union-attr]
         "kind": "unavailable", "message": "primary: HTTP 529 overloaded_error"}
     assert first.assistant is None
@@ -93,7 +93,7 @@ async def test_when_every_attempt_fails_the_turn_apologises(tmp_path: Path) -> N
     replay, text = await one_turn(tmp_path, [primary, fallback])
     assert text.startswith("Sorry")
     assert reasons(replay) == [("p0", None, None), ("p1", "fallback", 0)]
-    assert [replay.outcome_of(t).error["kind"] for t in replay.turns] == [  # type: ignore[index,union-attr]
+    assert [replay.outcome_of(t).error["kind"] for t in replay.calls] == [  # type: ignore[index,union-attr]
         "unavailable", "unavailable"]
 
 

@@ -92,7 +92,7 @@ async def test_forget_asks_then_erases_only_that_persons_direct_data(tmp_path: P
         infos = await gateway.store.list_sessions("default")
         fresh = next(i for i in infos if i.conversation == "memory:lovelace")
         replay = replay_bytes(await gateway.store.read_log("default", fresh.session_id))
-        turn = replay.turn(1)
+        turn = replay.call(1)
         assert turn.prompt is not None
         assert "green tea" not in turn.prompt.text  # a new session, and no memory left
         assert [m["content"] for m in replay.sent(turn)] == ["hello again"]

@@ -61,7 +61,7 @@ async def session_of(c: Core) -> Replay:
 
 
 async def replayed(c: Core, replay: Replay, number: int, shape: str) -> dict[str, Any]:
-    turn = replay.turn(number)
+    turn = replay.call(number)
     blobs = FileBlobStore(c.store.data_dir)  # type: ignore[attr-defined]
     return replay.request(turn, shape, await load(blobs, "default", replay.attachments(turn)))  # type: ignore[arg-type]
 
@@ -228,4 +228,4 @@ async def test_missing_blob_at_send_time_apologises_without_recording_a_call(
         replay = await session_of(c)
     assert replies[1][1] == "fail"
     assert len(provider.bodies) == 1
-    assert len(replay.turns) == 1
+    assert len(replay.calls) == 1

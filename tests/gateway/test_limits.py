@@ -108,7 +108,7 @@ async def test_a_refused_turn_reaches_no_provider_and_is_recorded(tmp_path: Path
     replay = replay_bytes(data)
     [refused] = replay.refusals
     assert (refused.limit, refused.until, refused.after) == ("user_budget", refusal["until"], 3)
-    assert len(replay.turns) == 1
+    assert len(replay.calls) == 1
     out = io.StringIO()
     print_summary(replay, out)
     assert (f"message 3 got the user_budget limit's notice (until {refusal['until']}), no "

@@ -34,8 +34,8 @@ def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
 
 
 def assert_replay_equals(replay: Replay, bodies: list[dict[str, Any]]) -> None:
-    assert len(replay.turns) == len(bodies)
-    for turn, body in zip(replay.turns, bodies, strict=True):
+    assert len(replay.calls) == len(bodies)
+    for turn, body in zip(replay.calls, bodies, strict=True):
         assert replay.request(turn, "anthropic") == body
 
 
@@ -53,7 +53,7 @@ async def test_every_call_replays_to_the_body_the_provider_received(tmp_path: Pa
         replay = await core.replay(accepted.session_id)
     assert [r[1:] for r in replies] == [("finish", "hello!"), ("finish", "one moment\n\nnoted")]
     assert_replay_equals(replay, provider.bodies)
-    assert len(replay.turns) == 3
+    assert len(replay.calls) == 3
 
 
 async def test_tool_edit_rebuilds_prompt_for_next_call_in_same_turn(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ async def test_tool_edit_rebuilds_prompt_for_next_call_in_same_turn(tmp_path: Pa
         replay = await core.replay(accepted.session_id)
     assert "Ada prefers short answers" not in system_text(provider.bodies[0])
     assert "Ada prefers short answers" in system_text(provider.bodies[1])
-    assert [(p.reason, p.first_turn) for p in replay.prompts] == [
+    assert [(p.reason, p.first_call) for p in replay.prompts] == [
         ("initial", 1), ("rebuilt:memory_write", 2)
     ]
     assert_replay_equals(replay, provider.bodies)
@@ -103,7 +103,7 @@ async def test_small_budget_window_drops_old_messages_and_replays(tmp_path: Path
         assert accepted is not None
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
-    last = replay.turns[-1]
+    last = replay.calls[-1]
     assert last.window is not None
     assert last.window[0][0] > 0
     assert provider.bodies[-1]["messages"][0]["content"].startswith("message ")
@@ -142,7 +142,7 @@ async def test_provider_error_ends_with_apology_and_outcome(tmp_path: Path) -> N
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
     assert replies[0][1] == "fail"
-    turn = replay.turns[0]
+    turn = replay.calls[0]
     assert turn.assistant is None
     outcome = replay.outcome_of(turn)
     assert outcome is not None
@@ -183,7 +183,7 @@ async def test_persist_failure_still_answers_and_warns_once(
     assert "You are" not in warnings[0].getMessage()
     assert replies == [("c1", "finish", "answer one")]
     assert failures == 1
-    assert [t.status for t in replay.turns] == ["rebuilt"]
+    assert [t.status for t in replay.calls] == ["rebuilt"]
     assert_replay_equals(replay, provider.bodies)
     assert replay.problems == ()
 
@@ -215,15 +215,15 @@ async def test_refused_call_is_named_in_replay_and_gets_no_outcome(tmp_path: Pat
     # One outcome, the recorded call's: the unrecorded call's went nowhere (not to call 0).
     assert [e["call"] for e in map(orjson.loads, log.splitlines()) if e["type"] == "outcome"] \
         == [0]
-    first, second = replay.turns
-    assert (first.status, first.call, first.assistant) == ("not_recorded", None, 1)
+    first, second = replay.calls
+    assert (first.status, first.entry_number, first.assistant) == ("not_recorded", None, 1)
     assert first.why is not None
     assert re.fullmatch(r"persist failed: BROKEN at \d{4}-\d\d-\d\dT[\d:.]+Z", first.why)
     assert first.status_text == f"not recorded ({first.why})"
     assert replay.outcome_of(first) is None
     with pytest.raises(NotRebuildableError, match="not recorded"):
         replay.request(first)
-    assert (second.status, second.call) == ("rebuilt", 0)
+    assert (second.status, second.entry_number) == ("rebuilt", 0)
     outcome = replay.outcome_of(second)
     assert outcome is not None
     assert outcome.stop_reason == "end_turn"
@@ -252,10 +252,10 @@ async def test_refused_answer_is_left_out_and_its_tools_not_run(tmp_path: Path) 
     assert not memory.exists() or "likes tea" not in memory.read_text()
     assert [r[1:] for r in replies] == [("finish", "one moment"), ("finish", "fine")]
     assert [m["role"] for m in provider.bodies[1]["messages"]] == ["user", "user"]
-    assert [t.status for t in replay.turns] == ["rebuilt", "rebuilt"]
-    assert replay.turns[0].assistant is None
-    assert len(replay.turns[0].notes) == 1
-    assert replay.turns[0].notes[0].startswith("its answer was not recorded (BROKEN at ")
+    assert [t.status for t in replay.calls] == ["rebuilt", "rebuilt"]
+    assert replay.calls[0].assistant is None
+    assert len(replay.calls[0].notes) == 1
+    assert replay.calls[0].notes[0].startswith("its answer was not recorded (BROKEN at ")
     assert_replay_equals(replay, provider.bodies)
     assert [g.kind for g in replay.gaps] == ["BROKEN"]
     assert replay.gaps[0].refused == ({"type": "message", "role": "assistant"},
@@ -451,7 +451,7 @@ async def test_values_orjson_cannot_take_are_recorded_and_replayed_exactly(
         await core.channel.wait_replies(1)
         replay = await core.replay(accepted.session_id)
     assert failures == 0
-    assert [t.status for t in replay.turns] == ["rebuilt"] * 3
-    sent = [dumps(replay.request(t, "anthropic")) for t in replay.turns]
+    assert [t.status for t in replay.calls] == ["rebuilt"] * 3
+    sent = [dumps(replay.request(t, "anthropic")) for t in replay.calls]
     assert sent == [dumps(body) for body in provider.bodies]
     assert dumps(provider.bodies[2]["messages"][1]["content"][1]["input"]) == dumps(odd)

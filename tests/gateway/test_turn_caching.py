@@ -36,15 +36,15 @@ async def test_plan_is_recorded_and_replayed_into_the_body(tmp_path: Path) -> No
     """Anthropic shape: every call entry holds the plan, and replay rebuilds the marked body."""
     provider = ScriptedProvider()
     replay, calls = await converse(tmp_path, provider)
-    turn = replay.turns[0]
+    turn = replay.calls[0]
     assert turn.prompt is not None
     sections = [Section(ref.name, ref.text or "") for ref in turn.prompt.sections]
     stable = stable_prefix(sections, OPERATOR_SECTIONS)
     assert stable >= 1  # the default persona opens with its soul
     plan = CachePlan(tools=True, system=stable, history=True)
     assert [e["cache"] for e in calls] == [plan.to_json()] * 2
-    assert [t.cache for t in replay.turns] == [plan, plan]
-    assert [replay.request(t) for t in replay.turns] == provider.bodies
+    assert [t.cache for t in replay.calls] == [plan, plan]
+    assert [replay.request(t) for t in replay.calls] == provider.bodies
     assert "cache_control" in str(provider.bodies[1]["system"])
     assert provider.bodies[1]["messages"][-1]["content"][-1]["cache_control"] == {
         "type": "ephemeral"}
@@ -59,4 +59,4 @@ async def test_no_plan_when_off_or_for_openai(tmp_path: Path, shape: str,
     assert len(calls) == 2
     assert all("cache" not in e for e in calls)
     assert "cache_control" not in orjson.dumps(provider.bodies).decode()
-    assert [replay.request(t, provider.shape) for t in replay.turns] == provider.bodies
+    assert [replay.request(t, provider.shape) for t in replay.calls] == provider.bodies

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sessions.encoding import dumps
-from sessions.replay import NotRebuildableError, Replay, Turn
+from sessions.replay import Call, NotRebuildableError, Replay
 
 
 def same_body(a: Any, b: Any) -> bool:
@@ -17,7 +17,7 @@ def same_body(a: Any, b: Any) -> bool:
     return dumps(a) == dumps(b)
 
 
-def check_turns(replay: Replay, turns: Sequence[Turn], bodies: Sequence[dict[str, Any]],
+def check_calls(replay: Replay, turns: Sequence[Call], bodies: Sequence[dict[str, Any]],
                 *, all_rebuilt: bool = False) -> None:
     """``turns[i]`` stands for the call whose body the provider received as ``bodies[i]``:
     rebuilt, it must equal it; otherwise replay must refuse to offer a body."""

@@ -249,9 +249,9 @@ async def test_admin_urls_refuse_unsafe_names(stack: Stack) -> None:
         sid, tenant = quote(name, safe=""), urlencode({"tenant": name})
         if not name:  # "?tenant=" means the home tenant, and "/session/" is no session route
             continue
-        for path in (f"/admin/session/{sid}", f"/admin/session/{sid}/turn/1",
+        for path in (f"/admin/session/{sid}", f"/admin/session/{sid}/call/1",
                      f"/admin/session/{sid}/diff?a=1&b=1", f"/admin/session/x?{tenant}",
-                     f"/admin/session/x/turn/1?{tenant}", f"/admin/?{tenant}",
+                     f"/admin/session/x/call/1?{tenant}", f"/admin/?{tenant}",
                      f"/admin/static/{sid}"):
             statuses[(path[:60], name[:20])], _ = await stack.request("GET", path, headers=auth)
     assert {k: s for k, s in statuses.items() if s not in {400, 403, 404}} == {}

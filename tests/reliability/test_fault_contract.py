@@ -23,7 +23,7 @@ from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import Core, running_core
-from tests.reliability.calls import check_turns
+from tests.reliability.calls import check_calls
 from tests.reliability.fault_backends import (
     Backend,
     FakeBackend,
@@ -106,7 +106,7 @@ async def test_storage_fault_then_recovery_replays_every_call(
     replay = await replay_of(backend, session)
     assert replay.problems == ()
     assert [g.kind for g in replay.gaps] == []
-    check_turns(replay, replay.turns, provider.bodies, all_rebuilt=True)
+    check_calls(replay, replay.calls, provider.bodies, all_rebuilt=True)
     assert (during > 0) == (fault != "encode")
 
 
@@ -132,11 +132,11 @@ async def test_crash_while_writes_fail_loses_a_suffix_and_carries_on(
     replay = await replay_of(backend, session)
 
     assert died_after == 3
-    assert len(kept.turns) == 1  # the warm-up; the doomed turn's writes never landed
+    assert len(kept.calls) == 1  # the warm-up; the doomed turn's writes never landed
     assert replay.problems == ()
-    survivors = len(kept.turns)
-    check_turns(replay, replay.turns[:survivors], provider.bodies[:survivors], all_rebuilt=True)
-    check_turns(replay, replay.turns[survivors:], provider.bodies[died_after:], all_rebuilt=True)
+    survivors = len(kept.calls)
+    check_calls(replay, replay.calls[:survivors], provider.bodies[:survivors], all_rebuilt=True)
+    check_calls(replay, replay.calls[survivors:], provider.bodies[died_after:], all_rebuilt=True)
     # The restarted gateway sees the conversation as the log has it: no trace of "doomed".
     sent = provider.bodies[-1]["messages"]
     assert [message_text(m["content"]) for m in sent if m["role"] == "user"] == [

@@ -33,7 +33,7 @@ from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
-from tests.reliability.calls import check_turns
+from tests.reliability.calls import check_calls
 
 SLOW = os.environ.get("GATEWAY_SLOW_TESTS") == "1"
 TIMEOUT = 0.02
@@ -105,7 +105,7 @@ async def run(plan: list[str], schedule: Schedule, crashes: set[int], root: Path
                 await core.channel.say("c1", "the end")
                 await core.channel.wait_replies(replies + 1)
                 done = True
-        epochs.append((first_call, len((await log_of(store)).turns)))
+        epochs.append((first_call, len((await log_of(store)).calls)))
 
     replay = await log_of(store)
     assert replay.problems == ()
@@ -115,7 +115,7 @@ async def run(plan: list[str], schedule: Schedule, crashes: set[int], root: Path
         kept = held - turns_start
         # A process's turns stand for its first calls, in order; only a crash loses the rest.
         assert kept <= end_call - first_call
-        check_turns(replay, replay.turns[turns_start:held],
+        check_calls(replay, replay.calls[turns_start:held],
                     provider.bodies[first_call:first_call + kept])
         turns_start = held
     # The last process ended healthy: every one of its calls has its turn.

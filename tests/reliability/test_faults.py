@@ -90,8 +90,8 @@ async def test_failing_store_never_stops_the_answers(
     for info in await store.list_sessions("default"):
         log = replay_bytes(await store.read_log("default", info.session_id))
         assert log.problems == ()
-        assert [t.status for t in log.turns] == ["rebuilt"] * len(log.turns)
-        rebuilt += [log.request(t, "anthropic") for t in log.turns]
+        assert [t.status for t in log.calls] == ["rebuilt"] * len(log.calls)
+        rebuilt += [log.request(t, "anthropic") for t in log.calls]
         if info.session_id == after[1]["session"]:
             assert "recovered?" in [m["content"] for m in log.messages]
     assert len(provider.bodies) == 2 + CONVERSATIONS * MESSAGES
@@ -142,7 +142,7 @@ async def test_provider_fault_ends_with_apology_and_recorded_kind(
             log = replay_bytes(store.path_of("default", body["session"]).read_bytes())
     assert (status, body["error"]) == (502, APOLOGY)
     assert elapsed < PROVIDER_TIMEOUT + 4.0  # the client's timeout, not the 6 s hang
-    first = log.turns[0]
+    first = log.calls[0]
     outcome = log.outcome_of(first)
     assert first.assistant is None
     assert outcome is not None

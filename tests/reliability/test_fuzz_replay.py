@@ -6,7 +6,7 @@ loop itself, and the seed project's v1/v2 fixtures. The fuzzer mutates them (dro
 and reordered lines, a random JSON value in any field of any entry, spliced junk bytes and
 invalid UTF-8, truncation) or starts from random bytes. ``replay_bytes`` must then either raise
 :class:`~sessions.errors.SessionReadError` or return a replay whose every message, prompt and
-turn renders (``replay_json``, ``turn_json``, :meth:`Replay.request` in both shapes);
+turn renders (``replay_json``, ``call_json``, :meth:`Replay.request` in both shapes);
 :meth:`JsonlSessionStore.open` must resume the file or raise a
 :class:`~sessions.errors.SessionError`, and a resumed writer must keep appending.
 
@@ -34,7 +34,7 @@ from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Injected, Outcome
 from sessions.replay import NotRebuildableError, Replay, replay_bytes
-from sessions.replay_json import replay_json, turn_json
+from sessions.replay_json import call_json, replay_json
 from sessions.shapes import SHAPES
 from tests.sessions.helpers import (
     PROMPT_A,
@@ -172,11 +172,11 @@ def exercise(replay: Replay, *, strict: bool = False) -> None:
         assert isinstance(version.fingerprint, str)
         for ref in version.sections:
             assert isinstance(ref.hash, str)
-    for turn in replay.turns:
+    for turn in replay.calls:
         replay.sent(turn)
         replay.tools_of(turn)
         replay.outcome_of(turn)
-        orjson.dumps(turn_json(replay, turn))
+        orjson.dumps(call_json(replay, turn))
         for shape in (None, *SHAPES):
             if not turn.rebuildable:  # never a body for a call replay cannot rebuild
                 with pytest.raises(NotRebuildableError):
@@ -443,8 +443,8 @@ def test_truncations_of_the_real_logs_replay_without_problems() -> None:
             assert replay.torn_tail is not cut.endswith(b"\n"), offset
             complete = cut.count(b"\n")
             assert replay.problems == tuple(p for p in whole.problems if p.line <= complete), offset
-            assert len(replay.turns) >= turns_before, offset
-            turns_before = len(replay.turns)
+            assert len(replay.calls) >= turns_before, offset
+            turns_before = len(replay.calls)
 
 
 def test_truncations_of_the_v3_logs_resume_cleanly(runner: asyncio.Runner, scratch: Path) -> None:

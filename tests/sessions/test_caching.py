@@ -153,7 +153,7 @@ def logged_call(cache: dict[str, Any] | str) -> bytes:
 def test_replay_rebuilds_a_recorded_plan() -> None:
     """A call recorded with a plan replays to the body with exactly those markers."""
     replay = replay_bytes(logged_call({"tools": True, "system": 1, "history": True}))
-    [turn] = replay.turns
+    [turn] = replay.calls
     assert turn.rebuildable
     sent = replay.request(turn)
     assert sent["system"] == [{"type": "text", "text": SOUL, "cache_control": MARK},
@@ -171,6 +171,6 @@ def test_replay_rebuilds_a_recorded_plan() -> None:
 )
 def test_replay_refuses_a_plan_it_cannot_apply(cache: Any, why: str) -> None:
     """A malformed or impossible plan makes the call not rebuildable, never a different body."""
-    [turn] = replay_bytes(logged_call(cache)).turns
+    [turn] = replay_bytes(logged_call(cache)).calls
     assert not turn.rebuildable
     assert turn.status_text == f"recorded but not rebuildable ({why})"

@@ -28,7 +28,7 @@ from sessions.jsonl import JsonlSessionStore
 from sessions.persist import persist_call, record_outcome
 from sessions.records import Outcome
 from sessions.replay import Replay, replay_bytes
-from sessions.replay_json import replay_json, turn_json
+from sessions.replay_json import call_json, replay_json
 from tests.sessions.helpers import (
     PROMPT_A,
     PROMPT_B,
@@ -179,7 +179,7 @@ async def test_every_line_parses_as_otlp_traces_data(replay: Replay) -> None:
 async def test_span_fields_and_required_attributes(replay: Replay) -> None:
     """A successful call is a CLIENT span carrying the full set of GenAI attributes, with
     gen_ai.provider.name and never the deprecated gen_ai.system."""
-    got = parsed(otlp_record(replay, replay.turn(2)))
+    got = parsed(otlp_record(replay, replay.call(2)))
     span, attrs = got.span, got.attrs
     assert (span.name, span.kind, span.status.code) == (
         "chat claude-test", Span.SpanKind.SPAN_KIND_CLIENT, Status.StatusCode.STATUS_CODE_UNSET)
@@ -214,7 +214,7 @@ async def test_span_fields_and_required_attributes(replay: Replay) -> None:
 
 async def test_without_content_no_prompt_or_message_leaves(replay: Replay) -> None:
     """content=False keeps ids, model and usage but drops prompts, messages and tools."""
-    attrs = parsed(otlp_record(replay, replay.turn(2), content=False)).attrs
+    attrs = parsed(otlp_record(replay, replay.call(2), content=False)).attrs
     assert not {"gen_ai.system_instructions", "gen_ai.input.messages",
                 "gen_ai.output.messages", "gen_ai.tool.definitions"} & set(attrs)
     assert attrs["gen_ai.usage.output_tokens"] == 7
@@ -222,7 +222,7 @@ async def test_without_content_no_prompt_or_message_leaves(replay: Replay) -> No
 
 async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay) -> None:
     """Text, tool_call and tool_call_response parts; tool results in a "tool" message."""
-    attrs = parsed(otlp_record(replay, replay.turn(2))).attrs
+    attrs = parsed(otlp_record(replay, replay.call(2))).attrs
     assert content(attrs, "gen_ai.input.messages") == [
         {"role": "user", "parts": [{"type": "text", "content": "what time is it?"}]},
         {"role": "assistant", "parts": [
@@ -236,7 +236,7 @@ async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay)
         {"role": "assistant", "parts": [{"type": "text", "content": "It is noon."}],
          "finish_reason": "stop"},
     ]
-    for turn in replay.turns:
+    for turn in replay.calls:
         a = parsed(otlp_record(replay, turn)).attrs
         assert_genai_messages(content(a, "gen_ai.input.messages"), output=False)
         if "gen_ai.output.messages" in a:
@@ -245,7 +245,7 @@ async def test_input_and_output_messages_follow_the_genai_schema(replay: Replay)
 
 async def test_tool_call_finish_reason(replay: Replay) -> None:
     """A tool_use stop reason becomes finish_reason "tool_call" on the output message."""
-    attrs = parsed(otlp_record(replay, replay.turn(1))).attrs
+    attrs = parsed(otlp_record(replay, replay.call(1))).attrs
     output = content(attrs, "gen_ai.output.messages")
     assert output[0]["finish_reason"] == "tool_call"
     assert attrs["gen_ai.response.finish_reasons"] == ["tool_call"]
@@ -256,7 +256,7 @@ async def test_tool_call_finish_reason(replay: Replay) -> None:
 
 async def test_failed_call_has_error_type(replay: Replay) -> None:
     """A failed call: error.type, finish reason "error", no output, status ERROR."""
-    got = parsed(otlp_record(replay, replay.turn(3)))
+    got = parsed(otlp_record(replay, replay.call(3)))
     span, attrs = got.span, got.attrs
     assert attrs["error.type"] == "timeout"
     assert "gen_ai.output.messages" not in attrs
@@ -285,8 +285,8 @@ async def test_ids_are_deterministic_hex(replay: Replay) -> None:
 
 async def test_times_from_the_call_entry_and_latency(replay: Replay) -> None:
     """The start is the call's ts in nanoseconds; the end adds the recorded latency."""
-    span = parsed(otlp_record(replay, replay.turn(1))).span
-    ts = replay.turn(1).ts
+    span = parsed(otlp_record(replay, replay.call(1))).span
+    ts = replay.call(1).ts
     assert ts is not None
     start = datetime.fromisoformat(ts.replace("Z", "+00:00"))
     assert span.start_time_unix_nano == round(start.timestamp() * 1000) * 1_000_000
@@ -295,7 +295,7 @@ async def test_times_from_the_call_entry_and_latency(replay: Replay) -> None:
 
 async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
     """jsonl: exactly the documented keys, the sent messages, prompt text, tools and outcome."""
-    rec = jsonl_record(replay, replay.turn(2))
+    rec = jsonl_record(replay, replay.call(2))
     assert list(rec) == list(JSONL_KEYS)
     assert {k: rec[k] for k in ("session", "tenant", "call", "provider", "model", "params")} == {
         "session": "s1", "tenant": "default", "call": 2, "provider": "anthropic",
@@ -309,7 +309,7 @@ async def test_jsonl_record_is_self_contained(replay: Replay) -> None:
                               "output_tokens": 7}, "latencyMs": 80.0, "error": None,
                               "responseId": "msg_2", "responseModel": "claude-test-20261201",
                               "costUsd": None}
-    failed = jsonl_record(replay, replay.turn(3))
+    failed = jsonl_record(replay, replay.call(3))
     assert (failed["response"], failed["outcome"]["error"]) == (
         None, {"kind": "timeout", "message": "no answer"})
     assert failed["system"] == PROMPT_B.text
@@ -364,8 +364,8 @@ async def test_jsonl_records_and_replay_json_carry_the_endpoint(tmp_path: Path) 
     origin, or null for a call entry without one."""
     replay = replay_bytes(await endpoint_session(tmp_path))
     assert [r["endpoint"] for r in records(replay, "jsonl")] == ENDPOINTS
-    assert [t["endpoint"] for t in replay_json(replay)["turns"]] == ENDPOINTS
-    assert [turn_json(replay, t)["endpoint"] for t in replay.turns] == ENDPOINTS
+    assert [t["endpoint"] for t in replay_json(replay)["calls"]] == ENDPOINTS
+    assert [call_json(replay, t)["endpoint"] for t in replay.calls] == ENDPOINTS
 
 
 async def test_an_endpoint_edited_into_a_log_comes_out_as_an_origin_only(
@@ -381,7 +381,7 @@ async def test_an_endpoint_edited_into_a_log_comes_out_as_an_origin_only(
     replay = replay_bytes(data)
     assert [r["endpoint"] for r in records(replay, "jsonl")] == [
         "https://api.anthropic.com:443", None, None]
-    assert [t["endpoint"] for t in replay_json(replay)["turns"]] == [
+    assert [t["endpoint"] for t in replay_json(replay)["calls"]] == [
         "https://api.anthropic.com:443", None, None]
 
 
@@ -389,13 +389,13 @@ def test_seed_v2_calls_have_a_null_endpoint() -> None:
     """Logs written before endpoints were recorded: the key is there, null."""
     seed = replay_bytes((SEED_DIR / "v2-prompt-timeline.jsonl").read_bytes())
     assert [r["endpoint"] for r in records(seed, "jsonl")] == [None] * 3
-    assert [t["endpoint"] for t in replay_json(seed)["turns"]] == [None] * 3
+    assert [t["endpoint"] for t in replay_json(seed)["calls"]] == [None] * 3
 
 
 def test_seed_turn_before_first_prompt_has_no_system_instructions() -> None:
     """A turn with no recorded prompt gets no gen_ai.system_instructions (never back-filled)."""
     seed = replay_bytes((SEED_DIR / "v2-late-prompt-torn-tail.jsonl").read_bytes())
-    first, second = (parsed(otlp_record(seed, t)).attrs for t in seed.turns)
+    first, second = (parsed(otlp_record(seed, t)).attrs for t in seed.calls)
     assert "gen_ai.system_instructions" not in first
     assert content(second, "gen_ai.system_instructions") == [
         {"type": "text", "content": "You are Lisa, v2."}]

@@ -27,10 +27,10 @@ def test_documented_example_replays_as_described() -> None:
     replay = replay_bytes(data)
     assert (replay.problems, replay.torn_tail, replay.notice) == ((), False, None)
     assert len(data.splitlines()) == 21
-    assert [(t.index, t.call, t.assistant, t.prompt.number if t.prompt else None)
-            for t in replay.turns] == [(1, 0, 1, 1), (2, 1, 3, 1), (3, 2, None, 2), (4, 3, 5, 2)]
-    assert [(v.first_turn, v.verified) for v in replay.prompts] == [(1, True), (3, True)]
-    assert [len(replay.sent(t)) for t in replay.turns] == [1, 3, 3, 3]
+    assert [(t.index, t.entry_number, t.assistant, t.prompt.number if t.prompt else None)
+            for t in replay.calls] == [(1, 0, 1, 1), (2, 1, 3, 1), (3, 2, None, 2), (4, 3, 5, 2)]
+    assert [(v.first_call, v.verified) for v in replay.prompts] == [(1, True), (3, True)]
+    assert [len(replay.sent(t)) for t in replay.calls] == [1, 3, 3, 3]
 
 
 def test_documented_example_fingerprints_follow_the_definitions() -> None:

@@ -317,6 +317,6 @@ async def test_call_entry_records_the_endpoint_origin_only(store: JsonlSessionSt
     for leak in (b"SECRET", b"pw@", b"api_key", b"/v1", b"#f"):
         assert leak not in data
     replay = replay_bytes(data)
-    with_endpoint, without = replay.turns
+    with_endpoint, without = replay.calls
     assert (with_endpoint.endpoint, without.endpoint) == ("https://proxy.example:8443", None)
     assert encode_body(replay.request(with_endpoint)) == encode_body(replay.request(without))

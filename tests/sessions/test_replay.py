@@ -1,4 +1,4 @@
-"""Replay of v3 logs: turns, prompts in effect, windows, failures, problems and verification."""
+"""Replay of v3 logs: calls, prompts in effect, windows, failures, problems and verification."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from sessions.records import Injected, Outcome
 from sessions.replay import (
     NOTICE_CALL_UNRECORDED,
     NOTICE_PROMPT_MISSING,
+    Call,
     Problem,
     Replay,
-    Turn,
     replay_bytes,
 )
-from sessions.replay_json import replay_json, turn_json
+from sessions.replay_json import call_json, replay_json
 from sessions.shapes import request_body
 from tests.sessions.helpers import (
     MEMORY_1,
@@ -54,9 +54,9 @@ def replay_file(path: Path) -> Replay:
     return replay_bytes(path.read_bytes())
 
 
-def turn_of_call(replay: Replay, call: int) -> Turn:
-    """The turn opened by call entry ``call`` (history written without calls adds others)."""
-    (turn,) = [t for t in replay.turns if t.call == call]
+def call_numbered(replay: Replay, call: int) -> Call:
+    """The call opened by call entry ``call`` (history written without calls adds others)."""
+    (turn,) = [t for t in replay.calls if t.entry_number == call]
     return turn
 
 
@@ -94,13 +94,13 @@ def edit_lines(path: Path, edit: dict[int, bytes | None], *, insert_after: int =
 
 
 async def test_each_turn_sees_only_earlier_messages(store: JsonlSessionStore) -> None:
-    """Turn n is sent exactly the messages before its call; its assistant message comes after."""
+    """Call n is sent exactly the messages before its call; its assistant message comes after."""
     replay = replay_file(await basic_session(store))
-    assert [replay.sent(t) for t in replay.turns] == [[U1], [U1, A1, U2]]
-    assert [replay.messages[t.assistant] for t in replay.turns if t.assistant is not None] == [
+    assert [replay.sent(t) for t in replay.calls] == [[U1], [U1, A1, U2]]
+    assert [replay.messages[t.assistant] for t in replay.calls if t.assistant is not None] == [
         A1, A2,
     ]
-    assert [(t.index, t.call, t.provider, t.model) for t in replay.turns] == [
+    assert [(t.index, t.entry_number, t.provider, t.model) for t in replay.calls] == [
         (1, 0, "anthropic", "claude-test"), (2, 1, "anthropic", "claude-test"),
     ]
     assert (replay.version, replay.problems, replay.notice, replay.torn_tail) == (
@@ -118,10 +118,10 @@ async def test_mid_session_rebuild_applies_from_the_next_turn(store: JsonlSessio
         await add(writer, assistant(f"a{number}"))
     await writer.aclose()
     replay = replay_file(writer.path)
-    assert [t.prompt.text if t.prompt else None for t in replay.turns] == [
+    assert [t.prompt.text if t.prompt else None for t in replay.calls] == [
         PROMPT_A.text, PROMPT_A.text, PROMPT_B.text, PROMPT_B.text,
     ]
-    assert [(v.number, v.fingerprint, v.reason, v.first_turn, v.verified)
+    assert [(v.number, v.fingerprint, v.reason, v.first_call, v.verified)
             for v in replay.prompts] == [
         (1, PROMPT_A.fingerprint, "initial", 1, True),
         (2, PROMPT_B.fingerprint, "rebuilt", 3, True),
@@ -143,11 +143,11 @@ async def test_timeline_first_turns_including_a_prompt_without_turn(
     ])
     await writer.aclose()
     replay = replay_file(writer.path)
-    assert [(v.fingerprint, v.first_turn) for v in replay.prompts] == [
+    assert [(v.fingerprint, v.first_call) for v in replay.prompts] == [
         (PROMPT_A.fingerprint, 1), (PROMPT_B.fingerprint, 2), (PROMPT_A.fingerprint, 3),
         (sha16(late), None),
     ]
-    assert [t.prompt.number if t.prompt else None for t in replay.turns] == [1, 2, 3]
+    assert [t.prompt.number if t.prompt else None for t in replay.calls] == [1, 2, 3]
     assert replay.prompts[-1].text == late
 
 
@@ -166,9 +166,9 @@ async def test_tool_round_is_two_turns(store: JsonlSessionStore) -> None:
     await writer.aclose()
 
     replay = replay_file(writer.path)
-    assert [replay.sent(t) for t in replay.turns] == [[U1], [U1, call, result]]
-    assert [t.assistant for t in replay.turns] == [1, 3]
-    stops = [o.stop_reason for t in replay.turns if (o := replay.outcome_of(t)) is not None]
+    assert [replay.sent(t) for t in replay.calls] == [[U1], [U1, call, result]]
+    assert [t.assistant for t in replay.calls] == [1, 3]
+    stops = [o.stop_reason for t in replay.calls if (o := replay.outcome_of(t)) is not None]
     assert stops == ["tool_use", "end_turn"]
 
 
@@ -181,7 +181,7 @@ async def test_windows_that_drop_old_messages_replay_exactly(store: JsonlSession
     await persist_call(writer, request)
     await writer.aclose()
     replay = replay_file(writer.path)
-    turn = turn_of_call(replay, 0)
+    turn = call_numbered(replay, 0)
     assert (turn.window, replay.sent(turn)) == (((0, 1), (3, 5)), [history[0], *history[3:]])
     live = request_body("anthropic", PROMPT_A.text, [history[0], *history[3:]], TOOLS_A,
                         "claude-test", {"max_tokens": 256})
@@ -199,7 +199,7 @@ async def test_injected_messages_appear_at_their_positions(store: JsonlSessionSt
     ))
     await writer.aclose()
     replay = replay_file(writer.path)
-    turn = turn_of_call(replay, 0)
+    turn = call_numbered(replay, 0)
     assert replay.sent(turn) == [summary, history[2], note, history[3]]
     assert turn.injected == (Injected(0, summary), Injected(2, note))
     assert len(replay.messages) == 4
@@ -220,14 +220,14 @@ async def test_failed_call_is_a_turn_without_assistant(store: JsonlSessionStore)
 
     replay = replay_file(writer.path)
     rows = []
-    for t in replay.turns:
+    for t in replay.calls:
         outcome = replay.outcome_of(t)
-        rows.append((t.index, t.call, t.assistant, outcome.error if outcome else None))
+        rows.append((t.index, t.entry_number, t.assistant, outcome.error if outcome else None))
     assert rows == [
         (1, 0, None, {"kind": "timeout"}), (2, 1, 1, None), (3, 2, None, {"kind": "http_500"}),
     ]
-    assert [len(replay.sent(t)) for t in replay.turns] == [1, 1, 2]
-    assert turn_json(replay, replay.turns[0])["assistant"] is None
+    assert [len(replay.sent(t)) for t in replay.calls] == [1, 1, 2]
+    assert call_json(replay, replay.calls[0])["assistant"] is None
 
 
 async def test_assistant_without_call_entry_is_unrecorded_turn(store: JsonlSessionStore) -> None:
@@ -238,12 +238,12 @@ async def test_assistant_without_call_entry_is_unrecorded_turn(store: JsonlSessi
     await add(writer, A1, U2, A2)
     await writer.aclose()
     replay = replay_file(writer.path)
-    assert [(t.index, t.call, t.prompt is not None, t.prompt_notice, t.window, t.assistant)
-            for t in replay.turns] == [
+    assert [(t.index, t.entry_number, t.prompt is not None, t.prompt_notice, t.window, t.assistant)
+            for t in replay.calls] == [
         (1, 0, True, None, ((0, 1),), 1),
         (2, None, False, NOTICE_CALL_UNRECORDED, None, 3),
     ]
-    second = turn_json(replay, replay.turns[1])
+    second = call_json(replay, replay.calls[1])
     assert (second["systemPrompt"], second["messages"], second["promptNotice"]) == (
         None, None, NOTICE_CALL_UNRECORDED,
     )
@@ -256,7 +256,7 @@ async def test_call_naming_an_unknown_prompt_has_a_notice(store: JsonlSessionSto
     await writer.append([entries.call(0, call_request(PROMPT_A, ((0, 1),), tools=()), None)])
     await writer.aclose()
     replay = replay_file(writer.path)
-    (turn,) = replay.turns
+    (turn,) = replay.calls
     assert (turn.prompt, turn.prompt_notice, replay.problems) == (None, NOTICE_PROMPT_MISSING, ())
 
 
@@ -294,7 +294,7 @@ async def test_seq_gap_reported_with_line_number(store: JsonlSessionStore) -> No
     edit_lines(path, {10: None})
     replay = replay_file(path)
     assert replay.problems == (Problem(10, "seq 10: gap before (previous 8)"),)
-    assert replay.outcome_of(replay.turns[0]) is None
+    assert replay.outcome_of(replay.calls[0]) is None
 
 
 async def test_corrupt_middle_line_reported_and_later_turns_replay(
@@ -307,8 +307,8 @@ async def test_corrupt_middle_line_reported_and_later_turns_replay(
     assert replay.problems == (
         Problem(10, "not valid JSON"), Problem(11, "seq 10: gap before (previous 8)"),
     )
-    assert [replay.sent(t) for t in replay.turns] == [[U1], [U1, A1, U2]]
-    assert [t.prompt.verified if t.prompt else None for t in replay.turns] == [True, True]
+    assert [replay.sent(t) for t in replay.calls] == [[U1], [U1, A1, U2]]
+    assert [t.prompt.verified if t.prompt else None for t in replay.calls] == [True, True]
     assert replay.torn_tail is False
 
 
@@ -363,7 +363,7 @@ async def test_malformed_window_reported(store: JsonlSessionStore) -> None:
     await writer.aclose()
     replay = replay_file(writer.path)
     assert replay.problems == (Problem(8, "call entry has a malformed window"),)
-    assert (replay.turns[0].window, replay.sent(replay.turns[0])) == (None, [])
+    assert (replay.calls[0].window, replay.sent(replay.calls[0])) == (None, [])
 
 
 async def test_window_bounds_must_be_integers_not_booleans(store: JsonlSessionStore) -> None:
@@ -375,7 +375,7 @@ async def test_window_bounds_must_be_integers_not_booleans(store: JsonlSessionSt
         await writer.append([{**body, "window": window}])
     await writer.aclose()
     replay = replay_file(writer.path)
-    assert [t.window for t in replay.turns] == [None] * 5
+    assert [t.window for t in replay.calls] == [None] * 5
     assert [p.message for p in replay.problems] == ["call entry has a malformed window"] * 5
 
 
@@ -385,7 +385,7 @@ async def test_torn_tail_skipped_without_problem(store: JsonlSessionStore) -> No
     with path.open("ab") as fh:
         fh.write(b'{"type":"message","seq":14,"ts":"2026-')
     replay = replay_file(path)
-    assert (replay.torn_tail, replay.problems, len(replay.turns)) == (True, (), 2)
+    assert (replay.torn_tail, replay.problems, len(replay.calls)) == (True, (), 2)
 
 
 async def test_unknown_entry_types_are_skipped(store: JsonlSessionStore) -> None:
@@ -398,7 +398,7 @@ async def test_unknown_entry_types_are_skipped(store: JsonlSessionStore) -> None
     await add(writer, A1)
     await writer.aclose()
     replay = replay_file(writer.path)
-    assert (replay.problems, [replay.sent(t) for t in replay.turns]) == ((), [[U1]])
+    assert (replay.problems, [replay.sent(t) for t in replay.calls]) == ((), [[U1]])
 
 
 @pytest.mark.parametrize("data", [b"", b"\n\n", b"   \n", b'{"type":"session","version":3'])
@@ -434,11 +434,24 @@ async def test_replay_json_is_linear_and_complete(store: JsonlSessionStore) -> N
     assert list(doc) == [
         "session", "version", "notice", "tornTail", "problems", "gaps", "refusals", "messages",
         "sections",
-        "prompts", "toolSets", "turns",
+        "prompts", "toolSets", "calls",
     ]
     assert [m["message"] for m in doc["messages"]] == [U1, A1, U2, A2]
     assert doc["sections"] == {sha16(SOUL): SOUL, sha16(MEMORY_1): MEMORY_1, sha16(MOOD): MOOD}
     assert [(t["index"], t["prompt"], t["window"], t["assistant"], t["call"])
-            for t in doc["turns"]] == [(1, 1, [[0, 1]], 1, 0), (2, 1, [[0, 3]], 3, 1)]
+            for t in doc["calls"]] == [(1, 1, [[0, 1]], 1, 0), (2, 1, [[0, 3]], 3, 1)]
     assert list(doc["toolSets"].values()) == [list(TOOLS_A)]
     assert orjson.loads(orjson.dumps(doc)) == doc
+
+
+@pytest.mark.parametrize("key", ["call", "turn"])
+def test_rerun_header_names_its_call_under_either_key(key: str) -> None:
+    """A rerun log's ``rerunOf`` names the call it reruns as ``call``, or as ``turn`` in rerun
+    logs saved before calls were called calls: both read as the same call."""
+    header = {"type": "session", "seq": 0, "version": 3, "id": "r1",
+              "rerunOf": {"session": "s1", "tenant": "t1", key: 3, "promptFingerprint": "x"}}
+    replay = replay_bytes(orjson.dumps(header) + b"\n")
+    assert replay.rerun_of is not None
+    assert (replay.rerun_of.session, replay.rerun_of.tenant, replay.rerun_of.call) == (
+        "s1", "t1", 3)
+    assert replay_bytes(orjson.dumps({**header, "rerunOf": None}) + b"\n").rerun_of is None

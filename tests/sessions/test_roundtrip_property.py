@@ -209,7 +209,7 @@ def test_replay_rebuilds_every_recorded_request(
     replay = replay_bytes(log)
 
     assert (replay.problems, replay.torn_tail) == ((), False)
-    by_call = {t.call: t for t in replay.turns if t.call is not None}
+    by_call = {t.entry_number: t for t in replay.calls if t.entry_number is not None}
     assert sorted(by_call) == sorted(live.expected)
     for call, bodies in live.expected.items():
         turn = by_call[call]

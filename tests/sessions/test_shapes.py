@@ -117,7 +117,7 @@ async def test_replayed_request_equals_live_body_in_both_shapes(tmp_path: Path) 
     await persist_call(writer, request)
     await writer.aclose()
     replay = replay_bytes(writer.path.read_bytes())
-    (turn,) = [t for t in replay.turns if t.call == 0]  # HISTORY's own answers add turns
+    (turn,) = [t for t in replay.calls if t.entry_number == 0]  # HISTORY's own answers add turns
     for shape in ("anthropic", "openai"):
         live = request_body(shape, PROMPT_A.text, HISTORY[:5], TOOLS_A, "gpt-x",
                             {"temperature": 0.2, "max_tokens": 50})

@@ -169,7 +169,7 @@ async def test_resume_continues_seq_and_writes_nothing_twice(store: SessionStore
     seqs = [orjson.loads(line)["seq"] for line in data.splitlines()]
     assert seqs == list(range(len(seqs)))
     replay = replay_bytes(data)
-    assert (replay.problems, len(replay.turns), len(replay.prompts)) == ((), 3, 3)
+    assert (replay.problems, len(replay.calls), len(replay.prompts)) == ((), 3, 3)
 
 
 async def test_create_header_carries_extra_keys(store: SessionStore) -> None:
@@ -256,9 +256,9 @@ async def test_read_log_replays_every_call(store: SessionStore) -> None:
     await conversation(store)
     replay = replay_bytes(await store.read_log("default", "s1"))
     assert (replay.problems, replay.torn_tail, replay.version) == ((), False, 3)
-    assert [(t.call, t.prompt.number if t.prompt else None, len(replay.sent(t)))
-            for t in replay.turns] == [(0, 1, 1), (1, 2, 3)]
-    assert replay.request(replay.turns[1])["system"] == PROMPT_B.text
+    assert [(t.entry_number, t.prompt.number if t.prompt else None, len(replay.sent(t)))
+            for t in replay.calls] == [(0, 1, 1), (1, 2, 3)]
+    assert replay.request(replay.calls[1])["system"] == PROMPT_B.text
 
 
 @pytest.mark.services
@@ -272,7 +272,7 @@ async def test_backends_write_the_same_lines(
     db_log = await pg_store.read_log("default", "s1")
     assert without_times(db_log) == without_times(file_log)
     file_replay, db_replay = replay_json(replay_bytes(file_log)), replay_json(replay_bytes(db_log))
-    assert [t["window"] for t in db_replay["turns"]] == [t["window"] for t in file_replay["turns"]]
+    assert [t["window"] for t in db_replay["calls"]] == [t["window"] for t in file_replay["calls"]]
     assert db_replay["sections"] == file_replay["sections"]
 
 

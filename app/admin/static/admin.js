@@ -25,7 +25,7 @@ async function loadLazy(details) {
 
 document.addEventListener("toggle", (event) => {
   const details = event.target;
-  if (details instanceof HTMLDetailsElement && details.open && details.classList.contains("turn")) {
+  if (details instanceof HTMLDetailsElement && details.open && details.classList.contains("call")) {
     loadLazy(details);
   }
 }, true);
@@ -33,7 +33,7 @@ document.addEventListener("toggle", (event) => {
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-action='toggle-calls']");
   if (!button) return;
-  const calls = [...document.querySelectorAll("details.turn")];
+  const calls = [...document.querySelectorAll("details.call")];
   const open = !calls.every((d) => d.open);
   for (const d of calls) d.open = open;
   button.textContent = open ? "Collapse all calls" : "Expand all calls";

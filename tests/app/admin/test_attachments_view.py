@@ -82,12 +82,12 @@ async def test_call_page_shows_the_exact_body_with_base64_elided(tmp_path: Path)
     blobs = FileBlobStore(tmp_path)
     site = site_for(tmp_path, TOKEN, blobs=blobs)
     async with serve(site) as viewer:
-        status, page = await viewer.get("/admin/session/s1/turn/1", headers=BEARER)
+        status, page = await viewer.get("/admin/session/s1/call/1", headers=BEARER)
         assert status == 200
         assert "attachment bytes elided" in page
         assert "characters of base64, elided here" in page
         assert hashlib.sha256(PHOTO).hexdigest() == photo
         await blobs.delete("default", [notes])
-        status, page = await viewer.get("/admin/session/s1/turn/1", headers=BEARER)
+        status, page = await viewer.get("/admin/session/s1/call/1", headers=BEARER)
         assert status == 200
         assert f"blob sha256 {notes} is not in the blob store" in page

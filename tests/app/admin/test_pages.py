@@ -217,7 +217,7 @@ async def test_session_page_shows_markers_requests_diff_and_chart(tmp_path: Path
     assert status == 200
     assert page.count('class="marker"') == 2
     assert 'data-reason="rebuilt:memory_write"' in page
-    assert page.count('<details class="turn"') == 2
+    assert page.count('<details class="call"') == 2
     assert "## Memory\n- Ada likes tea.\n- Ada prefers short answers." in page
     assert "claude-test" in page
     assert "tool_use" in page
@@ -234,7 +234,7 @@ async def test_untrusted_text_is_escaped_everywhere(tmp_path: Path) -> None:
     sid = await rich_session(store)
     async with serve(site_for(tmp_path)) as viewer:
         pages = [(await viewer.get(path))[1] for path in (
-            "/admin/", f"/admin/session/{sid}", f"/admin/session/{sid}/turn/2",
+            "/admin/", f"/admin/session/{sid}", f"/admin/session/{sid}/call/2",
             f"/admin/session/{sid}/diff?a=1&b=2", f"/admin/?q={SCRIPT}")]
     for page in pages:
         scripts = re.findall(r"<script[^>]*>", page)
@@ -259,12 +259,28 @@ async def test_turn_page_and_fragment(tmp_path: Path) -> None:
     store = JsonlSessionStore(tmp_path)
     sid = await rich_session(store)
     async with serve(site_for(tmp_path)) as viewer:
-        _, page = await viewer.get(f"/admin/session/{sid}/turn/1")
-        _, fragment = await viewer.get(f"/admin/session/{sid}/turn/1?fragment=1")
+        _, page = await viewer.get(f"/admin/session/{sid}/call/1")
+        _, fragment = await viewer.get(f"/admin/session/{sid}/call/1?fragment=1")
     assert "Request body as rebuilt by replay" in page
     assert "&quot;max_tokens&quot;: 256" in page
     assert fragment.startswith('<div class="request">')
     assert "<html" not in fragment
+
+
+async def test_old_turn_addresses_redirect_to_the_call_page(tmp_path: Path) -> None:
+    """A bookmarked .../turn/N answers a permanent redirect to .../call/N, query kept, and
+    following it gives the same page the new address does."""
+    store = JsonlSessionStore(tmp_path)
+    sid = await rich_session(store)
+    async with serve(site_for(tmp_path)) as viewer:
+        old = f"{viewer.base}/admin/session/{sid}/turn/1?fragment=1&tenant=default"
+        async with viewer.client.get(old, allow_redirects=False) as resp:
+            status, location = resp.status, resp.headers["Location"]
+        _, followed = await viewer.get(f"/admin/session/{sid}/turn/1?fragment=1")
+        _, direct = await viewer.get(f"/admin/session/{sid}/call/1?fragment=1")
+    assert (status, location) == (301, f"/admin/session/{sid}/call/1?fragment=1&tenant=default")
+    assert followed == direct
+    assert direct.startswith('<div class="request">')
 
 
 async def test_calls_replay_cannot_rebuild_are_marked_and_offer_no_body(tmp_path: Path) -> None:
@@ -277,7 +293,7 @@ async def test_calls_replay_cannot_rebuild_are_marked_and_offer_no_body(tmp_path
                                                 orjson.dumps(answer) + b"\n"])
     async with serve(site_for(tmp_path)) as viewer:
         _, page = await viewer.get("/admin/session/gappy")
-        _, turn = await viewer.get("/admin/session/gappy/turn/1")
+        _, turn = await viewer.get("/admin/session/gappy/call/1")
     marked = ('<span class="badge bad" data-status="not_recorded">not recorded (persist failed:'
               ' EIO at 2026-01-01T00:00:01.000Z)</span>')
     assert marked in page
@@ -292,7 +308,7 @@ async def test_big_sessions_load_call_details_lazily(tmp_path: Path) -> None:
     sid = await rich_session(store)
     async with serve(site_for(tmp_path, inline_budget=10)) as viewer:
         _, page = await viewer.get(f"/admin/session/{sid}")
-    assert page.count('data-src="/admin/session/rich-1/turn/') == 2
+    assert page.count('data-src="/admin/session/rich-1/call/') == 2
     assert '<pre class="prompt">' not in page
 
 
@@ -305,9 +321,9 @@ async def test_big_sessions_load_call_details_lazily(tmp_path: Path) -> None:
         ("/admin/session/rich-1?tenant=..", 400),
         ("/admin/session/rich-1?tenant=*", 400),
         ("/admin/session/rich-1?metric=os:system", 400),
-        ("/admin/session/rich-1/turn/0", 400),
-        ("/admin/session/rich-1/turn/x", 400),
-        ("/admin/session/rich-1/turn/3", 404),
+        ("/admin/session/rich-1/call/0", 400),
+        ("/admin/session/rich-1/call/x", 400),
+        ("/admin/session/rich-1/call/3", 404),
         ("/admin/session/rich-1/diff", 400),
         ("/admin/session/rich-1/diff?a=1&b=x", 400),
         ("/admin/session/rich-1/diff?a=1&b=3", 404),
@@ -350,7 +366,7 @@ async def test_seed_format_notices_are_shown(tmp_path: Path) -> None:
         _, v1 = await viewer.get("/admin/session/v1")
         _, late = await viewer.get("/admin/session/late")
     assert "predates prompt recording" in v1
-    assert "no prompt recorded before this turn" in late
+    assert "no prompt recorded before this call" in late
     assert "Torn tail" in late
 
 

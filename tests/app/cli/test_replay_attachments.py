@@ -85,7 +85,7 @@ def test_missing_blob_is_reported_not_invented(tmp_path: Path) -> None:
     code, out, err = cli(tmp_path, "s1", "--request", "1")
     assert (code, out) == (1, "")
     assert err.count("\n") == 1
-    assert err.startswith("gateway replay: session s1: line 8: turn 1 cannot be rebuilt: "
+    assert err.startswith("gateway replay: session s1: line 8: call 1 cannot be rebuilt: "
                           f"recorded but not rebuildable (blob sha256 {digest} is not in the "
                           "blob store: cat.jpg, image/jpeg, ")
 

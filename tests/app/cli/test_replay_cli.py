@@ -277,7 +277,7 @@ def test_whole_json_equals_replay_json(cli: Callable[..., Result], sessions: Ses
     """--json prints the documented whole-replay document."""
     doc = orjson.loads(cli("s1", "--json").out)
     assert doc == replay_json(replay_bytes(sessions.path("s1").read_bytes()))
-    assert [t["prompt"] for t in doc["turns"]] == [1, 1, 2]
+    assert [t["prompt"] for t in doc["calls"]] == [1, 1, 2]
 
 
 @pytest.mark.parametrize(("turn", "shape"), [(n, s) for n in (1, 2, 3) for s in SHAPES])

@@ -18,7 +18,7 @@ from providers.anthropic import AnthropicProvider
 from sessions.ablation import Ablation, RerunError, ablate, rerun_request
 from sessions.jsonl import JsonlSessionStore
 from sessions.records import PROMPT_JOINER
-from sessions.replay import Replay, Turn, replay_bytes
+from sessions.replay import Call, Replay, replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply, system_text
 from tests.gateway.harness import running_core
 
@@ -44,8 +44,8 @@ class Recorded:
     def replay(self) -> Replay:
         return replay_bytes(self.path.read_bytes())
 
-    def turn(self, number: int) -> Turn:
-        return self.replay().turn(number)
+    def call(self, number: int) -> Call:
+        return self.replay().call(number)
 
     def persona(self) -> dict[str, bytes]:
         root = self.data / "persona"
@@ -101,7 +101,7 @@ def anthropic_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def system_of(turn: Turn, *, drop: str = "", replace: tuple[str, str] = ("", "")) -> str:
+def system_of(turn: Call, *, drop: str = "", replace: tuple[str, str] = ("", "")) -> str:
     """The system prompt text expected after an ablation, joined independently of the code."""
     assert turn.prompt is not None
     texts = []
@@ -134,9 +134,9 @@ async def test_plain_rerun_sends_exactly_the_recorded_request(
         received = srv.requests[-1].body
     assert (code, err) == (0, "")
     replay = rec.replay()
-    assert received == replay.request(replay.turn(3))
+    assert received == replay.request(replay.call(3))
     assert len(srv.requests) == 4
-    turn = replay.turn(3)
+    turn = replay.call(3)
     assert turn.prompt is not None
     assert f"prompt    recorded {turn.prompt.fingerprint} -> rerun {turn.prompt.fingerprint} " \
            "(unchanged)" in out
@@ -155,7 +155,7 @@ async def test_drop_section_sends_the_request_minus_that_section(
         code, out, _ = await acli(rec.data, rec.session, "--rerun", "3", "--drop-section", "mood")
         received = srv.requests[-1].body
     assert code == 0
-    turn = rec.turn(3)
+    turn = rec.call(3)
     assert turn.prompt is not None
     assert [s.name for s in turn.prompt.sections] == ["soul", "user", "notes", "memory", "mood",
                                                       "channel"]
@@ -185,7 +185,7 @@ async def test_replace_section_swaps_its_text_and_shows_tool_calls_unexecuted(
         received = srv.requests[-1].body
         assert len(srv.requests) == 4  # one call: the tool was not run, so no follow-up call
     assert code == 0
-    turn = rec.turn(3)
+    turn = rec.call(3)
     expected = rec.replay().request(turn)
     assert system_text(received) == system_of(turn, replace=("soul", NEW_SOUL))
     assert system_text(received).startswith(NEW_SOUL + PROMPT_JOINER)
@@ -217,20 +217,23 @@ async def test_save_writes_a_separate_log_whose_request_replays_exactly(
     assert saved.parent == rec.data / "reruns" / "default"
     data, modes = saved_log(saved)
     assert modes == (0o600, 0o700, 0o700)
-    turn = rec.turn(3)
+    turn = rec.call(3)
     assert turn.prompt is not None
     header = orjson.loads(data.splitlines()[0])
     assert header["version"] == 3
-    assert header["rerunOf"] == {"session": rec.session, "tenant": "default", "turn": 3,
+    assert header["rerunOf"] == {"session": rec.session, "tenant": "default", "call": 3,
                                  "promptFingerprint": turn.prompt.fingerprint}
     assert header["ablation"] == {"drop": ["mood"], "replace": {}}
     code, request, _ = await acli(rec.data, str(saved), "--request", "1")
     assert code == 0
     assert orjson.loads(request) == received
+    code, summary, _ = await acli(rec.data, str(saved))
+    assert code == 0
+    assert f"  rerun of call 3 of session {rec.session} (tenant default)\n" in summary
     rerun = replay_bytes(data)
     assert rerun.problems == ()
     assert [p.reason for p in rerun.prompts] == ["rerun:ablated"]
-    answer = rerun.turn(1)
+    answer = rerun.call(1)
     assert answer.assistant is not None
     assert rerun.messages[answer.assistant] == view["rerun"]["assistant"]
     assert answer.endpoint == f"http://127.0.0.1:{srv.port}"  # the rerun's call, recorded
@@ -277,7 +280,7 @@ async def test_offline_rerun_needs_no_network_or_key(
     assert "hi, I'm Ada" in out  # the offline provider quotes the user
     saved = next((rec.data / "reruns" / "default").glob("*.jsonl"))
     rerun = replay_bytes(saved.read_bytes())
-    assert rerun.turn(1).provider == "offline"
+    assert rerun.call(1).provider == "offline"
 
 
 async def test_v2_prompt_is_one_section_and_v1_has_none_to_ablate(tmp_path: Path) -> None:
@@ -312,7 +315,7 @@ async def test_rerun_options_without_rerun_are_a_usage_error(tmp_path: Path) -> 
 def test_ablate_keeps_order_and_joiner_and_rejects_unknown_names() -> None:
     """ablate() drops and replaces by name, keeps section order, and lists names on error."""
     replay = replay_bytes((SEED_DIR / "v2-prompt-timeline.jsonl").read_bytes())
-    version = replay.turn(2).prompt
+    version = replay.call(2).prompt
     assert version is not None
     assert ablate(version).text == version.text
     assert ablate(version, replace={"prompt": "x"}).text == "x"
@@ -320,7 +323,7 @@ def test_ablate_keeps_order_and_joiner_and_rejects_unknown_names() -> None:
     with pytest.raises(RerunError) as info:
         ablate(version, drop=["mood"])
     assert info.value.available == ("prompt",)
-    parts = rerun_request(replay, replay.turn(2), Ablation(replace={"prompt": "y"}), "m-1")
+    parts = rerun_request(replay, replay.call(2), Ablation(replace={"prompt": "y"}), "m-1")
     assert (parts.model, parts.params, parts.replaced, parts.changed) == ("m-1", None,
                                                                         ("prompt",), True)
-    assert list(parts.messages) == replay.sent(replay.turn(2))
+    assert list(parts.messages) == replay.sent(replay.call(2))

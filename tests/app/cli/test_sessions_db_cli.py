@@ -115,7 +115,7 @@ def test_export_jsonl_replays_like_the_database(cli: Callable[..., Result], sche
     assert (exported, stat.S_IMODE(target.stat().st_mode)) == (stored, 0o600)
     file_replay = replay_json(replay_bytes(exported))
     assert file_replay == replay_json(replay_bytes(stored))
-    assert (file_replay["version"], file_replay["problems"], len(file_replay["turns"])) == (
+    assert (file_replay["version"], file_replay["problems"], len(file_replay["calls"])) == (
         3, [], 2)
     again = cli("sessions", "export-jsonl", "s1", "--tenant", "acme", "--out", str(target))
     assert (again.code, again.err) == (2, f"gateway sessions: {target} exists; not overwritten\n")
