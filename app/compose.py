@@ -26,17 +26,18 @@ from coordination.local import InProcessCoordinator
 from coordination.memory_ledger import MemoryLedger
 from gateway.access.gate import AccessGate, AccessPolicy, ChannelRules
 from gateway.access.pairing_live import LivePairing
+from gateway.agent.call import BeforeCallHook
 from gateway.agent.compaction import CompactionSettings
-from gateway.agent.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.agent.loop import AgentLoop, LoopSettings
 from gateway.agent.prompt import PromptSource
+from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry, ToolSet
 from gateway.delivery.history import StoreHistory
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.channel import Channel, ReplySink
 from gateway.edge.commands import FORGET, USAGE
-from gateway.edge.coordination import Coordinator, lease_hook, supports_fencing
+from gateway.edge.coordination import Coordinator, supports_fencing
 from gateway.edge.errors import ConfigError
 from gateway.edge.ledger import UsageLedger
 from gateway.edge.messages import Inbound
@@ -358,7 +359,7 @@ def build_loop(
     *,
     prompts: PromptSource | None = None,
     tools: ToolRegistry | None = None,
-    hooks: Sequence[BeforeCallHook] | None = None,
+    hooks: Sequence[BeforeCallHook] = (),
     observer: TurnObserver = NO_OBSERVER,
     blobs: BlobStore | None = None,
     workspace: PersonaWorkspace | None = None,
@@ -376,8 +377,7 @@ def build_loop(
                                  keeper=(build_keeper(settings, provider, blobs)
                                          if blobs is not None else None))
     return AgentLoop(
-        provider=provider, prompts=prompts, tools=tools,
-        hooks=list(hooks) if hooks is not None else [prompt_persist_hook, lease_hook],
+        provider=provider, prompts=prompts, tools=tools, recorder=SESSION_LOG, hooks=hooks,
         metrics=metrics,
         settings=LoopSettings(max_iterations=settings.max_iterations,
                               window_tokens=settings.window_tokens,
@@ -460,7 +460,7 @@ def build_gateway(
     channels: Sequence[Channel] | None = None,
     prompts: PromptSource | None = None,
     tools: ToolRegistry | None = None,
-    hooks: Sequence[BeforeCallHook] | None = None,
+    hooks: Sequence[BeforeCallHook] = (),
     access: AccessPolicy | None = None,
     coordinator: Coordinator | None = None,
     observer: TurnObserver | None = None,

@@ -1,7 +1,7 @@
 """Benchmark: the JSONL store against the PostgreSQL store on one prompt-persist workload.
 
 Workload: ``--sessions`` sessions x ``--calls`` calls, each call one ``persist_call`` (the
-prompt-persist hook's write) with small changes: the mood section changes every 5th call and
+persist step's write) with small changes: the mood section changes every 5th call and
 the memory section every 10th, so most calls write only the small ``call`` entry and some write
 a section and a prompt entry too. Sessions run 32 at a time (the gateway's default turn cap),
 each in its own task, as conversations do.

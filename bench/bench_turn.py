@@ -1,10 +1,11 @@
-"""Benchmark: what the prompt-persist hook adds to a turn.
+"""Benchmark: what the persist step (recording each call before it is made) adds to a turn.
 
 A turn through the real router, agent loop and JSONL store, with an instant in-process
-provider (``ScriptedProvider``) and a fixed 8 KB system prompt, is timed with the hook on and
-off, alternating in the same run. Target: the hook adds <= 5 %. Reported twice: wall-clock
+provider (``ScriptedProvider``) and a fixed 8 KB system prompt, is timed with the step on
+(the gateway's recorder) and off (a recorder that records nothing, for this floor only),
+alternating in the same run. Target: the step adds <= 5 %. Reported twice: wall-clock
 time per turn (what a user waits, but on a shared machine mostly a measure of its load), and
-process CPU time per turn, every thread included (the work the hook adds, which load does not
+process CPU time per turn, every thread included (the work the step adds, which load does not
 inflate).
 
 Run: .venv/bin/python bench/bench_turn.py [--turns 300] [--rounds 7]
@@ -26,16 +27,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordination.local import LocalConversations
-from gateway.agent.hooks import prompt_persist_hook
 from gateway.agent.loop import AgentLoop
 from gateway.agent.prompt import BuiltPrompt
+from gateway.agent.recorder import SESSION_LOG, CallRecorder, PersistResult, SessionRecorder
 from gateway.agent.tools import ToolRegistry
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.messages import ChannelContext
 from gateway.edge.metrics import Metrics
 from sessions.jsonl import JsonlSessionStore
-from sessions.records import Prompt, Section
+from sessions.records import CallRequest, Prompt, Section
 from sessions.store import Durability
 from tests.fakes.memory_channel import MemoryChannel
 from tests.fakes.scripted_provider import ScriptedProvider
@@ -56,15 +57,23 @@ class FixedPrompt:
         return self.built
 
 
-async def run_turns(hook: bool, turns: int, durability: Durability) -> tuple[float, float]:
+class NotRecording:
+    """The floor: a persist step that records nothing (the gateway has no such recorder)."""
+
+    async def record_call(self, session: SessionRecorder, request: CallRequest
+                          ) -> PersistResult:
+        return PersistResult(recorded=False)
+
+
+async def run_turns(record: bool, turns: int, durability: Durability) -> tuple[float, float]:
     """For ``turns`` sequential turns in one conversation: the median wall-clock seconds per
     turn, and the process CPU seconds per turn (every thread: the disk lane's writes count),
     both after the first 10 % (warm-up)."""
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Metrics()
+        recorder: CallRecorder = SESSION_LOG if record else NotRecording()
         loop = AgentLoop(provider=ScriptedProvider(keep_bodies=False), prompts=FixedPrompt(),
-                         tools=ToolRegistry(), hooks=[prompt_persist_hook] if hook else [],
-                         metrics=metrics)
+                         tools=ToolRegistry(), recorder=recorder, metrics=metrics)
         registry = ConversationRegistry(JsonlSessionStore(Path(tmp), durability=durability),
                                         metrics)
         channel = MemoryChannel()
@@ -95,11 +104,11 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = ["## Turn: prompt-persist hook on vs off", "",
+    lines = ["## Turn: persist step on vs off", "",
              f"`.venv/bin/python bench/bench_turn.py --turns {args.turns} --rounds {args.rounds}`"
              f" ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit {commit()},"
              f" load average {load} at start)", "",
-             "| durability | measure | hook off (median of rounds) | hook on | ratio | target |",
+             "| durability | measure | step off (median of rounds) | step on | ratio | target |",
              "|---|---|---|---|---|---|"]
     for durability in ("none", "turn"):
         off: list[tuple[float, float]] = []

@@ -1,11 +1,11 @@
 """Prompt persistence: write what a provider is about to receive, before the call.
 
-:func:`persist_call` is what the agent loop's prompt-persist hook calls. It writes only what the
-log does not hold yet: the text of each new section (once per session, by hash), a ``prompt``
-entry when the prompt's fingerprint differs from the last one, a ``tools`` entry for a tool set
-not seen before, and always the small ``call`` entry, all in **one** append, so a failure leaves
-none of them behind. Errors surface as :class:`~sessions.errors.SessionWriteError`; the caller
-decides whether to log and go on.
+:func:`persist_call` is what the persist step of every provider call runs. It writes only
+what the log does not hold yet: the text of each new section (once per session, by hash), a
+``prompt`` entry when the prompt's fingerprint differs from the last one, a ``tools`` entry
+for a tool set not seen before, and always the small ``call`` entry, all in **one** append, so
+a failure leaves none of them behind. Errors surface as
+:class:`~sessions.errors.SessionWriteError`; the caller decides whether to log and go on.
 """
 
 from __future__ import annotations

@@ -1,26 +1,36 @@
 """One provider call of a turn, recorded before it is made, with fallbacks after overloads.
 
 :class:`Caller` makes the calls the agent loop (:mod:`gateway.agent.loop`) and compaction
-(:mod:`gateway.agent.compaction`) ask for. An attempt runs the before-call hooks (the prompt-persist
-hook records the call), sends the request, counts it and prices its usage. When the provider
-is unavailable (5xx, 529 overloaded, no connection; after the SDK's own retries) and a
-fallback is configured, the next provider/model in the list is tried: each attempt is its own
-recorded call, the later ones with reason ``fallback`` and the failed call they follow
-(``after``), so replay shows exactly what was tried. Other failures (rate limits, timeouts,
-cut streams, bad requests) end the call at once: another model would not fix them, or would
-answer twice.
+(:mod:`gateway.agent.compaction`) ask for. Every attempt takes the same fixed steps:
+
+1. **record** the call through the caller's required :class:`~gateway.agent.recorder.
+   CallRecorder` (failure-isolated: a failed write is logged once and counted, and the call
+   goes on; a session fenced off by another worker stops it before anything is sent);
+2. the other before-call hooks, an ordered list of awaited callables (none by default);
+3. the **lease check** of the claim the turn serves, passed in by the caller
+   (:data:`~gateway.edge.coordination.LeaseCheck`): nothing awaits between it and the send,
+   so a lease cannot lapse unseen in between;
+4. send the request, count it, price its usage.
+
+When the provider is unavailable (5xx, 529 overloaded, no connection; after the SDK's own
+retries) and a fallback is configured, the next provider/model in the list is tried: each
+attempt is its own recorded call, the later ones with reason ``fallback`` and the failed call
+they follow (``after``), so replay shows exactly what was tried. Other failures (rate limits,
+timeouts, cut streams, bad requests) end the call at once: another model would not fix them,
+or would answer twice.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.agent.conversation import Conversation
-from gateway.agent.hooks import BeforeCallHook, CallContext, run_hooks
+from gateway.agent.recorder import CallRecorder, PersistResult, SessionRecorder
 from gateway.edge import logctx
+from gateway.edge.coordination import LeaseCheck
 from gateway.edge.errors import FENCED, NotRecordedError, ProviderError, ProviderUnavailable
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import CallInfo, CallResult, TurnHandle
@@ -40,6 +50,21 @@ from sessions.records import (
 )
 
 log = logging.getLogger("gateway.agent.loop")
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a before-call hook receives: the session's recorder, the request about to be
+    sent, and what the persist step recorded of it."""
+
+    recorder: SessionRecorder
+    request: CallRequest
+    persisted: PersistResult
+
+
+BeforeCallHook = Callable[[CallContext], Awaitable[None]]
+"""A hook run after the persist step, before the call (like httpx's event hooks); its
+exception propagates and ends the turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +109,18 @@ class Answered:
 
 
 class Caller:
-    """Makes recorded provider calls, the primary provider first, then each fallback."""
+    """Makes recorded provider calls, the primary provider first, then each fallback.
 
-    def __init__(self, providers: Sequence[Provider], hooks: Sequence[BeforeCallHook],
-                 metrics: Metrics, accounting: Accounting, *, prompt_cache: bool = True) -> None:
+    ``recorder`` is required: there is no caller that does not record (see the module
+    docstring); ``hooks`` run after it, in order."""
+
+    def __init__(self, providers: Sequence[Provider], recorder: CallRecorder,
+                 metrics: Metrics, accounting: Accounting, *,
+                 hooks: Sequence[BeforeCallHook] = (), prompt_cache: bool = True) -> None:
         if not providers:
             raise ValueError("a caller needs at least one provider")
         self.providers = tuple(providers)
+        self.recorder = recorder
         self.hooks = tuple(hooks)
         self.metrics = metrics
         self.accounting = accounting
@@ -101,17 +131,19 @@ class Caller:
         return self.providers[0]
 
     async def call(self, conv: Conversation, turn: TurnHandle, spec: CallSpec,
-                   on_text: TextSink | None = None) -> Answered:
+                   on_text: TextSink | None = None, *, lease: LeaseCheck) -> Answered:
         """Make the call; the answering attempt. Raises the last attempt's
-        :class:`ProviderError` when none answered (each failure has its outcome recorded), and
-        :class:`NotRecordedError` before sending anything when the writer was fenced off."""
+        :class:`ProviderError` when none answered (each failure has its outcome recorded),
+        :class:`NotRecordedError` before sending anything when the writer was fenced off, and
+        whatever ``lease`` raises (:class:`~gateway.edge.coordination.LeaseLostError`) when
+        the claim's lease may have lapsed, also before sending anything."""
         after: int | None = None
         for position, provider in enumerate(self.providers):
             lineage = spec.lineage
             if position:
                 lineage = replace(lineage, reason=lineage.reason or "fallback", after=after)
             try:
-                return await self._attempt(conv, turn, spec, provider, lineage, on_text)
+                return await self._attempt(conv, turn, spec, provider, lineage, on_text, lease)
             except _Failed as failed:
                 last = position == len(self.providers) - 1
                 if last or not isinstance(failed.error, ProviderUnavailable):
@@ -124,7 +156,7 @@ class Caller:
 
     async def _attempt(self, conv: Conversation, turn: TurnHandle, spec: CallSpec,
                        provider: Provider, lineage: Lineage,
-                       on_text: TextSink | None) -> Answered:
+                       on_text: TextSink | None, lease: LeaseCheck) -> Answered:
         params = dict(provider.params())
         cache = self._cache_plan(provider, spec)
         request = CallRequest(
@@ -134,9 +166,14 @@ class Caller:
         )
         number = conv.recorder.next_call + 1  # 1-based, as the log will number it
         with logctx.bound(call=number):
-            persisted = await run_hooks(self.hooks, CallContext(conv.recorder, request))
+            persisted = await self.recorder.record_call(conv.recorder, request)
             if persisted.fenced:
                 raise NotRecordedError(conv.session_id, persisted.failure or FENCED)
+            if self.hooks:
+                context = CallContext(conv.recorder, request, persisted)
+                for hook in self.hooks:
+                    await hook(context)
+            lease()  # the last step before the send: nothing awaits from here to the call
             sent = ProviderRequest(
                 system=spec.prompt.text, messages=spec.messages, tools=spec.tools,
                 model=provider.model, params=params, sections=spec.prompt.texts, cache=cache,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from gateway.agent.call import Caller, CallSpec
 from gateway.agent.conversation import Conversation, Summary
 from gateway.agent.window import CHARS_PER_TOKEN, estimate_tokens
+from gateway.edge.coordination import LeaseCheck
 from gateway.edge.errors import ProviderError
 from gateway.edge.observe import TurnHandle
 from sessions.records import Injected, Lineage, MessageDict, Prompt, Section, Window
@@ -84,19 +85,21 @@ class Compactor:
             used += estimate_tokens(summary.message)
         return used > budget
 
-    async def fit(self, conv: Conversation, turn: TurnHandle, budget: int) -> None:
+    async def fit(self, conv: Conversation, turn: TurnHandle, budget: int, *,
+                  lease: LeaseCheck) -> None:
         """Compact until the next call fits ``budget`` (or nothing more can be done)."""
         if not self.settings.enabled:
             return
         for _ in range(MAX_ROUNDS):
             if not self.overflows(conv, budget):
                 return
-            if not await self._once(conv, turn, budget):
+            if not await self._once(conv, turn, budget, lease):
                 return
         log.warning("session %s: still over the window after %d compactions", conv.session_id,
                     MAX_ROUNDS)
 
-    async def _once(self, conv: Conversation, turn: TurnHandle, budget: int) -> bool:
+    async def _once(self, conv: Conversation, turn: TurnHandle, budget: int,
+                    lease: LeaseCheck) -> bool:
         """One compaction call; False when there was nothing to summarise or it failed."""
         order, messages = conv.order, conv.messages
         previous = conv.summary
@@ -135,7 +138,7 @@ class Compactor:
                         messages=sent, injected=tuple(injected), cacheable=False,
                         lineage=Lineage(reason="compaction", replaces=replaces))
         try:
-            answered = await self.caller.call(conv, turn, spec)
+            answered = await self.caller.call(conv, turn, spec, lease=lease)
         except ProviderError as exc:
             log.warning("session %s: compaction failed (%s); the oldest messages are left out "
                         "instead", conv.session_id, exc.kind)

@@ -2,9 +2,10 @@
 
 Words used everywhere: a **turn** answers one inbound message; a **call** is one provider
 request (a turn with a tool round makes two or more calls). Per iteration: refresh the
-system prompt (cheap when unchanged), choose the message window, run the before-call hooks
-(the prompt-persist hook among them), call the provider, record the answer, run the tools it
-asked for, record their results. The loop knows nothing about
+system prompt (cheap when unchanged), choose the message window, make the call (recorded
+before it is sent, then the lease check of the claim the turn serves:
+:mod:`gateway.agent.call`), record the answer, run the tools it asked for, record their
+results. The loop knows nothing about
 platforms or files: channel sink, store (through the conversation's recorder), provider, prompt
 source and tools are all injected. What tracers see goes through the observer seam
 (:mod:`gateway.edge.observe`); the log context (:mod:`gateway.edge.logctx`) names the tenant,
@@ -24,17 +25,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.agent.call import Caller, CallSpec
+from gateway.agent.call import BeforeCallHook, Caller, CallSpec
 from gateway.agent.compaction import DEFAULTS as DEFAULT_COMPACTION
 from gateway.agent.compaction import PROMPT as COMPACTION_PROMPT
 from gateway.agent.compaction import CompactionSettings, Compactor
 from gateway.agent.conversation import Conversation
-from gateway.agent.hooks import BeforeCallHook
 from gateway.agent.prompt import BuiltPrompt, PromptSource
+from gateway.agent.recorder import CallRecorder
 from gateway.agent.tools import ToolRegistry, ToolSet, run_tool_uses
 from gateway.agent.window import estimate_tokens
 from gateway.edge import logctx
 from gateway.edge.channel import ReplySink
+from gateway.edge.coordination import LeaseCheck
 from gateway.edge.errors import FENCED, NotRecordedError, ProviderError
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import (
@@ -93,8 +95,9 @@ class AgentLoop:
         provider: Provider,
         prompts: PromptSource,
         tools: ToolRegistry,
-        hooks: Sequence[BeforeCallHook],
+        recorder: CallRecorder,
         metrics: Metrics,
+        hooks: Sequence[BeforeCallHook] = (),
         settings: LoopSettings | None = None,
         observer: TurnObserver = NO_OBSERVER,
         accounting: Accounting | None = None,
@@ -110,16 +113,21 @@ class AgentLoop:
         self.observer = observer
         self.blobs = blobs
         """Where attachment bytes are read from at send time (None: no attachments)."""
-        self.caller = Caller([provider, *fallbacks], hooks, metrics,
-                             accounting or Accounting(metrics),
+        self.caller = Caller([provider, *fallbacks], recorder, metrics,
+                             accounting or Accounting(metrics), hooks=hooks,
                              prompt_cache=self.settings.prompt_cache)
-        """Makes the recorded calls: ``provider`` first, then each of ``fallbacks``."""
+        """Makes the recorded calls: ``provider`` first, then each of ``fallbacks``; each is
+        recorded by ``recorder`` first, then ``hooks`` run in order."""
         self.compactor = Compactor(self.caller, self.settings.compaction)
         self.limits = limits
         """Budgets and rate limits, checked before a turn's first call (None: no limits)."""
 
-    async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink) -> TurnResult:
+    async def run_turn(self, conv: Conversation, inbound_index: int, sink: ReplySink, *,
+                       lease: LeaseCheck) -> TurnResult:
         """Answer the inbound message recorded at ``inbound_index`` (already in the log).
+
+        ``lease`` is the check of the claim the turn serves, run before each provider call
+        (its :class:`~gateway.edge.coordination.LeaseLostError` propagates).
 
         Raises :class:`~gateway.edge.errors.NotRecordedError` (``fenced``) when the session's
         writer was fenced off (another worker owns the conversation now): before any provider
@@ -135,7 +143,7 @@ class AgentLoop:
             started = time.perf_counter()
             status = "error"
             try:
-                result = await self._run(conv, inbound_index, sink, turn)
+                result = await self._run(conv, inbound_index, sink, turn, lease)
                 status = result.status
                 return result
             except asyncio.CancelledError:
@@ -149,7 +157,7 @@ class AgentLoop:
                 log.debug("turn %s in %.0f ms", status, latency * 1000)
 
     async def _run(self, conv: Conversation, inbound_index: int, sink: ReplySink,
-                   turn: TurnHandle) -> TurnResult:
+                   turn: TurnHandle, lease: LeaseCheck) -> TurnResult:
         conv.begin(inbound_index)
         if self.limits is not None:
             refusal = await self.limits.check(conv.key, conv.context, conv.clock())
@@ -162,12 +170,13 @@ class AgentLoop:
             calls += 1
             built = await self.prompts.build(conv.context)
             tools = self.tools.for_tenant(conv.key.tenant)
-            spec = await self._spec(conv, turn, built, tools)
+            spec = await self._spec(conv, turn, built, tools, lease)
             if spec is None:  # never send (or record) a call whose attachments are gone
                 return await self._end(conv, sink, "apologised", "", calls)
             try:
                 answered = await self.caller.call(conv, turn, spec,
-                                                  on_text=_separated(sink, first=not texts))
+                                                  on_text=_separated(sink, first=not texts),
+                                                  lease=lease)
             except ProviderError:
                 return await self._end(conv, sink, "apologised", "", calls)
             response = answered.response
@@ -229,7 +238,7 @@ class AgentLoop:
         return TurnResult(status, text, calls)
 
     async def _spec(self, conv: Conversation, turn: TurnHandle, built: BuiltPrompt,
-                    tools: ToolSet) -> CallSpec | None:
+                    tools: ToolSet, lease: LeaseCheck) -> CallSpec | None:
         """The next call: compact first if the history no longer fits, then the window (after
         the summary, which goes first); None when an attachment's bytes are gone."""
         prompt = built.prompt
@@ -243,7 +252,7 @@ class AgentLoop:
         else:
             reason = f"rebuilt:{built.cause}"
         budget = self.settings.window_tokens
-        await self.compactor.fit(conv, turn, budget)
+        await self.compactor.fit(conv, turn, budget, lease=lease)
         summary = conv.summary
         lineage = NO_LINEAGE
         if summary is None:

@@ -1,4 +1,4 @@
-"""Failure-isolated writes to a session: the prompt-persist hook and message recording.
+"""Failure-isolated writes to a session: the persist step of every call, and messages.
 
 By design (STYLE rule 8) a session write never breaks a live turn: an error or a write that
 takes longer than ``timeout`` is counted in ``gateway_persist_failures_total`` and logged as
@@ -23,7 +23,7 @@ import errno
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.edge.errors import FENCED
 from gateway.edge.metrics import Metrics
@@ -56,7 +56,7 @@ class Written:
 
 @dataclass(frozen=True, slots=True)
 class PersistResult:
-    """What the prompt-persist hook recorded for one call (the loop acts on it).
+    """What the persist step recorded for one call (the caller acts on it).
 
     ``recorded``: the call entry was accepted, as call number ``call`` of the log (so replay
     can rebuild the request, and the call's outcome may be attributed to it). Otherwise
@@ -75,8 +75,34 @@ class PersistResult:
         return self.failure == FENCED
 
 
-NO_PERSIST_HOOK = PersistResult(recorded=False)
-"""The result when no prompt-persist hook ran (a loop configured without one)."""
+class CallRecorder(Protocol):
+    """The persist step of every provider call (STYLE rule 8): a required argument of the
+    code that calls the provider (:class:`gateway.agent.call.Caller`), which runs it before
+    every attempt, ahead of any other before-call hook.
+
+    Contract: :meth:`record_call` writes what the provider is about to receive (the call
+    entry, and any section, prompt or tools entry the log has not seen yet) into the session
+    ``session`` records, and returns before the provider is called. It is failure-isolated by
+    design: a store's error or timeout is logged once and counted (by ``session``), never
+    raised, and the call proceeds; the result says what became of the entry (``fenced``: the
+    session belongs to another worker now, and the call must not be made).
+    """
+
+    async def record_call(self, session: SessionRecorder, request: CallRequest
+                          ) -> PersistResult: ...
+
+
+class SessionLog:
+    """The recorder of every live call: into the conversation's own session log, through its
+    failure-isolated :class:`SessionRecorder`."""
+
+    async def record_call(self, session: SessionRecorder, request: CallRequest
+                          ) -> PersistResult:
+        return await session.persist(request)
+
+
+SESSION_LOG = SessionLog()
+"""The one :class:`CallRecorder` the gateway runs with (it holds no state)."""
 
 
 class SessionRecorder:
@@ -110,7 +136,8 @@ class SessionRecorder:
         return len(self._gaps)
 
     async def persist(self, request: CallRequest) -> PersistResult:
-        """The prompt-persist hook body: runs to completion before the provider call starts."""
+        """Record the call entry (and what it needs) before the provider is called; what
+        became of it (see :class:`CallRecorder`)."""
         lead = self._take_gaps()
         call = self.writer.state.call_count  # the number persist_call gives the entry
         written, report = await self._guard(persist_call(self.writer, request, lead))

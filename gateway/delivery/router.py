@@ -62,7 +62,6 @@ from gateway.edge.coordination import (
     ItemKind,
     LeaseLostError,
     QueueItem,
-    current_lease,
 )
 from gateway.edge.episodes import Episode
 from gateway.edge.errors import UnavailableError, kind_of
@@ -273,7 +272,6 @@ class Router:
         key = claim.key
         me = asyncio.current_task()
         finished = False
-        lease = current_lease.set(partial(self.conversations.check, claim))
         try:
             async with self.conversations.holding(claim):
                 delay = self.retry_delay
@@ -294,7 +292,6 @@ class Router:
             log.error("%s: stopped serving the conversation (%s)", key.label(),
                       type(exc).__name__)
         finally:
-            current_lease.reset(lease)
             if self._workers.get(key) is me:
                 del self._workers[key]
             if not finished:

@@ -303,7 +303,8 @@ class ItemServer:
         started = time.perf_counter()
         status = "error"
         try:
-            result = await self.loop.run_turn(conv, item.index, sink)
+            result = await self.loop.run_turn(conv, item.index, sink,
+                                              lease=partial(self.conversations.check, claim))
             status = result.status
         except (LeaseLostError, StaleWriterError):
             raise

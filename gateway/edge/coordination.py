@@ -16,7 +16,6 @@ import random
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self
 
@@ -199,18 +198,11 @@ class ConversationQueue(Protocol):
         ...
 
 
-current_lease: ContextVar[Callable[[], None] | None] = ContextVar("current_lease",
-                                                                  default=None)
-"""The serving task's lease check (:meth:`ConversationQueue.check` bound to its claim)."""
-
-
-async def lease_hook(context: object) -> None:
-    """A before-call hook, registered last: a holder whose lease may have lapsed (a pause, a
-    partition) stops before the provider call. Nothing awaits between the last hook and the
-    call, so no lapse can slip in between."""
-    check = current_lease.get()
-    if check is not None:
-        check()
+LeaseCheck = Callable[[], None]
+"""The lease check of the claim a turn serves (:meth:`ConversationQueue.check` bound to it),
+passed from the serving of the claimed item into the turn and run by the caller as the last
+step before each provider call: it raises :class:`LeaseLostError` when the lease may have
+lapsed (a pause, a partition), so the holder stops before the call."""
 
 
 class SeenDelivery(Protocol):

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from coordination.redis_coordinator import RedisCoordinator
-from gateway.agent.hooks import prompt_persist_hook
 from gateway.agent.loop import AgentLoop
+from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.commands import CommandHandler
-from gateway.edge.coordination import ConversationQueue, QueueItem, SharedInbox, lease_hook
+from gateway.edge.coordination import ConversationQueue, QueueItem, SharedInbox
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 from gateway.edge.metrics import Metrics
 from gateway.edge.provider import Provider
@@ -90,7 +90,7 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
                      tools=ToolRegistry(persona_tools(workspace)),
-                     hooks=[prompt_persist_hook, lease_hook], metrics=metrics)
+                     recorder=SESSION_LOG, metrics=metrics)
     registry = ConversationRegistry(sessions or store, metrics)
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,

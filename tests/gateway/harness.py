@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordination.local import LocalConversations
+from gateway.agent.call import BeforeCallHook
 from gateway.agent.compaction import CompactionSettings
-from gateway.agent.hooks import BeforeCallHook, prompt_persist_hook
 from gateway.agent.loop import AgentLoop, LoopSettings
+from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
@@ -64,7 +65,7 @@ async def running_core(
     *,
     window_tokens: int = 16_000,
     persist_timeout: float = 2.0,
-    hooks: Sequence[BeforeCallHook] | None = None,
+    hooks: Sequence[BeforeCallHook] = (),
     max_iterations: int = 8,
     observer: TurnObserver = NO_OBSERVER,
     prompt_cache: bool = True,
@@ -91,7 +92,7 @@ async def running_core(
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
         provider=provider, prompts=workspace, tools=ToolRegistry(persona_tools(workspace)),
-        hooks=list(hooks) if hooks is not None else [prompt_persist_hook], metrics=metrics,
+        recorder=SESSION_LOG, hooks=hooks, metrics=metrics,
         settings=LoopSettings(window_tokens=window_tokens, max_iterations=max_iterations,
                               prompt_cache=prompt_cache,
                               compaction=CompactionSettings(enabled=compaction)),

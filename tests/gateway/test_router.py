@@ -62,6 +62,7 @@ async def test_global_turn_cap(tmp_path: Path) -> None:
     """No more than max_concurrent_turns turns run at once."""
     from coordination.local import LocalConversations
     from gateway.agent.loop import AgentLoop
+    from gateway.agent.recorder import SESSION_LOG
     from gateway.agent.tools import ToolRegistry
     from gateway.delivery.registry import ConversationRegistry
     from gateway.delivery.router import Router
@@ -71,7 +72,7 @@ async def test_global_turn_cap(tmp_path: Path) -> None:
     metrics = Metrics()
     provider = CountingProvider(delay=0.03)
     loop = AgentLoop(provider=provider, prompts=PersonaWorkspace(tmp_path / "p"),
-                     tools=ToolRegistry(), hooks=[], metrics=metrics)
+                     tools=ToolRegistry(), recorder=SESSION_LOG, metrics=metrics)
     registry = ConversationRegistry(JsonlSessionStore(tmp_path / "d"), metrics)
     channel = MemoryChannel()
     async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,

@@ -167,7 +167,7 @@ async def test_persist_failure_still_answers_and_warns_once(
     provider = ScriptedProvider()
     provider.script("answer one")
     async with running_core(store, provider, tmp_path / "p", persist_timeout=0.2) as core:
-        store.set_fault(fault, {"call"})  # only the prompt-persist hook's batch fails
+        store.set_fault(fault, {"call"})  # only the persist step's batch fails
         with caplog.at_level(logging.WARNING, logger="gateway.persist"):
             accepted = await core.channel.say("c1", "hi")
             replies = await core.channel.wait_replies(1)
@@ -323,35 +323,6 @@ async def test_answer_fenced_off_after_the_call_is_not_delivered(tmp_path: Path)
     assert len(provider.bodies) == 1
     assert core.channel.replies == []
     assert owed == ["hi"]
-
-
-async def test_hook_order_and_persist_before_call(tmp_path: Path) -> None:
-    """Hooks run in order, and the call entry is recorded (the store reads it back) before
-    the provider is called."""
-    from gateway.agent.hooks import CallContext, prompt_persist_hook
-
-    seen: list[str] = []
-    store = JsonlSessionStore(tmp_path / "d")
-
-    class Spy(ScriptedProvider):
-        async def complete(self, request: Any, on_text: Any = None) -> Any:
-            seen.append("provider")
-            (info,) = await store.list_sessions("default")
-            data = await store.read_log("default", info.session_id)
-            seen.append("call-on-disk" if b'"type":"call"' in data else "call-missing")
-            return await super().complete(request, on_text)
-
-    async def first(context: CallContext) -> None:
-        seen.append("hook-1")
-
-    async def last(context: CallContext) -> None:
-        seen.append("hook-3")
-
-    async with running_core(store, Spy(), tmp_path / "p",
-                            hooks=[first, prompt_persist_hook, last]) as core:
-        await core.channel.say("c1", "hi")
-        await core.channel.wait_replies(1)
-    assert seen == ["hook-1", "hook-3", "provider", "call-on-disk"]
 
 
 async def test_iteration_cap_stops_a_tool_loop(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """One fault suite, three stores: the fake, JSONL files and PostgreSQL fail alike and recover
 alike, and after recovery replay rebuilds every call the provider received.
 
-Each scenario drives the real agent loop (router, registry, recorder, prompt-persist hook)
+Each scenario drives the real agent loop (router, registry, recorder, the persist step)
 with a scripted provider over the backend's store: a warm-up turn, two turns (one with a tool
 round) while the storage fails (``ENOSPC``, ``EIO``), hangs past the persist timeout, or while
 the provider answers with values plain JSON encoders refuse (``encode``), then recovery and one
