@@ -11,14 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
 from app.commands.run import load_settings
-from app.compose import build_gateway, build_store, tool_secrets
-from app.compose_channels import console_channel
-from gateway.delivery.history import StoreHistory
-from gateway.edge.errors import ChannelError, ConfigError
-from gateway.edge.ids import InvalidIdError
 
 DESCRIPTION = """\
 Talk to the agent in this terminal, recorded like any other channel. Type /help for the chat
@@ -33,6 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    # Imported as the chat starts (see app.cli.SUBCOMMANDS).
+    from app import logs
+    from app.compose import build_gateway, build_store, tool_secrets
+    from app.compose_channels import console_channel
+    from gateway.delivery.history import StoreHistory
+    from gateway.edge.errors import ChannelError, ConfigError
+    from gateway.edge.ids import InvalidIdError
+
     settings = load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
                              GATEWAY_DATA_DIR=args.data_dir)
     level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
-from app.config import Settings
 from sessions.postgres import schema as pg_schema
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 URL_VARIABLE = "GATEWAY_STORE_URL"
 DESCRIPTION = """\

@@ -18,18 +18,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
 from app.commands.common import EXIT_OK, CommandError
-from app.compose import blob_store_for, build_eraser, rerun_store
-from app.config import Settings
 from gateway.edge.scopes import ScopeError, parse_ref
 from sessions.errors import SessionLockedError
 from sessions.names import DEFAULT_TENANT
-from sessions.store import SessionStore
 from sessions.tombstones import subject_hash
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from sessions.store import SessionStore
 
 DESCRIPTION = """\
 Erase a person: what the agent remembers about them and their one-to-one conversations (JSONL
@@ -62,6 +63,8 @@ async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
         scope = parse_ref(args.user, "person", args.tenant or DEFAULT_TENANT)
     except ScopeError as exc:
         raise CommandError(str(exc)) from exc
+    from app.compose import blob_store_for, build_eraser, rerun_store
+
     eraser = build_eraser(settings.persona_root, store,
                           blobs=blob_store_for(store, settings.data_dir),
                           reruns=rerun_store(settings.data_dir))

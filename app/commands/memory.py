@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, CommandError
-from app.config import Settings
 from gateway.edge.scopes import Scope, ScopeError, ScopeKind, parse_ref
-from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
 from sessions.names import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 DESCRIPTION = """\
 What the agent saved (memory_write, kb_write, mood_set) is kept per person, for one-to-one
@@ -59,6 +60,8 @@ def scope_from(args: argparse.Namespace) -> Scope:
 
 
 def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    from gateway.persona.memory_scopes import delete_scope, list_scopes, scope_files
+
     out = out or sys.stdout
     root = settings.persona_root
     if args.action == "list":

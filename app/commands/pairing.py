@@ -9,12 +9,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from app.commands.common import EXIT_USAGE, CommandError
-from app.compose import pairing_state
-from app.config import Settings
-from gateway.edge.pairing import CODE_TTL, PairingError, PairingStore
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from gateway.edge.pairing import PairingStore
 
 DESCRIPTION = """\
 Someone not on an allowlist who writes to the bot in a DM gets a pairing code; approve the code
@@ -23,24 +24,36 @@ environment or .env) the codes and approvals live in their shared Redis."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    data_dir_help = "where the pairing file lives without Redis (GATEWAY_DATA_DIR)"
+    parser.add_argument("--data-dir", type=Path, default=None, help=data_dir_help)
+    # --data-dir is taken after the action too (`gateway pairing list --data-dir D`), as every
+    # other command takes it after its words; there its default is "not given", so it never
+    # undoes one given before the action.
+    after = argparse.ArgumentParser(add_help=False)
+    after.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS, help=data_dir_help)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", help="pending codes and approved people")
-    approve = sub.add_parser("approve", help="approve the person who was given CODE")
+    sub.add_parser("list", help="pending codes and approved people", parents=[after])
+    approve = sub.add_parser("approve", help="approve the person who was given CODE",
+                             parents=[after])
     approve.add_argument("code", help="the code the person received (e.g. K7QM2PXA)")
-    revoke = sub.add_parser("revoke", help="remove an approved person (CHANNEL:USER)")
+    revoke = sub.add_parser("revoke", help="remove an approved person (CHANNEL:USER)",
+                            parents=[after])
     revoke.add_argument("who", metavar="CHANNEL:USER", help="e.g. telegram:12345")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="where the pairing file lives without Redis (GATEWAY_DATA_DIR)")
 
 
 def pairing_store(settings: Settings) -> PairingStore:
     """The file state, or the workers' shared Redis state when GATEWAY_REDIS_URL is set
     (so an approval reaches every worker)."""
+    from app.compose import pairing_state
+    from gateway.edge.pairing import PairingStore
+
     url = settings.redis_url.get_secret_value() if settings.redis_url is not None else None
     return PairingStore(pairing_state(settings.data_dir, url, settings.redis_prefix))
 
 
 def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    from gateway.edge.pairing import CODE_TTL, PairingError
+
     out = out or sys.stdout
     store = pairing_store(settings)
     try:

@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class Ticker:
@@ -48,6 +41,17 @@ def progress(label: str, total: int, err: TextIO) -> Iterator[Ticker]:
     if not _is_terminal(err):
         yield Ticker(None, None, err)
         return
+    # rich is imported only for a terminal that gets a bar (it is most of a command's
+    # start-up otherwise).
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     console = Console(file=err, stderr=True)
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.commands import rerun as rerun_cmd
+from app.commands import rerun_options
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from sessions import blobs as blob_store
 from sessions.attachments import human_size, ref_of
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where sessions live (GATEWAY_DATA_DIR)")
-    rerun_cmd.add_arguments(parser)
+    rerun_options.add_arguments(parser)
 
 
 async def load(store: SessionStore, target: str, tenant: str | None) -> Replay:
@@ -102,7 +102,7 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
 async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None,
               data_dir: Path | None = None, blobs: BlobStore | None = None) -> int:
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
-    rerun_cmd.check_options(args)
+    rerun_options.check_options(args)
     if args.raw and args.request is None:
         raise CommandError("--raw only applies with --request N")
     if args.list:
@@ -111,6 +111,8 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
         raise CommandError("give a session id (or --list)")
     replay = await load(store, args.session, args.tenant)
     if args.rerun is not None:  # the one mode that sends a request (never writes the session)
+        from app.commands import rerun as rerun_cmd  # the providers, only for a rerun
+
         return await rerun_cmd.run(args, replay, out, data_dir, blobs)
     if args.request is not None:
         call = _call(replay, args.request)

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from app import logs
 from app.commands.common import EXIT_USAGE, CommandError
-from app.compose import build_gateway, tool_secrets
-from app.config import Settings
-from gateway.edge.errors import ChannelError, ConfigError
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 DESCRIPTION = """\
 Serve the channels named in GATEWAY_CHANNELS (web, telegram, slack) until Ctrl-C or SIGTERM,
@@ -37,6 +34,12 @@ def load_settings(**overrides: Any) -> Settings:
     ``None`` overrides are dropped. Settings are keyed by their environment variable names
     (``GATEWAY_PORT=...``): field names passed to ``Settings`` are ignored, not applied.
     """
+    # Imported here, not above: settings (pydantic) and the composition root (every SDK) are
+    # what running costs, and ``gateway --help`` imports this module without running it.
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
     given = {name: value for name, value in overrides.items() if value is not None}
     try:
         return Settings(**given)
@@ -47,6 +50,10 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from app import logs
+    from app.compose import build_gateway, tool_secrets
+    from gateway.edge.errors import ChannelError, ConfigError
+
     settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
                              GATEWAY_DATA_DIR=args.data_dir)
     logs.configure_from(settings, secrets=tool_secrets(settings))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
-from app.compose import tool_servers_report
-from app.config import Settings
-from gateway.edge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 DESCRIPTION = """\
 Reads the same settings as `gateway run` (GATEWAY_MCP_CONFIG from the environment or .env),
@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from app.compose import tool_servers_report
+    from gateway.edge.errors import ConfigError
+
     try:
         report = await tool_servers_report(settings)
     except ConfigError as exc:

@@ -15,19 +15,16 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from aiohttp import web
-
-from app.admin import Access, AdminSite, SessionSource
 from app.commands.common import EXIT_USAGE, CommandError
-from app.config import Settings
-from app.prices import load_prices
-from app.server_limits import plain_bodies
-from gateway.edge.errors import ConfigError
 from gateway.edge.hosts import is_loopback
-from sessions.blobs import BlobStore
 from sessions.errors import InvalidNameError
+
+if TYPE_CHECKING:
+    from app.admin import Access, SessionSource
+    from app.config import Settings
+    from sessions.blobs import BlobStore
 
 DEFAULT_PORT = 8788
 DESCRIPTION = """\
@@ -55,6 +52,8 @@ def admin_token(settings: Settings) -> str | None:
 
 def access_for(host: str, token: str | None, tenant: str | None) -> Access:
     """The viewer's access rule; refuses a non-loopback bind without a token."""
+    from app.admin import Access
+
     if token is None and not is_loopback(host):
         raise CommandError(
             f"--host {host} is not a loopback address and GATEWAY_ADMIN_TOKEN is not set; "
@@ -67,6 +66,14 @@ def access_for(host: str, token: str | None, tenant: str | None) -> Access:
 
 async def run(args: argparse.Namespace, source: SessionSource, settings: Settings,
               out: TextIO | None = None, blobs: BlobStore | None = None) -> int:
+    # The web server and the admin pages, imported when the viewer starts, not for --help.
+    from aiohttp import web
+
+    from app.admin import AdminSite
+    from app.prices import load_prices
+    from app.server_limits import plain_bodies
+    from gateway.edge.errors import ConfigError
+
     out = out or sys.stdout
     data_dir = settings.data_dir
     if not 0 <= args.port <= 65535:

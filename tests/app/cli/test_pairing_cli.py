@@ -44,3 +44,17 @@ def test_expired_code_cannot_be_approved(tmp_path: Path) -> None:
     now[0] += 3601
     with pytest.raises(Exception, match="no such pending code"):
         store.approve(code)
+
+
+def test_data_dir_after_the_action(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gateway pairing list --data-dir D` (the option after the action, as the README and
+    every other command put it) reads D; before the action it still works, and one given
+    before is not undone by the action's own default."""
+    store = PairingStore(FilePairingState.under(tmp_path))
+    code = store.request("telegram", "42", "Ada")
+    assert main(["pairing", "list", "--data-dir", str(tmp_path)]) == 0
+    assert f"{code}  telegram:42 (Ada)" in capsys.readouterr().out
+    assert main(["pairing", "--data-dir", str(tmp_path), "list"]) == 0
+    assert f"{code}  telegram:42 (Ada)" in capsys.readouterr().out
+    assert main(["pairing", "approve", code, "--data-dir", str(tmp_path)]) == 0
+    assert store.is_approved("telegram", "42")
