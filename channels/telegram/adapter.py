@@ -72,7 +72,7 @@ from channels.telegram.files import fetch, file_base_url, with_files
 from channels.telegram.polling import ALLOWED_UPDATES, Poller
 from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi, TelegramBot, TelegramTarget, error_kind
-from channels.telegram.webhook import WebhookEndpoint
+from channels.telegram.webhook import MalformedUpdateError, WebhookEndpoint
 from gateway.edge import commands
 from gateway.edge.channel import Deliver, ReplySink, RouterClosedError
 from gateway.edge.coordination import LeaderElector
@@ -264,14 +264,27 @@ class TelegramChannel:
         (it was not recorded: Telegram is to deliver it again)."""
         if self.identity is None or self._deliver is None:
             raise ChannelError("the telegram channel is not started")
-        result = to_inbound(update, bot=self.identity, group_mode=self.options.group_mode,
-                            max_chars=self.options.max_message_chars, received_at=time.time())
-        if isinstance(result, Skip):
-            probe = refusal_of(update, result.notice) if result.notice is not None else None
-            if probe is None:
-                log.debug("telegram: update %d skipped (%s)", update.update_id, result.reason)
-                return
-            result = probe
+        try:
+            # PTB builds objects without checking field types: a forged update whose text is
+            # an object reaches the pure conversion, which must not make it a 500 (a retry).
+            result = to_inbound(update, bot=self.identity, group_mode=self.options.group_mode,
+                                max_chars=self.options.max_message_chars,
+                                received_at=time.time())
+            if isinstance(result, Skip):
+                probe = refusal_of(update, result.notice) if result.notice is not None else None
+                if probe is None:
+                    log.debug("telegram: update %d skipped (%s)", update.update_id,
+                              result.reason)
+                    return
+                result = probe
+            if update.message is not None and result.refusal is None:
+                # Its files, as references (see the module docstring).
+                result = with_files(update.message, result, self.options.max_attachment_bytes)
+        except (TypeError, AttributeError, ValueError) as exc:
+            self.metrics.channel_errors.labels(channel=self.name, kind="malformed").inc()
+            log.warning("telegram: update %d dropped: a field has the wrong type",
+                        update.update_id)
+            raise MalformedUpdateError(update.update_id) from exc
         if not _valid_ids(result):
             self.metrics.channel_errors.labels(channel=self.name, kind="bad_id").inc()
             log.warning("telegram: update %d dropped: its chat, topic or user id is not an "
@@ -283,8 +296,6 @@ class TelegramChannel:
             await self._deliver(result)
             return
         try:
-            if update.message is not None:  # its files, as references (see the docstring)
-                result = with_files(update.message, result, self.options.max_attachment_bytes)
             await self._deliver(result)
         except (RouterClosedError, UnavailableError):
             raise  # not recorded: left to Telegram (polling holds its offset, a webhook 503s)
@@ -296,7 +307,7 @@ class TelegramChannel:
     async def fetch_file(self, attachment: Attachment) -> Attachment:
         """Download a file this channel handed in as a reference (see the module docstring);
         never raises for a failed download."""
-        return await fetch(self.api, attachment)
+        return await fetch(self.api, attachment, self.options.max_attachment_bytes)
 
     # -- output ---------------------------------------------------------------------------
 

@@ -15,12 +15,17 @@ those it refuses (over the size limit Telegram declares, videos) are handed in w
 ``problem`` as before, never as references. Downloads come from the bot's ``base_file_url``
 (``TELEGRAM_FILE_BASE_URL``, see :func:`file_base_url`). A file that cannot be fetched comes
 back with a ``problem`` (the core tells the person), never dropped; the failure is logged
-without the token (the download URL contains it).
+without the token (the download URL contains it). A file is checked against the size cap three
+times: by the size the update declares (:func:`~channels.telegram.convert.files_of`), by the
+``file_size`` ``getFile`` answers (nothing is downloaded past it), and while downloading: the
+download stops once it passes the cap (a self-hosted Bot API server serves files of any size,
+and a ``file_size`` may be missing or wrong).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -28,8 +33,11 @@ from telegram import Message
 from telegram.error import BadRequest
 
 from channels.telegram.convert import TelegramFile, files_of
+from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi
 from gateway.edge.messages import Attachment, Inbound
+
+log = logging.getLogger("channels.telegram")
 
 DEFAULT_FILE_BASE_URL: Final = "https://api.telegram.org/file/bot"
 DOWNLOAD_TIMEOUT: Final = 60.0
@@ -64,27 +72,37 @@ def with_files(message: Message, inbound: Inbound, max_bytes: int) -> Inbound:
     return dataclasses.replace(inbound, attachments=tuple(attachments))
 
 
-async def fetch(api: BotApi, attachment: Attachment) -> Attachment:
+async def fetch(api: BotApi, attachment: Attachment, max_bytes: int) -> Attachment:
     """The file an attachment from :func:`with_files` refers to, downloaded (or with a
-    ``problem`` saying why not)."""
+    ``problem`` saying why not), never more than ``max_bytes`` of it."""
     file_id = (attachment.ref or {}).get(REF_FILE_ID)
     if not file_id:
         return dataclasses.replace(attachment, problem="download-failed")
     return await download(api, TelegramFile(file_id, attachment.name, attachment.media_type,
-                                            attachment.kind, attachment.size))
+                                            attachment.kind, attachment.size), max_bytes)
 
 
-async def download(api: BotApi, wanted: TelegramFile) -> Attachment:
-    """One file's bytes, or an attachment that says why there are none."""
+async def download(api: BotApi, wanted: TelegramFile, max_bytes: int) -> Attachment:
+    """One file's bytes, or an attachment that says why there are none (module docstring)."""
     failed = Attachment(wanted.name, wanted.media_type, kind=wanted.kind, size=wanted.size,
                         problem="download-failed")
+    transport = api.bot.request
+    if not isinstance(transport, AiohttpRequest):  # build_bot always gives it one
+        log.warning("telegram: no transport that can download files with a size cap")
+        return failed
     try:
         found = await api.request(lambda: api.bot.get_file(wanted.file_id))
-        # PTB reads a *local* file when the path it is given exists on this machine; only a
-        # URL (under the file base URL) is ever fetched.
-        if urlsplit(found.file_path or "").scheme not in ("http", "https"):
+        if found.file_size is not None and found.file_size > max_bytes:
+            return dataclasses.replace(failed, size=found.file_size, problem="too-large")
+        # Only a URL (under the file base URL) is ever fetched: with a local Bot API server
+        # the path may name a file on this machine, which is not ours to read.
+        url = found.file_path or ""
+        if urlsplit(url).scheme not in ("http", "https"):
             return failed
-        data = bytes(await found.download_as_bytearray(read_timeout=DOWNLOAD_TIMEOUT))
+        data = await transport.download(url, max_bytes, DOWNLOAD_TIMEOUT)
+        if data is None:
+            # Its size is unknown (no more was read): the refusal says only "over the limit".
+            return dataclasses.replace(failed, size=None, problem="too-large")
     except BadRequest as exc:
         api.failed("getFile", exc)
         if "too big" in exc.message.lower():

@@ -26,7 +26,7 @@ from aiohttp import web
 from telegram import Update
 
 from gateway.edge.channel import RouterClosedError
-from gateway.edge.errors import RETRY_AFTER, UnavailableError
+from gateway.edge.errors import RETRY_AFTER, ChannelError, UnavailableError
 from gateway.edge.http_limits import BodyRefused, read_body
 from gateway.edge.metrics import Metrics
 from gateway.edge.refusals import RefusalLog
@@ -82,6 +82,8 @@ class WebhookEndpoint:
             return _error(400, "body is not a Telegram Update")
         try:
             await self.handle(update)
+        except MalformedUpdateError:
+            return _error(400, "body is not a Telegram Update")
         except UnavailableError as exc:  # not recorded: Telegram delivers it again
             self.metrics.channel_errors.labels(channel="telegram", kind="unavailable").inc()
             return _error(503, exc.public, retry=True)
@@ -93,6 +95,14 @@ class WebhookEndpoint:
                       type(exc).__name__)
             return _error(500, "internal error")
         return web.Response(status=200)
+
+
+class MalformedUpdateError(ChannelError):
+    """An update PTB parsed whose fields are not of their types (a ``text`` that is an
+    object): refused (400), never retried; polling confirms and skips it."""
+
+    def __init__(self, update_id: int) -> None:
+        super().__init__(f"update {update_id} has a field of the wrong type")
 
 
 def _error(status: int, message: str, *, retry: bool = False) -> web.Response:

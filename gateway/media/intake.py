@@ -148,7 +148,7 @@ class MediaIntake:
                     attachment: Attachment) -> dict[str, Any] | Refusal:
         if attachment.problem is not None:
             if attachment.problem == "too-large":
-                return too_large(name, attachment.size or 0, self.limits.max_bytes)
+                return too_large(name, attachment.size, self.limits.max_bytes)
             return Refusal(name, _CHANNEL_PROBLEMS.get(attachment.problem, "download-failed"))
         data = attachment.data
         if not data:

@@ -70,7 +70,10 @@ class Refusal:
         }[self.reason]
 
 
-def too_large(name: str, size: int, limit: int) -> Refusal:
+def too_large(name: str, size: int | None, limit: int) -> Refusal:
+    """``size`` None: not known (a download stopped at the limit)."""
+    if size is None:
+        return Refusal(name, "too-large", f"over the {human_size(limit)} limit")
     return Refusal(name, "too-large", f"{human_size(size)}, over the {human_size(limit)} limit")
 
 

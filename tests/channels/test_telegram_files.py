@@ -159,3 +159,35 @@ async def test_the_webhook_answers_while_the_download_is_held(tmp_path: Path) ->
     [body] = provider.bodies
     assert image_of(body) == [base64.b64encode(PHOTO).decode()]
     assert tg.texts_to(ALICE) == ["ok"]
+
+
+async def test_get_files_size_is_checked_before_downloading(tmp_path: Path) -> None:
+    """An update that understates its file's size (1,000 bytes for 2 MiB) is refused by the
+    size ``getFile`` answers: nothing is downloaded, the person is told how large it is."""
+    async with FakeTelegramServer() as tg, running(telegram_settings(
+            tg, tmp_path, GATEWAY_MAX_ATTACHMENT_BYTES=1024 * 1024)) as gateway:
+        tg.user_media(ALICE, "document", b"a" * (2 * 1024 * 1024), file_name="notes.txt",
+                      mime_type="text/plain", declared_size=1000, caption="read this")
+        await settled(gateway, 1)
+    assert tg.texts_to(ALICE) == [
+        "I couldn't use notes.txt: it is 2.0 MB, over the 1.0 MB limit.\n\nok"]
+    assert (len(tg.file_lookups), tg.downloads) == (1, [])
+
+
+async def test_a_download_stops_reading_at_the_cap(tmp_path: Path) -> None:
+    """A file whose size nobody states (no ``file_size`` from ``getFile``, 1,000 bytes in the
+    update) that streams 256 MiB is refused as too large once it passes the 1 MiB cap: the
+    download stops there instead of reading it whole (what went out before the gateway hung
+    up is bounded by socket buffers, far below the file)."""
+    size = 256 * 1024 * 1024
+    async with FakeTelegramServer() as tg, running(telegram_settings(
+            tg, tmp_path, GATEWAY_MAX_ATTACHMENT_BYTES=1024 * 1024)) as gateway:
+        file = tg.add_unsized_file(size)
+        tg.user_media(ALICE, "document", b"", file=file, file_name="endless.bin",
+                      declared_size=1000, caption="read this")
+        await settled(gateway, 1)
+        await wait_until(lambda: bool(tg.streamed), BOUND)
+    assert tg.texts_to(ALICE) == [
+        "I couldn't use endless.bin: it is over the 1.0 MB limit.\n\nok"]
+    [sent] = tg.streamed.values()
+    assert sent < size // 4

@@ -151,3 +151,27 @@ def _update(fake: FakeTelegramServer) -> dict[str, Any]:
     update = fake.user_message(ALICE, "hello")
     fake.pending_updates.clear()
     return update
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [{"text": {"an": "object"}}, {"text": ["a", "list"]}, {"text": 42},
+     {"caption": {"x": 1}, "document": {"file_id": "f", "file_unique_id": "u",
+                                        "file_name": {"y": 2}}}],
+    ids=["text-object", "text-list", "text-number", "document-fields"],
+)
+async def test_an_update_with_fields_of_the_wrong_type_is_a_400(
+    fake: FakeTelegramServer, tmp_path: Path, wrong: dict[str, Any]
+) -> None:
+    """A signed update whose ``text`` (or a file's fields) is an object, a list or a number
+    is refused with 400, never a 500 that Telegram would retry; nothing is recorded."""
+    update = _update(fake)
+    message = update["message"]
+    message.pop("text")
+    message.pop("entities", None)
+    message.update(wrong)
+    async with running(telegram_settings(fake, tmp_path, **webhook_env())) as gateway:
+        status, _ = await fake.deliver_webhook(url_of(gateway), update, secret=SECRET)
+        assert await sessions(gateway) == []
+        malformed = metric(gateway, "gateway_channel_errors_total", kind="malformed")
+    assert (status, malformed) == (400, 1)

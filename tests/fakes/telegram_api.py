@@ -15,7 +15,9 @@ UTF-16 length accounting, per-chat message ids, webhooks with the secret-token h
 files: ``getFile`` (400 "file is too big" past 20 MB, as the real server answers bots),
 downloads under ``/file/bot<token>/<path>`` with the token checked (held while
 ``file_hold`` is closed, for tests of what happens meanwhile), media messages
-(:meth:`FakeTelegramServer.user_media`) and ``sendDocument`` uploads.
+(:meth:`FakeTelegramServer.user_media`) and ``sendDocument`` uploads. A file can also be one
+that a misbehaving (or self-hosted) server serves without a true size
+(:meth:`FakeTelegramServer.add_unsized_file`): generated as it streams, never held whole.
 """
 
 from __future__ import annotations
@@ -589,6 +591,9 @@ class FakeTelegramServer:
         self.file_ids: dict[str, tuple[str, int]] = {}  # file_id -> (path, size)
         self.downloads: list[str] = []  # paths downloaded, in order
         self.file_lookups: list[str] = []  # file ids asked of getFile, in order
+        self.generated: dict[str, int] = {}  # path -> size of a file streamed as zero bytes
+        self.streamed: dict[str, int] = {}  # path -> bytes of it sent before the client left
+        self._sizeless: set[str] = set()  # file ids whose getFile answer has no file_size
         self.documents: list[tuple[int, UploadedFile]] = []  # (chat, file) sent with sendDocument
         self._next_file = 0
         self._next_update_id = first_update_id
@@ -781,6 +786,18 @@ class FakeTelegramServer:
         return {"file_id": file_id, "file_unique_id": f"AgAD{self._next_file:06d}",
                 "file_size": len(data)}
 
+    def add_unsized_file(self, size: int) -> JSONDict:
+        """A file of ``size`` zero bytes, streamed in 64 KiB pieces as it is downloaded (how
+        much went out: :attr:`streamed`) and never held in memory; ``getFile`` answers it
+        without a ``file_size`` (the field is optional) and never as too big."""
+        self._next_file += 1
+        file_id = f"BQACAgG{self._next_file:06d}"
+        path = f"documents/generated_{self._next_file}"
+        self.generated[path] = size
+        self.file_ids[file_id] = (path, 0)
+        self._sizeless.add(file_id)
+        return {"file_id": file_id, "file_unique_id": f"AgAG{self._next_file:06d}"}
+
     def user_media(
         self,
         chat_id: int,
@@ -791,6 +808,7 @@ class FakeTelegramServer:
         file_name: str | None = None,
         mime_type: str | None = None,
         declared_size: int | None = None,
+        file: JSONDict | None = None,
         chat_type: str = "private",
         user_id: int | None = None,
         **fields: Any,
@@ -798,13 +816,15 @@ class FakeTelegramServer:
         """Push a message carrying a file, as Telegram builds it: ``kind`` is ``photo`` (three
         sizes, the last the full file), ``document``, ``voice``, ``audio``, ``video_note``,
         ``sticker``, ``video`` or ``animation``. ``declared_size`` overrides the size the
-        update announces (for files past the download limit)."""
+        update announces (for files past the download limit); ``file`` is a file object made
+        before (:meth:`add_unsized_file`) to send instead of storing ``data``."""
         update = self.user_message(chat_id, "", chat_type=chat_type, user_id=user_id,
                                    entities=[])
         message = update["message"]
         del message["text"]
         message.pop("entities", None)
-        stored = self.add_file(data, {"photo": "photos", "voice": "voice"}.get(kind, "documents"))
+        stored = file if file is not None else self.add_file(
+            data, {"photo": "photos", "voice": "voice"}.get(kind, "documents"))
         if declared_size is not None:
             stored["file_size"] = declared_size
         if kind == "photo":
@@ -934,10 +954,27 @@ class FakeTelegramServer:
 
     # ----------------------------------------------------------------- HTTP layer
 
+    async def _stream_file(self, request: web.Request, path: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = self.generated[path]
+        await response.prepare(request)
+        piece = bytes(64 * 1024)
+        self.streamed[path] = 0
+        with contextlib.suppress(ConnectionError):
+            while self.streamed[path] < self.generated[path]:
+                part = piece[: self.generated[path] - self.streamed[path]]
+                await response.write(part)
+                self.streamed[path] += len(part)
+            await response.write_eof()
+        return response
+
     async def _handle_file(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return _json_response(TelegramApiError(401, "Unauthorized").payload(), 401)
-        data = self.files.get(request.match_info["path"])
+        path = request.match_info["path"]
+        if path in self.generated:
+            return await self._stream_file(request, path)
+        data = self.files.get(path)
         if data is None:
             return _json_response(TelegramApiError(404, "Not Found").payload(), 404)
         try:
@@ -1217,8 +1254,11 @@ class FakeTelegramServer:
         path, size = found
         if size > MAX_DOWNLOAD_BYTES:
             raise TelegramApiError(400, "Bad Request: file is too big")
-        return {"file_id": params["file_id"], "file_unique_id": f"u{path}", "file_size": size,
-                "file_path": path}
+        answer = {"file_id": params["file_id"], "file_unique_id": f"u{path}", "file_size": size,
+                  "file_path": path}
+        if params["file_id"] in self._sizeless:
+            del answer["file_size"]
+        return answer
 
     async def _send_document(self, params: JSONDict) -> JSONDict:
         chat = self._require_chat(params)
