@@ -15,6 +15,7 @@ bound.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -30,8 +31,19 @@ _CHUNK = 64 * 1024
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) as 0700, tightening it if it already exists looser."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    """Create ``path`` as 0700, tightening it if it already exists looser. Missing parents are
+    made 0700 too: ``mkdir(parents=True)`` gives them the umask's mode, and a data directory
+    made on the way to one of its folders (the PostgreSQL mode's ``state/`` or MCP logs) was
+    left 0755."""
+    missing: list[Path] = []
+    step = path
+    while not step.exists() and step.parent != step:
+        missing.append(step)
+        step = step.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another thread
+            folder.mkdir(mode=DIR_MODE)
+            folder.chmod(DIR_MODE)  # mkdir's mode passes through the umask
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode != DIR_MODE:
         path.chmod(DIR_MODE)

@@ -7,6 +7,7 @@ override them. A configuration problem is one line, ``gateway run: ...``, and ex
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,10 +54,14 @@ async def run(args: argparse.Namespace) -> int:
     from app import logs
     from app.compose import build_gateway, tool_secrets
     from gateway.edge.errors import ChannelError, ConfigError
+    from sessions.files import ensure_private_dir
 
     settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
                              GATEWAY_DATA_DIR=args.data_dir)
     logs.configure_from(settings, secrets=tool_secrets(settings))
+    # Private whichever store keeps the sessions (the JSONL store tightens it itself; with
+    # PostgreSQL the MCP logs, persona and owed journal live in it all the same).
+    await asyncio.to_thread(ensure_private_dir, settings.data_dir)
     try:
         gateway = build_gateway(settings)
         await gateway.run_until_stopped()

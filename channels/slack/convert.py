@@ -45,6 +45,10 @@ _MULTI_PARTY: Final = frozenset({"channel", "group", "mpim"})
 # (a JSON "\udc00" escape) too: no UTF-8 session log can hold them.
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _ENTITY: Final = re.compile(r"<([^<>]*)>")
+_TEAM_ID: Final = re.compile(r"[TE][A-Z0-9]{1,31}")
+"""A workspace (``T...``) or Enterprise Grid (``E...``) id as Slack issues them. A Slack tenant
+is only ever one of these, so a signed event naming ``default`` or ``web`` cannot write into
+the tenant the web chat and Telegram share (nor any other name the gateway gives itself)."""
 TRUNCATED: Final = " … [truncated]"
 
 
@@ -169,11 +173,13 @@ def _team(body: Mapping[str, Any], event: Mapping[str, Any]) -> str | None:
     candidates.append(event.get("team"))
     for value in candidates:
         if isinstance(value, str) and value:
-            try:
-                return valid_id(value, "tenant")
-            except InvalidIdError:
-                return None
+            return team_id(value)
     return None
+
+
+def team_id(value: str) -> str | None:
+    """``value`` if it has the shape of a Slack team id (:data:`_TEAM_ID`), else None."""
+    return value if _TEAM_ID.fullmatch(value) else None
 
 
 def _short(value: object) -> str:
@@ -201,9 +207,11 @@ def from_slash_command(body: Mapping[str, Any], *, received_at: float = 0.0) -> 
     team, channel, user = (str(body.get(k) or "") for k in ("team_id", "channel_id", "user_id"))
     if body.get("channel_name") != "directmessage" or not (team and channel and user):
         return SlashCommand(word, None)
+    tenant = team_id(team)
+    if tenant is None:
+        return SlashCommand(word, None)
     try:
-        key = ConversationKey(CHANNEL, valid_id(channel, "Slack channel"),
-                              valid_id(team, "Slack team"))
+        key = ConversationKey(CHANNEL, valid_id(channel, "Slack channel"), tenant)
         sender = Sender(valid_id(user, "Slack user"))
     except InvalidIdError:
         return SlashCommand(word, None)

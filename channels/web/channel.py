@@ -48,8 +48,8 @@ delivery got, waiting for it if its turn is still running.
 Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
 refuses to run without ``GATEWAY_WEB_TOKEN``; with a token every ``/api`` route needs
 ``Authorization: Bearer <token>``. Without a token the API answers only requests whose ``Host``
-is a loopback name (DNS rebinding) and whose ``Origin``, when sent, is this server (CSRF from
-other sites open in the same browser).
+is a loopback name (DNS rebinding) and whose ``Origin``, when sent, is this server, scheme
+included (CSRF from other sites open in the same browser).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -86,7 +86,7 @@ from channels.web.sink import WebSink
 from gateway.edge.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
 from gateway.edge.errors import RETRY_AFTER, ConfigError, UnavailableError
 from gateway.edge.history import History
-from gateway.edge.hosts import host_of, is_loopback
+from gateway.edge.hosts import host_of, is_loopback, same_origin
 from gateway.edge.http_limits import body_timeout
 from gateway.edge.ids import DEFAULT_TENANT
 from gateway.edge.messages import ConversationKey, Inbound, Sender
@@ -255,7 +255,7 @@ class WebChannel:
         if not is_loopback(host_of(host)):
             return _error(403, "this server answers loopback host names only")
         origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+        if origin is not None and not same_origin(origin, request.scheme, host):
             return _error(403, "cross-origin requests are not allowed")
         return None
 

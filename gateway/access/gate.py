@@ -7,14 +7,22 @@ Channels with no allowlist and pairing off are open; web and console are local a
 their own token instead. An inbound that carries a ``refusal`` (content the channel will not
 pass on) is decided like any other and then answered with that text, never recorded: a
 stranger learns nothing about what the gateway accepts.
+
+A stranger hears the pairing text once per :data:`PAIRING_REPLY_WINDOW`: their other messages
+in that time are refused in silence (each reply is a message the bot sends on the platform's
+rate limits, so a stranger writing fast, or many, must not make it send one per message). The
+window is remembered per gateway process, for at most :data:`MAX_QUIET` people (the oldest
+forgotten first); with several workers a stranger may hear it once from each.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from gateway.edge.channel import Deliver, ReplySink
 from gateway.edge.messages import Inbound
@@ -26,6 +34,10 @@ PAIRING_TEXT = (
     "Hi! I don't know you yet. To talk to me, ask my operator to run:\n\n"
     "gateway pairing approve {code}\n\nThis code is valid for one hour."
 )
+
+PAIRING_REPLY_WINDOW: Final = 600.0
+"""Seconds during which a stranger who was sent the pairing text is not sent it again."""
+MAX_QUIET: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +110,16 @@ class AccessGate:
     """Wraps the router's ``deliver``: only allowed messages pass; refusals are counted."""
 
     def __init__(self, policy: AccessPolicy, deliver: Deliver, notify: Notify,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, *, reply_window: float = PAIRING_REPLY_WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy
         self._deliver = deliver
         self._notify = notify
         self._metrics = metrics
+        self._window = reply_window
+        self._clock = clock
+        self._told: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        """(tenant, channel, person) -> when they were last sent the pairing text."""
 
     async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> object:
         decision = await self.policy.decide(inbound)
@@ -116,6 +133,19 @@ class AccessGate:
         self._metrics.refused.labels(channel=inbound.key.channel, reason=decision.reason).inc()
         log.info("refused a %s message from an unknown user (%s)", inbound.key.channel,
                  decision.reason)
-        if decision.reply is not None:
+        if decision.reply is not None and self._tell(inbound):
             await self._notify(inbound, decision.reply, sink)
         return None
+
+    def _tell(self, inbound: Inbound) -> bool:
+        """Whether this stranger is to be told (not told within the window); notes it."""
+        key = (inbound.key.tenant, inbound.key.channel, inbound.sender.id)
+        now = self._clock()
+        last = self._told.get(key)
+        if last is not None and now - last < self._window:
+            return False
+        self._told.pop(key, None)
+        self._told[key] = now
+        while len(self._told) > MAX_QUIET:
+            self._told.popitem(last=False)
+        return True

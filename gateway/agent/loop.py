@@ -38,7 +38,7 @@ from gateway.edge import logctx
 from gateway.edge.channel import ReplySink
 from gateway.edge.coordination import LeaseCheck
 from gateway.edge.errors import FENCED, NotRecordedError, ProviderError
-from gateway.edge.metrics import Metrics
+from gateway.edge.metrics import Metrics, tenant_label
 from gateway.edge.observe import (
     NO_OBSERVER,
     TurnHandle,
@@ -204,7 +204,8 @@ class AgentLoop:
         """Answer a turn over a budget or rate limit with its one sentence: nothing reaches
         the provider; the refusal is recorded and counted."""
         log.info("turn refused: %s until %s", refusal.limit, iso_time(refusal.until))
-        self.metrics.limited.labels(tenant=conv.key.tenant, limit=refusal.limit).inc()
+        self.metrics.limited.labels(tenant=tenant_label(conv.key.tenant, conv.key.channel),
+                                    limit=refusal.limit).inc()
         await conv.recorder.append([entries.refusal(refusal.limit, iso_time(refusal.until))])
         return await self._end(conv, sink, "refused", refusal.text, 0)
 

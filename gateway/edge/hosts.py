@@ -7,6 +7,7 @@ local machine (and refuse a non-local ``Host`` header, which blocks DNS rebindin
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 
 def is_loopback(host: str) -> bool:
@@ -25,3 +26,12 @@ def host_of(netloc: str) -> str:
     if netloc.startswith("["):
         return netloc[1:].split("]", 1)[0]
     return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether an ``Origin`` header names the server a request reached: the same scheme and
+    the same ``Host`` (a page served over another scheme is another origin: an ``http`` page
+    on the same host must not post to an ``https`` server, nor the reverse)."""
+    parts = urlsplit(origin.strip())
+    return (parts.scheme.lower() == scheme.lower()
+            and parts.netloc.lower() == host.strip().lower())

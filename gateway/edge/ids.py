@@ -10,7 +10,11 @@ from __future__ import annotations
 from sessions.errors import InvalidNameError
 from sessions.names import DEFAULT_TENANT, validate_name
 
-__all__ = ["DEFAULT_TENANT", "InvalidIdError", "valid_id"]
+__all__ = ["DEFAULT_TENANT", "WEB_TENANT", "InvalidIdError", "valid_id"]
+
+WEB_TENANT = "web"
+"""The web chat's own tenant (``GATEWAY_WEB_TENANT``'s default): its people, sessions, memory
+and budgets are apart from those of Telegram (``default``) and of every Slack workspace."""
 
 
 class InvalidIdError(ValueError):

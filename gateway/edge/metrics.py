@@ -4,9 +4,17 @@ Every family is named ``gateway_...``, the client library's process collector in
 (``gateway_process_cpu_seconds_total``, ``gateway_process_resident_memory_bytes``, open fds...:
 the standard process metrics under our prefix, so two programs on one host never collide).
 Words: a *turn* answers one inbound message, a *call* is one provider request.
+
+No label carries an id a platform chose: the ``tenant`` label is the tenant for the tenants
+the gateway names itself (``default``, ``web``) and the channel's name for the others (every
+Slack workspace counts under ``slack``, never under its team id: :func:`tenant_label`).
+Per-workspace figures are in the usage ledger (``gateway usage --by tenant``), which only the
+operator reads.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from prometheus_client import (
     CollectorRegistry,
@@ -16,6 +24,11 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+
+from gateway.edge.ids import DEFAULT_TENANT, WEB_TENANT
+
+SERVER_TENANTS: Final = frozenset({DEFAULT_TENANT, WEB_TENANT})
+"""Tenants the gateway names itself: the only ones shown by name in a label."""
 
 LATENCY_BUCKETS = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -82,3 +95,8 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def tenant_label(tenant: str, channel: str) -> str:
+    """The ``tenant`` label of a conversation of ``channel`` in ``tenant`` (module docstring)."""
+    return tenant if tenant in SERVER_TENANTS else channel

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeAlias
 
+from sessions.files import ensure_private_dir
+
 log = logging.getLogger("gateway.persona.workspace")
 
 Stamp: TypeAlias = tuple[int, int, int]
@@ -68,8 +70,7 @@ def ensure_dir(path: Path, *, base: Path | None = None) -> None:
         chain = [base, *(base / p for p in chain), path]
     for directory in chain:
         if not directory.is_dir():
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
+            ensure_private_dir(directory)  # its missing parents (the data folder) too
 
 
 def read_text(path: Path) -> str:

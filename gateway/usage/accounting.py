@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.edge.ledger import UsageLedger, day_of, scopes_of
 from gateway.edge.messages import ChannelContext, ConversationKey
-from gateway.edge.metrics import Metrics
+from gateway.edge.metrics import Metrics, tenant_label
 from sessions.pricing import PriceTable, total_tokens
 
 TOKEN_KINDS = (
@@ -43,7 +43,7 @@ class Accounting:
     async def charge(self, *, key: ConversationKey, context: ChannelContext, provider: str,
                      model: str, usage: Mapping[str, Any]) -> float | None:
         """Count one answered call's tokens and cost; return the cost (None: model unknown)."""
-        tenant = key.tenant
+        tenant = tenant_label(key.tenant, key.channel)
         for field, kind in TOKEN_KINDS:
             value = usage.get(field)
             if isinstance(value, int) and value > 0:

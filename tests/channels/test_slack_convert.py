@@ -12,6 +12,7 @@ from channels.slack.convert import (
     SlackFile,
     clean_text,
     files_of,
+    from_slash_command,
     to_inbound,
 )
 from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
@@ -92,6 +93,17 @@ def test_bad_team_id_ignored() -> None:
     body = envelope()
     body["team_id"] = "../etc"
     assert convert(body) == Ignored("no valid team id")
+
+
+@pytest.mark.parametrize("team", ["default", "web", "t123", "T", "X123", "T" + "1" * 32])
+def test_a_team_id_not_shaped_like_slacks_is_ignored(team: str) -> None:
+    """A team id must look like Slack's (``T``/``E`` and capitals or digits): an event or a
+    slash command naming ``default`` or ``web`` never lands in those tenants."""
+    body = envelope(team=team)
+    body["team_id"] = team
+    command = from_slash_command({"team_id": team, "channel_id": "D1", "user_id": "U1",
+                                  "channel_name": "directmessage", "text": "new"})
+    assert (convert(body), command.inbound) == (Ignored("no valid team id"), None)
 
 
 def test_envelope_team_wins_over_event_team() -> None:

@@ -536,6 +536,19 @@ async def test_other_origins_and_hosts_are_refused_without_a_token(server: Serve
     assert server.session_files() != []
 
 
+@pytest.mark.parametrize("scheme", ["https", "ws", "file", ""])
+async def test_an_origin_of_another_scheme_on_the_same_host_is_refused(
+        server: Server, scheme: str) -> None:
+    """An ``Origin`` with this server's host and port but another scheme (an https page, a
+    ``null``-like origin without one) is another origin: 403, nothing recorded."""
+    own = server.base.removeprefix("http://")
+    origin = f"{scheme}://{own}" if scheme else own
+    status, _ = await server.post({"conversation": "c1", "text": "hi"},
+                                  headers={"Origin": origin})
+    assert status == 403
+    assert server.session_files() == []
+
+
 async def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
     """Bound beyond loopback, the channel refuses to start without a token, starts with one."""
     store = JsonlSessionStore(tmp_path)

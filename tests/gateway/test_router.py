@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from coordination.file_pairing import FilePairingState
-from gateway.access.gate import AccessGate, AccessPolicy, ChannelRules
+from gateway.access.gate import PAIRING_REPLY_WINDOW, AccessGate, AccessPolicy, ChannelRules
 from gateway.access.pairing_live import LivePairing
 from gateway.edge.channel import Accepted
 from gateway.edge.messages import ConversationKey, Inbound, Sender
@@ -224,3 +224,56 @@ async def test_access_gate_refuses_unknown_and_pairs(tmp_path: Path) -> None:
     assert len(notices) == 1
     assert len(code) == 8
     assert sorted(r[0] for r in replies) == ["boss", "stranger"]
+
+
+
+def stranger_gate(tmp_path: Path, notices: list[tuple[str, str]],
+                  **clock: Any) -> tuple[AccessGate, LivePairing]:
+    """A gate with pairing on for every sender of the memory channel; the pairing replies go
+    to ``notices`` as (sender, code); a message that passes fails the test."""
+    pairing = LivePairing(FilePairingState.under(tmp_path / "d"))
+    policy = AccessPolicy(rules={"memory": ChannelRules()}, pairing=pairing,
+                          unrestricted=frozenset())
+
+    async def notify(inbound: Inbound, text: str, sink: object) -> None:
+        notices.append((inbound.sender.id, text.split("approve ")[1].split()[0]))
+
+    async def deliver(inbound: Inbound, sink: object = None) -> object:
+        raise AssertionError("a stranger's message reached the router")
+
+    return AccessGate(policy, deliver, notify, Metrics(), **clock), pairing
+
+
+def dm(sender: str) -> Inbound:
+    return Inbound(key=ConversationKey("memory", sender), sender=Sender(sender), text="hi",
+                   chat_type="private")
+
+
+async def test_a_stranger_writing_again_and_again_gets_one_pairing_reply(
+        tmp_path: Path) -> None:
+    """Three messages from one stranger get one pairing reply; another stranger gets their
+    own (the reply is per person, not one for all)."""
+    notices: list[tuple[str, str]] = []
+    gate, pairing = stranger_gate(tmp_path, notices)
+    async with pairing:
+        for sender in ("stranger", "stranger", "other", "stranger"):
+            await gate.deliver(dm(sender))
+    assert [who for who, _ in notices] == ["stranger", "other"]
+
+
+async def test_the_pairing_reply_comes_again_once_its_window_has_passed(
+        tmp_path: Path) -> None:
+    """A second before the window ends the stranger is still not answered; at its end the
+    next message gets the pairing text again, with the same code (a fake clock)."""
+    notices: list[tuple[str, str]] = []
+    now = [1000.0]
+    gate, pairing = stranger_gate(tmp_path, notices, clock=lambda: now[0])
+    async with pairing:
+        await gate.deliver(dm("stranger"))
+        now[0] += PAIRING_REPLY_WINDOW - 1
+        await gate.deliver(dm("stranger"))
+        told_within = len(notices)
+        now[0] += 1
+        await gate.deliver(dm("stranger"))
+    assert told_within == 1
+    assert notices == [notices[0]] * 2

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from gateway.edge.messages import ChannelContext
 from gateway.edge.tasks import stop
 from gateway.edge.tools import ToolResult
+from sessions.files import ensure_private_dir
 from toolsets.mcp.config import ServerConfig
 from toolsets.mcp.names import tool_name
 from toolsets.mcp.results import to_tool_result
@@ -268,7 +269,7 @@ class ServerConnection:
         folder = self.settings.log_dir
         if folder is None:
             return open(os.devnull, "w", encoding="utf-8")
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ensure_private_dir(folder)  # the data folder too, when this makes it
         path = folder / f"{self.config.name.replace('/', '_')}.log"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         return open(fd, "a", encoding="utf-8")
