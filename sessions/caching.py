@@ -14,8 +14,13 @@ A plan places at most three of the API's four breakpoints:
     on the last tool schema: the tool set alone (it rarely changes);
 ``system``
     after the first ``system`` sections of the prompt, the stable prefix (the operator's
-    layer). The system prompt is then sent as two text blocks: those sections joined, and the
-    rest joined (each with :data:`~sessions.records.PROMPT_JOINER`);
+    layer). The system prompt is then sent as two text blocks: those sections joined with
+    :data:`~sessions.records.PROMPT_JOINER` and ending with one more joiner, then the rest
+    joined (:func:`system_blocks`). The blocks' texts join to the system prompt byte for byte,
+    so the model reads exactly the prompt replay shows. (Plans recorded before ``joined``
+    left that last joiner out: the model read the two sections glued together. Replay
+    rebuilds such calls as they were sent and shows the text the model read:
+    :func:`sent_system`.)
 ``history``
     on the last block of the last message sent, so the next call of the conversation, which
     repeats all of it, reads it from the cache.
@@ -30,13 +35,47 @@ from typing import Any
 
 from sessions.records import PROMPT_JOINER, CachePlan
 
-__all__ = ["EPHEMERAL", "MAX_BREAKPOINTS", "CachePlan", "add_breakpoints"]
+__all__ = ["EPHEMERAL", "MAX_BREAKPOINTS", "CachePlan", "add_breakpoints", "glued_at",
+           "sent_system", "system_blocks"]
 
 MAX_BREAKPOINTS = 4
 """The Messages API refuses a request with more blocks marked ``cache_control`` than this."""
 
 EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+def system_blocks(plan: CachePlan, sections: Sequence[str]) -> tuple[str, ...]:
+    """The texts of the ``system`` blocks ``plan`` cuts the prompt into (``plan.system`` > 0):
+    the stable sections, then the rest when there is any. For a plan with ``joined`` their
+    concatenation is ``PROMPT_JOINER.join(sections)``: the joiner between the two parts ends
+    the stable block (it is part of the cached prefix, the same for every call that has a
+    rest)."""
+    stable = PROMPT_JOINER.join(sections[: plan.system])
+    rest = PROMPT_JOINER.join(sections[plan.system :])
+    if not rest:
+        return (stable,)
+    return (stable + PROMPT_JOINER, rest) if plan.joined else (stable, rest)
+
+
+def glued_at(plan: CachePlan | None, sections: Sequence[str]) -> int | None:
+    """When ``plan`` is one of the old ones that left the joiner out between the system blocks
+    (and there were two), the index of the first section after the cut; else None."""
+    if plan is None or plan.joined or not 0 < plan.system < len(sections):
+        return None
+    if not PROMPT_JOINER.join(sections[plan.system :]):
+        return None
+    return plan.system
+
+
+def sent_system(plan: CachePlan | None, sections: Sequence[str], text: str) -> str:
+    """The system prompt an Anthropic-shaped request with ``plan`` carried: the join of its
+    blocks' texts. That is ``text`` (the recorded prompt, the join of ``sections``), except for
+    the old plans :func:`glued_at` finds, whose blocks left one joiner out."""
+    if glued_at(plan, sections) is None:
+        return text
+    assert plan is not None
+    return "".join(system_blocks(plan, sections))
 
 
 def add_breakpoints(
@@ -58,13 +97,11 @@ def add_breakpoints(
     if plan.system and isinstance(system, str):
         if PROMPT_JOINER.join(sections) != system:
             raise ValueError("the prompt sections do not make up the system prompt")
-        stable = PROMPT_JOINER.join(sections[: plan.system])
-        rest = PROMPT_JOINER.join(sections[plan.system :])
+        texts = system_blocks(plan, sections)
         blocks: list[dict[str, Any]] = [
-            {"type": "text", "text": stable, "cache_control": dict(EPHEMERAL)}
+            {"type": "text", "text": texts[0], "cache_control": dict(EPHEMERAL)}
         ]
-        if rest:
-            blocks.append({"type": "text", "text": rest})
+        blocks.extend({"type": "text", "text": text} for text in texts[1:])
         out["system"] = blocks
     messages = out.get("messages")
     if plan.history and messages:

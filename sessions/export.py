@@ -111,9 +111,9 @@ def call_span(replay: Replay, call: Call, tenant: str | None = None, *,
         attrs["gen_ai.response.id"] = outcome.response_id
         attrs["gen_ai.response.model"] = outcome.response_model
         attrs.update(genai.usage_attributes(outcome.usage))
-    if content and call.prompt is not None and call.prompt.text is not None:
-        attrs["gen_ai.system_instructions"] = genai.as_json(
-            genai.system_instructions(call.prompt.text))
+    system = replay.system_text(call)
+    if content and system is not None:
+        attrs["gen_ai.system_instructions"] = genai.as_json(genai.system_instructions(system))
     if content and call.window is not None:
         attrs["gen_ai.input.messages"] = genai.as_json(
             [m for message in replay.sent(call) for m in genai.genai_messages(message)])
@@ -183,7 +183,7 @@ def jsonl_record(replay: Replay, call: Call, tenant: str | None = None) -> dict[
         "model": call.model or _header_str(replay, "model"),
         "endpoint": endpoint_json(call),
         "params": dict(call.params) if call.params is not None else None,
-        "system": call.prompt.text if call.prompt is not None else None,
+        "system": replay.system_text(call),
         "messages": replay.sent(call) if call.window is not None else None,
         "tools": list(tools) if tools is not None else None,
         "response": replay.messages[call.assistant] if call.assistant is not None else None,

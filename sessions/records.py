@@ -74,9 +74,18 @@ class CachePlan:
     system: int = 0
     """How many leading prompt sections form the stable prefix (0: no system breakpoint)."""
     history: bool = True
+    joined: bool = True
+    """The system blocks keep :data:`PROMPT_JOINER` (the stable block ends with it), so their
+    texts join to the system prompt byte for byte. False only for plans read from logs written
+    before (no ``joined`` key): those calls were sent with the joiner between the two blocks
+    left out, and replay rebuilds them as they were sent."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"tools": self.tools, "system": self.system, "history": self.history}
+        body: dict[str, Any] = {"tools": self.tools, "system": self.system,
+                                "history": self.history}
+        if self.joined:
+            body["joined"] = True
+        return body
 
     @classmethod
     def from_json(cls, value: Any) -> CachePlan | None:
@@ -84,11 +93,12 @@ class CachePlan:
         if not isinstance(value, Mapping):
             return None
         tools, system, history = value.get("tools"), value.get("system"), value.get("history")
-        if not (isinstance(tools, bool) and isinstance(history, bool)):
+        joined = value.get("joined", False)
+        if not (isinstance(tools, bool) and isinstance(history, bool) and isinstance(joined, bool)):
             return None
         if not isinstance(system, int) or isinstance(system, bool) or system < 0:
             return None
-        return cls(tools=tools, system=system, history=history)
+        return cls(tools=tools, system=system, history=history, joined=joined)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from sessions.caching import glued_at
 from sessions.encoding import ESCAPED, unescape
 from sessions.errors import (
     CorruptHeaderError,
@@ -325,6 +326,12 @@ class _Builder:
             p = d["prompt"]
             version = versions[p] if p is not None else None
             status, why = d["status"] or _judge_call(self, d, version)
+            cache = d["cache"]
+            if (cache is not None and not cache.joined and status == REBUILT
+                    and version is not None and d["provider"] != "openai"):
+                glued = glued_at(cache, [ref.text or "" for ref in version.sections])
+                if glued is not None:
+                    d["notes"].append(_glued_note(version, glued))
             # Positional: a keyword splat per call is measurably slower on long sessions.
             calls.append(Call(number, d["line"], d["ts"], version,
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
@@ -379,6 +386,16 @@ def _judge_call(builder: _Builder, d: dict[str, Any],
         return NOT_REBUILDABLE, (f"its prompt-cache plan cuts after section {cache.system} of "
                                  f"{len(version.sections)}")
     return REBUILT, None
+
+
+def _glued_note(version: PromptVersion, cut: int) -> str:
+    """What a call recorded with an old cache plan (no ``joined``) sent: its two system blocks
+    without the joiner between them, so two sections ran together."""
+    before, after = version.sections[cut - 1].name, version.sections[cut].name
+    return (f"sent with an older prompt-cache split: its system blocks left out the blank line "
+            f"between sections {cut} ({before}) and {cut + 1} ({after}), so the model read them "
+            f"run together; the system prompt shown is the one it read, and the request is "
+            f"rebuilt as it was sent")
 
 
 def _with_notice(call: Call, notice: str) -> Call:

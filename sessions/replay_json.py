@@ -42,7 +42,7 @@ def call_json(replay: Replay, call: Call) -> dict[str, Any]:
         "index": call.index,
         "ts": call.ts,
         **status_json(call),
-        "systemPrompt": prompt.text if prompt else None,
+        "systemPrompt": replay.system_text(call),
         "promptFingerprint": prompt.fingerprint if prompt else None,
         "promptReason": prompt.reason if prompt else None,
         "promptNotice": call.prompt_notice,

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, overload
 import orjson
 
 from sessions.attachments import BlobRef, needed
+from sessions.caching import sent_system
 from sessions.encoding import ESCAPED, unescape
 from sessions.errors import (
     BlobMissingError,
@@ -267,6 +268,19 @@ class Replay:
 
     def outcome_of(self, call: Call) -> Outcome | None:
         return None if call.entry_number is None else self.outcomes.get(call.entry_number)
+
+    def system_text(self, call: Call) -> str | None:
+        """The system prompt ``call`` sent, as the model read it: the text its request's
+        system blocks join to (None when its prompt is unknown). That is the recorded prompt's
+        text, except for Anthropic calls recorded with an old cache plan that left the joiner
+        out between the two system blocks (:func:`sessions.caching.glued_at`; such a call has
+        a note saying so)."""
+        prompt = call.prompt
+        if prompt is None or prompt.text is None:
+            return None
+        if call.provider == "openai" or call.cache is None:
+            return prompt.text
+        return sent_system(call.cache, [ref.text or "" for ref in prompt.sections], prompt.text)
 
     def attachments(self, call: Call) -> list[BlobRef]:
         """The blobs ``call``'s request needs (each once), to load before :meth:`request`."""

@@ -314,7 +314,7 @@ def request_view(replay: Replay, call: Call, where: Where | None = None) -> Mark
     elif prompt.text is None:
         system = tag("p", "The prompt text could not be rebuilt (see problems).", class_="notice")
     else:
-        system = tag("pre", prompt.text, class_="prompt")
+        system = tag("pre", replay.system_text(call), class_="prompt")
     prompt_fact: Markup | str | None = None
     if prompt is not None:
         prompt_fact = join([f"v{prompt.number} ", tag("code", prompt.fingerprint),

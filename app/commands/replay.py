@@ -325,7 +325,8 @@ def _print_call(replay: Replay, call: Call, out: TextIO) -> None:
     if call.prompt is not None:
         v = call.prompt
         w(f"--- system prompt #{v.number} {v.fingerprint} ({v.reason or '-'})\n")
-        w(v.text if v.text is not None else "[prompt text could not be rebuilt; see problems]")
+        read = replay.system_text(call)
+        w(read if read is not None else "[prompt text could not be rebuilt; see problems]")
         w("\n")
     else:
         w(f"--- system prompt: {call.prompt_notice or 'not recorded'}\n")

@@ -38,6 +38,7 @@ from sessions import entries
 from sessions.ablation import Ablation, RerunError, RerunParts, rerun_request
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
+from sessions.caching import glued_at
 from sessions.encoding import dumps
 from sessions.errors import (
     BlobMissingError,
@@ -97,6 +98,10 @@ async def run(
         model = parts.model or provider.model
         params = dict(parts.params) if same and parts.params is not None else provider.params()
         notes += _notes(replay, parts, provider.name, same, args.model)
+        glued = glued_at(parts.cache, parts.prompt.texts)
+        if glued is not None and provider.shape == "anthropic":
+            notes.append(f"the call was sent with an older prompt-cache split that ran sections "
+                         f"{glued} and {glued + 1} together; the rerun sends it the same way")
         saved: Path | None = None
         writer: SessionWriter | None = None
         store: SessionStore | None = None

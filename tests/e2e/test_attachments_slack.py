@@ -24,7 +24,8 @@ from tests.channels.test_slack_gateway import (
     turns,
     wait_until,
 )
-from tests.e2e.test_provider_replay import API, make_provider, replay_cli
+from tests.e2e.replaying import assert_shows_what_was_read, replay_cli
+from tests.e2e.test_provider_replay import API, make_provider
 from tests.fakes import media
 from tests.fakes.providers import FakeProviderServer, Reply
 from tests.fakes.slack_api import FakeSlackServer
@@ -105,11 +106,14 @@ async def test_file_only_dm_is_answered_and_replays(tmp_path: Path, api: str) ->
                                             "--tenant", TEAM)
     assert code == 0
     replayed = []
-    for session in sorted(orjson.loads(listing), key=lambda s: s["startedAt"]):
+    sessions = sorted(orjson.loads(listing), key=lambda s: s["startedAt"])
+    for session, body in zip(sessions, bodies, strict=True):
         code, out = await asyncio.to_thread(replay_cli, data_dir, session["id"], "--tenant", TEAM,
                                             "--request", "1", "--shape", api, "--raw")
         assert code == 0
         replayed.append(out.encode())
+        assert await asyncio.to_thread(assert_shows_what_was_read, data_dir, session["id"],
+                                       tenant=TEAM, received=[body]) == 1
     assert replayed == raws  # byte for byte, the photo's base64 included
 
 

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -16,7 +17,8 @@ import pytest
 from sessions.blob_files import FileBlobStore
 from sessions.replay import replay_bytes
 from tests.channels.test_telegram_harness import ALICE, running, settled, telegram_settings
-from tests.e2e.test_provider_replay import API, make_provider, replay_cli
+from tests.e2e.replaying import assert_shows_what_was_read, replay_cli
+from tests.e2e.test_provider_replay import API, make_provider
 from tests.fakes import media
 from tests.fakes.providers import FakeProviderServer
 from tests.fakes.telegram_api import FakeTelegramServer
@@ -30,12 +32,15 @@ async def said(tg: FakeTelegramServer, text: str) -> None:
     await tg.wait_for_sent(lambda c: c.method == "sendMessage" and c.text == text)
 
 
-def every_request_replays(data_dir: Path, api: str, raws: list[bytes]) -> str:
+def every_request_replays(data_dir: Path, api: str, raws: list[bytes],
+                          bodies: list[dict[str, Any]]) -> str:
     """The bytes of each provider request equal its replay (``--raw``: byte for byte, base64
-    images included), call by call, in order; the session id."""
+    images included), call by call, in order, and each call shows the system prompt the model
+    read; the session id."""
     code, listing = replay_cli(data_dir, "--list", "--json")
     assert code == 0
     [session] = orjson.loads(listing)
+    assert assert_shows_what_was_read(data_dir, session["id"], received=bodies) == len(raws)
     replayed = []
     for number in range(1, len(raws) + 1):
         code, out = replay_cli(data_dir, session["id"], "--request", str(number), "--shape", api,
@@ -111,7 +116,7 @@ async def test_photo_pdf_voice_oversize_and_lying_type(tmp_path: Path, api: str)
     assert notes == ["[attachment backup.zip was not passed on: it is 25.0 MB, over the 20.0 MB "
                      "limit]"]
 
-    session = await asyncio.to_thread(every_request_replays, data_dir, api, raws)
+    session = await asyncio.to_thread(every_request_replays, data_dir, api, raws, bodies)
     blobs = await FileBlobStore(data_dir).list_blobs("default")
     assert sorted(b.hash for b in blobs) == sorted(hashlib.sha256(d).hexdigest() for d in
                                                     (PHOTO, media.PDF, media.OGG_VOICE))

@@ -5,6 +5,7 @@ says which results differ from the recorded ones."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import orjson
 import pytest
 
 from tests.app.cli.test_rerun import acli
+from tests.e2e.replaying import assert_shows_what_was_read
 from tests.e2e.test_mcp_tools import mcp_gateway, tool_round
 from tests.e2e.test_provider_replay import API, make_provider
 from tests.fakes.memory_channel import MemoryChannel
@@ -72,6 +74,10 @@ async def test_rerun_reuses_recorded_results_or_runs_live(
         monkeypatch.setenv("GATEWAY_MCP_CONFIG", str(tmp_path / "mcp.json"))
         monkeypatch.setenv("GATEWAY_MCP_START_TIMEOUT", "90")
         data_dir = tmp_path / "data"
+        assert accepted.session_id is not None
+        assert await asyncio.to_thread(
+            assert_shows_what_was_read, data_dir, accepted.session_id, tenant="acme",
+            received=[r.body for r in srv.requests_for(api)]) == 2
         args = (accepted.session_id, "--tenant", "acme", "--rerun", "1")
 
         srv.script(api, *answer)

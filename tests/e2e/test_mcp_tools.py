@@ -31,7 +31,8 @@ from gateway.agent.tools import ToolRegistry
 from gateway.media.images import IMAGE_LIMITS
 from sessions.replay import replay_bytes
 from sessions.shapes import TOOL_FILES_INTRO
-from tests.e2e.test_provider_replay import API, make_provider, replay_cli
+from tests.e2e.replaying import assert_shows_what_was_read, replay_cli
+from tests.e2e.test_provider_replay import API, make_provider
 from tests.fakes.memory_channel import MemoryChannel
 from tests.fakes.providers import FakeProviderServer, Reply
 from tests.toolsets.mcp.harness import eventually, http_server, stdio_spec
@@ -197,7 +198,10 @@ async def test_tools_of_every_kind_replay_exactly(tmp_path: Path, api: str) -> N
     assert 'gateway_tool_latency_seconds_count{server="web",tool="picture"} 1.0' in metrics
 
     data = tmp_path / "data"
-    for tenant, sid, sent in (("acme", acme_sid, raws[:16]), ("other", other_sid, raws[16:])):
+    for tenant, sid, sent, got in (("acme", acme_sid, raws[:16], acme_bodies),
+                                   ("other", other_sid, raws[16:], other_bodies)):
+        assert await asyncio.to_thread(assert_shows_what_was_read, data, sid, tenant=tenant,
+                                       received=got) == len(sent)
         for n, raw in enumerate(sent, start=1):
             code, out = await asyncio.to_thread(replay_cli, data, sid, "--tenant", tenant,
                                                 "--request", str(n), "--shape", api, "--raw")

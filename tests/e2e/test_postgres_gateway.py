@@ -11,6 +11,7 @@ import pytest
 
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay
+from tests.e2e.replaying import assert_replay_shows_what_was_read
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 from tests.sessions.pg import PG_URL, fresh_schema
@@ -55,6 +56,7 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
     assert again.session_id == first.session_id
     assert (replay.problems, len(replay.calls)) == ((), 4)
     assert requests(replay) == provider.bodies
+    assert assert_replay_shows_what_was_read(replay, provider.bodies) == 4
     assert [p.reason for p in replay.prompts] == ["initial", "rebuilt:memory_write"]
 
 
@@ -88,4 +90,5 @@ async def test_attachments_live_beside_the_sessions_in_the_database(tmp_path: Pa
         finally:
             await store.aclose()
     assert replay.request(turn, "anthropic", found) == provider.bodies[0]
+    assert assert_replay_shows_what_was_read(replay, provider.bodies, found) == 1
     assert not (tmp_path / "unused").exists()  # nothing went to files

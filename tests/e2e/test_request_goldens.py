@@ -125,13 +125,15 @@ async def test_anthropic_image(srv: FakeProviderServer) -> None:
 
 async def test_anthropic_cache_breakpoints(srv: FakeProviderServer) -> None:
     """Anthropic, prompt caching: markers on the last tool, after the stable system
-    sections (the system prompt then goes as two text blocks) and on the last message."""
+    sections (the system prompt then goes as two text blocks, the first ending with the blank
+    line between the sections, so they join to the prompt) and on the last message."""
     body = await send(srv, "anthropic", [{"role": "user", "content": "hi"}], tools=(CLOCK,),
                       system="Stable.\n\nDaily.", sections=("Stable.", "Daily."),
                       cache=CachePlan(tools=True, system=1, history=True))
     assert body == {
         "model": "claude-test", "max_tokens": 200,
-        "system": [{"type": "text", "text": "Stable.", "cache_control": {"type": "ephemeral"}},
+        "system": [{"type": "text", "text": "Stable.\n\n",
+                    "cache_control": {"type": "ephemeral"}},
                    {"type": "text", "text": "Daily."}],
         "messages": [{"role": "user", "content": [
             {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],

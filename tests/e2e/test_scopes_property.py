@@ -32,6 +32,8 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from providers.anthropic import AnthropicProvider
+from sessions.replay import replay_bytes
+from tests.e2e.replaying import assert_replay_shows_what_was_read, system_read
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
@@ -86,12 +88,9 @@ def model(api: ApiName, body: dict[str, Any]) -> Reply:
 
 
 def system_text(body: dict[str, Any]) -> str:
-    """The system prompt an Anthropic body carries: a string, or text blocks (with cache
-    breakpoints)."""
-    system = body.get("system", "")
-    if isinstance(system, list):
-        return "\n\n".join(str(block.get("text", "")) for block in system)
-    return str(system)
+    """The system prompt an Anthropic body carries, as the model reads it: a string, or text
+    blocks (with cache breakpoints) one after the other."""
+    return system_read(body) or ""
 
 
 def in_team(envelope: dict[str, Any], team: str) -> dict[str, Any]:
@@ -213,6 +212,7 @@ async def run_plan(plan: list[Step], data: Path) -> None:
 
     assert {(info.tenant, info.conversation) for info, _ in logs} == set(conversations)
     for info, log in logs:
+        assert_replay_shows_what_was_read(replay_bytes(log))
         # Each conversation has exactly the scope the rules give it, and its header says so.
         (own,) = conversations[(info.tenant, info.conversation or "")]
         scope = orjson.loads(log.split(b"\n", 1)[0])["scope"]

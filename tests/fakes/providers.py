@@ -211,7 +211,7 @@ def last_user_text(body: Mapping[str, Any]) -> str:
 def system_text(body: Mapping[str, Any]) -> str:
     """The system prompt of a request body as the model reads it: OpenAI's first system
     message, or Anthropic's ``system``, given as a string or (with a cache breakpoint) as
-    text blocks joined with the gateway's section joiner."""
+    text blocks, read one after the other."""
     system = body.get("system")
     if system is None:
         messages = body.get("messages") or []
@@ -219,7 +219,7 @@ def system_text(body: Mapping[str, Any]) -> str:
         return str(first.get("content", "")) if first.get("role") == "system" else ""
     if isinstance(system, str):
         return system
-    return "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    return "".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
 
 
 def content_text(content: Any) -> str:

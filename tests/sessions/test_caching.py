@@ -42,13 +42,16 @@ def marks(value: Any) -> int:
 
 
 def test_full_plan_marks_last_tool_stable_system_and_last_message() -> None:
-    """Tools, the first `system` sections and the history end each get one marker."""
+    """Tools, the first `system` sections and the history end each get one marker; the stable
+    block ends with the joiner, so the blocks' texts join to the system prompt exactly."""
     sent = body(plan=CachePlan(tools=True, system=2, history=True))
     assert sent["tools"] == [TOOLS[0], {**TOOLS[1], "cache_control": MARK}]
     assert sent["system"] == [
-        {"type": "text", "text": "You are Nova.\n\n## Skills\nknitting", "cache_control": MARK},
+        {"type": "text", "text": "You are Nova.\n\n## Skills\nknitting\n\n",
+         "cache_control": MARK},
         {"type": "text", "text": "## Mood\ncalm"},
     ]
+    assert "".join(b["text"] for b in sent["system"]) == SYSTEM
     assert sent["messages"][:2] == MESSAGES[:2]
     assert sent["messages"][2] == {
         "role": "user",
@@ -110,8 +113,12 @@ def test_no_system_or_tools_means_no_marker_there() -> None:
 @pytest.mark.parametrize(
     ("recorded", "plan"),
     [
-        ({"tools": True, "system": 3, "history": False}, CachePlan(True, 3, False)),
-        ({"tools": False, "system": 0, "history": True}, CachePlan(False, 0, True)),
+        ({"tools": True, "system": 3, "history": False, "joined": True},
+         CachePlan(True, 3, False)),
+        ({"tools": False, "system": 0, "history": True, "joined": True}, CachePlan(False, 0, True)),
+        ({"tools": True, "system": 3, "history": False},  # written before "joined"
+         CachePlan(True, 3, False, joined=False)),
+        ({"tools": True, "system": 1, "history": True, "joined": "yes"}, None),
         ({"tools": True, "system": -1, "history": True}, None),
         ({"tools": True, "system": True, "history": True}, None),
         ({"tools": "yes", "system": 1, "history": True}, None),
@@ -151,14 +158,40 @@ def logged_call(cache: dict[str, Any] | str) -> bytes:
 
 
 def test_replay_rebuilds_a_recorded_plan() -> None:
-    """A call recorded with a plan replays to the body with exactly those markers."""
-    replay = replay_bytes(logged_call({"tools": True, "system": 1, "history": True}))
+    """A call recorded with a plan replays to the body with exactly those markers, and its
+    system prompt as shown is the join of the blocks sent."""
+    replay = replay_bytes(logged_call({"tools": True, "system": 1, "history": True,
+                                       "joined": True}))
     [turn] = replay.calls
     assert turn.rebuildable
     sent = replay.request(turn)
-    assert sent["system"] == [{"type": "text", "text": SOUL, "cache_control": MARK},
+    assert sent["system"] == [{"type": "text", "text": SOUL + "\n\n", "cache_control": MARK},
                               {"type": "text", "text": MOOD}]
     assert marks(sent) == 3
+    assert turn.prompt is not None
+    assert replay.system_text(turn) == SOUL + "\n\n" + MOOD == turn.prompt.text
+    assert turn.notes == ()
+
+
+def test_an_old_glued_split_replays_as_sent_with_a_note() -> None:
+    """A call recorded before the split kept its joiner rebuilds as it was sent (the two
+    blocks with no blank line between them); replay shows the prompt the model read and
+    says why it differs from the recorded one."""
+    replay = replay_bytes(logged_call({"tools": True, "system": 1, "history": True}))
+    [call] = replay.calls
+    assert call.rebuildable
+    sent = replay.request(call)
+    assert sent["system"] == [{"type": "text", "text": SOUL, "cache_control": MARK},
+                              {"type": "text", "text": MOOD}]
+    assert replay.system_text(call) == SOUL + MOOD
+    assert call.prompt is not None
+    assert call.prompt.text == SOUL + "\n\n" + MOOD
+    assert call.notes == (
+        "sent with an older prompt-cache split: its system blocks left out the blank line "
+        "between sections 1 (soul) and 2 (mood), so the model read them run together; the "
+        "system prompt shown is the one it read, and the request is rebuilt as it was sent",)
+    openai = replay.request(call, "openai")
+    assert openai["messages"][0] == {"role": "system", "content": SOUL + "\n\n" + MOOD}
 
 
 @pytest.mark.parametrize(

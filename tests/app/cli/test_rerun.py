@@ -327,3 +327,29 @@ def test_ablate_keeps_order_and_joiner_and_rejects_unknown_names() -> None:
     assert (parts.model, parts.params, parts.replaced, parts.changed) == ("m-1", None,
                                                                         ("prompt",), True)
     assert list(parts.messages) == replay.sent(replay.call(2))
+
+
+async def test_rerun_of_a_call_sent_with_the_old_glued_split_sends_it_the_same_way(
+    tmp_path: Path, anthropic_env: pytest.MonkeyPatch
+) -> None:
+    """A call recorded before the cache split kept its joiner (its plan has no ``joined``)
+    is rerun as it was sent, two sections run together, and the rerun says so."""
+    async with FakeProviderServer() as srv:
+        rec = await record(tmp_path, srv)
+        rec.path.write_bytes(rec.path.read_bytes().replace(b',"joined":true', b""))
+        anthropic_env.setenv("ANTHROPIC_BASE_URL", srv.anthropic_base_url)
+        code, out, _ = await acli(rec.data, rec.session, "--rerun", "3")
+        received = srv.requests[-1].body
+    assert code == 0
+    replay = rec.replay()
+    call = replay.call(3)
+    assert call.prompt is not None
+    assert call.cache is not None
+    assert not call.cache.joined
+    assert received == replay.request(call)
+    glued = call.cache.system
+    assert [b["text"] for b in received["system"]] == [
+        PROMPT_JOINER.join(r.text or "" for r in call.prompt.sections[:glued]),
+        PROMPT_JOINER.join(r.text or "" for r in call.prompt.sections[glued:])]
+    assert (f"note: the call was sent with an older prompt-cache split that ran sections "
+            f"{glued} and {glued + 1} together; the rerun sends it the same way\n") in out
