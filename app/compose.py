@@ -7,7 +7,6 @@ gateway is one stateless worker among several: see :mod:`gateway.edge.coordinati
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,6 +16,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from app.compose_channels import build_channels
+from app.compose_erasure import gateway_erasure, hold_with
 from app.config import Settings
 from app.ledger_seed import seed_from
 from app.prices import load_prices
@@ -45,9 +45,7 @@ from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.pairing import PairingState
 from gateway.edge.provider import Provider
-from gateway.edge.scopes import Scope, scope_of
 from gateway.edge.tools import ToolSource
-from gateway.erasure.eraser import Eraser, ErasureStep, blob_step, memory_step, rerun_step
 from gateway.erasure.forget import ForgetCommand
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import FetchFile, MediaIntake
@@ -55,7 +53,6 @@ from gateway.media.policy import MediaLimits
 from gateway.media.send_file import SendFileTool
 from gateway.media.tool_media import ToolMediaKeeper
 from gateway.media.transcribe import Transcriber
-from gateway.persona.memory_scopes import delete_scope
 from gateway.persona.tools import persona_tools
 from gateway.persona.workspace import PersonaWorkspace
 from gateway.usage.accounting import Accounting
@@ -254,28 +251,6 @@ def build_persona(settings: Settings) -> PersonaWorkspace:
     """The persona workspace (operator, tenant and memory-scope layers)."""
     return PersonaWorkspace(settings.persona_root, self_edit=settings.persona_self_edit,
                             rescan_after=settings.persona_rescan)
-
-
-def build_eraser(persona_root: Path, store: SessionStore,
-                 workspace: PersonaWorkspace | None = None,
-                 blobs: BlobStore | None = None,
-                 reruns: SessionStore | None = None) -> Eraser:
-    """What ``gateway forget`` and ``/forget`` run: the memory scope (through the running
-    gateway's workspace, so its cache forgets too; else straight from the disk), then the
-    person's sessions and a tombstone. New kinds of personal data add their step here."""
-    if workspace is not None:
-        steps: list[ErasureStep] = [memory_step(workspace.forget)]
-    else:
-        async def forget(scope: Scope) -> list[str]:
-            return await asyncio.to_thread(delete_scope, persona_root, scope)
-
-        steps = [memory_step(forget)]
-    eraser = Eraser(store, steps)
-    if blobs is not None:  # the person's attachments (before their sessions go)
-        eraser.steps.append(blob_step(eraser, blobs))
-    if reruns is not None:  # rerun logs copy the messages of the sessions they rerun
-        eraser.steps.append(rerun_step(eraser, reruns))
-    return eraser
 
 
 def build_toolbox(settings: Settings) -> ToolSource | None:
@@ -497,17 +472,15 @@ def build_gateway(
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
 
-    async def close(scope: Scope) -> int:
-        return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
-
-    eraser = build_eraser(settings.persona_root, store, workspace, blobs,
-                          rerun_store(settings.data_dir))
-    handlers = {FORGET.name: ForgetCommand(eraser, close).run,
+    erasure, erasure_endpoint = gateway_erasure(settings, store, workspace, blobs,
+                                                rerun_store(settings.data_dir), coordinator)
+    handlers = {FORGET.name: ForgetCommand(erasure).run,
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
     router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     conversations=coordinator.conversations, handlers=handlers,
                     wait_for_channels=True, take_in=intake.prepare)
+    hold_with(erasure, erasure_endpoint, router.pauses)
     chosen = (list(channels) if channels is not None
               else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
 
@@ -524,7 +497,7 @@ def build_gateway(
         extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
         observer=observer,
         services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
-                  loop.tools],
+                  loop.tools, erasure_endpoint],
         closing=[blobs.aclose, ledger.aclose, *(f.aclose for f in fallbacks)]
         + ([transcriber.aclose] if transcriber is not None else []),
         health_parts={"mcp": loop.tools.health} if loop.tools.sources else None,

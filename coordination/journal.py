@@ -43,7 +43,7 @@ import functools
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -391,6 +391,45 @@ class FileJournal:
             self._syncing = None
             ended.set_result(None)
 
+    async def erase(self, sessions: Collection[str], items: Collection[str], *,
+                    dry: bool = False) -> int:
+        """Forget an erased person's answered items (those answered in one of ``sessions``, and
+        ``items``) and rewrite the file without their lines, at once: their text (an ``owe``
+        line stays in the file after its answer until a rewrite) and their platform ids go.
+        Items still owed stay: their messages are still to be answered. Returns how many lines
+        of the file were theirs (``dry``: counts them, changes nothing). Raises ``OSError``
+        when the file cannot be rewritten."""
+        while self._compaction is not None:  # a rewrite in progress holds the old lines
+            await asyncio.shield(self._compaction)
+        sessions, wanted = set(sessions), set(items)
+        data = os.pread(self._fd, self._size, 0) if self._fd is not None else b""
+        lines = _parsed(data)
+        wanted.update(str(line[1]) for line in lines
+                      if line[0] == "paid" and len(line) == 4 and line[2] in sessions)
+        wanted.update(i for i, session in self._paid.items() if session in sessions)
+        wanted.update(s.item for s in self._seen.values() if s.session in sessions)
+        wanted.difference_update(self._owed)
+        count = sum(_names(line, wanted, sessions) for line in lines)
+        if dry:
+            return count
+        for key, seen in list(self._seen.items()):
+            if seen.item in wanted:
+                del self._seen[key]
+        for item_id in wanted:
+            self._paid.pop(item_id, None)
+        if self.path is None or self._fd is None:
+            return count
+        tmp = journal_file.temp_path(self.path)
+        fd, size, written = self._write_snapshot(tmp, self._snapshot())
+        try:
+            old = self._install(fd, tmp, size, written)
+        except BaseException:
+            journal_file.discard(fd, tmp)
+            raise
+        self._backlog = b""  # what it held is in memory, so in the new file
+        _close_after(old, self._syncing)  # an fsync of the old file may be running
+        return count
+
     # -- memory --------------------------------------------------------------------------------
 
     def _note_owed(self, owed: OwedItem) -> None:
@@ -572,6 +611,28 @@ def _close_after(fd: int, running: asyncio.Future[None] | None) -> None:
         os.close(fd)
     else:
         running.add_done_callback(lambda _done: os.close(fd))
+
+
+def _parsed(data: bytes) -> list[list[Any]]:
+    """The journal's lines as read back (torn or foreign ones left out)."""
+    found: list[list[Any]] = []
+    for raw in data.split(b"\n"):
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(line, list) and len(line) >= 2:
+            found.append(line)
+    return found
+
+
+def _names(line: list[Any], items: set[str], sessions: set[str]) -> bool:
+    """Whether a journal line is about one of ``items`` (or answered in ``sessions``)."""
+    if line[0] == "seen" and len(line) == 5:
+        return line[2] in items or line[3] in sessions
+    if line[0] == "paid" and len(line) == 4:
+        return line[1] in items or line[2] in sessions
+    return line[1] in items
 
 
 def _line(value: list[Any]) -> bytes:

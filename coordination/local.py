@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Self
@@ -206,6 +206,10 @@ class LocalConversations:
         done, _ = await asyncio.wait([future], timeout=within)
         return future.result() if done else None
 
+    async def erase(self, tenant: str, sessions: Collection[str],
+                    items: Collection[str], dry: bool = False) -> int:
+        return await self.journal.erase(sessions, items, dry=dry)
+
     async def adoptions(self) -> AsyncIterator[Claim]:
         # The conversations the last run left owed, once; nothing is orphaned later.
         orphans, self._orphans = self._orphans, []
@@ -244,6 +248,9 @@ class InProcessCoordinator:
 
     def elector(self, name: str) -> None:
         return None
+
+    def erasure_bus(self) -> None:
+        return None  # one process: nobody else to reach
 
     def pairing_state(self) -> PairingState | None:
         return None

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from coordination.keys import DEFAULT_PREFIX, Keys
 from coordination.leader import RedisLeaderElector
+from coordination.redis_erasure import RedisErasureBus
 from coordination.redis_pairing import RedisPairingState
 from coordination.redis_queue import RedisConversations
 from coordination.relay import Relay
@@ -59,6 +60,7 @@ class RedisCoordinator:
                                                 inbox, lease_ttl=lease_ttl)
         self._electors: dict[str, RedisLeaderElector] = {}
         self._pairing: RedisPairingState | None = None
+        self._bus: RedisErasureBus | None = None
         self._group: asyncio.TaskGroup | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -132,6 +134,11 @@ class RedisCoordinator:
             if self._pairing is not None:
                 self._pairing.close()
             await self.redis.aclose()
+
+    def erasure_bus(self) -> RedisErasureBus:
+        if self._bus is None:
+            self._bus = RedisErasureBus(self.redis, self.keys, self.worker)
+        return self._bus
 
     def elector(self, name: str) -> RedisLeaderElector:
         elector = self._electors.get(name)

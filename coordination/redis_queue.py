@@ -33,7 +33,7 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -267,6 +267,10 @@ class RedisConversations:
             if loop.time() >= deadline:
                 return None
             await asyncio.sleep(min(SETTLED_POLL, max(0.0, deadline - loop.time())))
+
+    async def erase(self, tenant: str, sessions: Collection[str],
+                    items: Collection[str], dry: bool = False) -> int:
+        return await self.inbox.erase(tenant, sessions, items, dry)
 
     async def adoptions(self) -> AsyncIterator[Claim]:
         interval = max(0.1, self.lease_ttl / 3)

@@ -50,6 +50,7 @@ from sessions.files import (
     ensure_private_dir,
     read_first_line,
     read_regular,
+    write_all,
 )
 from sessions.jsonl_writer import JsonlSessionWriter, errno_kind
 from sessions.names import (
@@ -407,31 +408,42 @@ class JsonlSessionStore:
     # -- erasure -----------------------------------------------------------------------------
 
     async def erase(self, tenant: str, session_ids: Sequence[str],
-                    tombstone: Mapping[str, Any]) -> list[str]:
-        """See :meth:`sessions.store.SessionStore.erase`: files first, then the tombstone."""
+                    tombstone: Mapping[str, Any],
+                    rewrites: Mapping[str, Mapping[int, bytes]] | None = None) -> list[str]:
+        """See :meth:`sessions.store.SessionStore.erase`: every file locked first, then the
+        rewrites, the deletions and the tombstone."""
         paths = [self.path_of(tenant, sid) for sid in session_ids]
+        changed = {self.path_of(tenant, sid): dict(lines)
+                   for sid, lines in (rewrites or {}).items()}
         line = encode(tombstone)
-        deleted = await asyncio.to_thread(self._erase_sync, tenant, paths, line)
+        deleted = await asyncio.to_thread(self._erase_sync, tenant, paths, changed, line)
         self._latest.pop(tenant, None)  # rebuilt from the headers on the next lookup
         self._created.pop(tenant, None)
         return deleted
 
-    def _erase_sync(self, tenant: str, paths: list[Path], line: bytes) -> list[str]:
-        held: list[tuple[Path, int]] = []
+    def _erase_sync(self, tenant: str, paths: list[Path], changed: dict[Path, dict[int, bytes]],
+                    line: bytes) -> list[str]:
+        held: dict[Path, int] = {}
         try:
-            for path in paths:
+            for path in [*paths, *changed]:
+                if path in held:
+                    continue
                 try:
                     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 except FileNotFoundError:
                     continue
-                held.append((path, fd))
-                # Every lock is taken before anything is deleted: a session a running
+                held[path] = fd
+                # Every lock is taken before anything is changed: a session a running
                 # gateway holds open refuses the whole erasure, so none is half done.
                 self._lock(fd, path.stem)
-            for path, _ in held:
-                path.unlink()
+            for path, lines in changed.items():
+                if path in held and path not in paths:
+                    _rewrite_lines(path, held[path], lines)
+            for path in paths:
+                if path in held:
+                    path.unlink()
         finally:
-            for _, fd in held:
+            for fd in held.values():
                 os.close(fd)
         self._private_sessions_dir(tenant)
         log_path = self.erasures_path(tenant)
@@ -442,7 +454,7 @@ class JsonlSessionStore:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return [path.stem for path, _ in held]
+        return [path.stem for path in paths if path in held]
 
     async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
         tenants = [validate_tenant(tenant)] if tenant is not None else self.tenants()
@@ -461,6 +473,31 @@ class JsonlSessionStore:
 
     async def aclose(self) -> None:
         return None
+
+
+def _rewrite_lines(path: Path, fd: int, lines: Mapping[int, bytes]) -> None:
+    """Replace the lines of ``path`` (open as ``fd``) whose ``seq`` is in ``lines``: a new file
+    written beside it, fsynced, renamed over it (a crash leaves the old file or the new one)."""
+    data = _read_fd(fd)
+    out: list[bytes] = []
+    for raw in data.split(b"\n"):
+        if raw and b'"seq"' in raw:
+            entry = loads_entry(raw)
+            seq = entry.get("seq") if entry is not None else None
+            if isinstance(seq, int) and seq in lines:
+                raw = lines[seq]
+        out.append(raw)
+    temporary = path.with_name(f".{path.name}.erase")
+    new = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        write_all(new, b"\n".join(out))
+        os.fsync(new)
+    except BaseException:
+        os.close(new)
+        temporary.unlink(missing_ok=True)
+        raise
+    os.close(new)
+    os.replace(temporary, path)
 
 
 def _read_fd(fd: int) -> bytes:

@@ -31,6 +31,8 @@ import orjson
 
 from sessions.caching import glued_at
 from sessions.encoding import ESCAPED, unescape
+from sessions.erased import ERASED as ERASED_KEY
+from sessions.erased import erased_at, is_marker
 from sessions.errors import (
     CorruptHeaderError,
     EmptySessionError,
@@ -44,6 +46,7 @@ from sessions.records import (
     Window,
 )
 from sessions.replay_model import (
+    ERASED,
     NOT_REBUILDABLE,
     NOT_RECORDED,
     NOTICE_BEFORE_FIRST,
@@ -67,6 +70,7 @@ from sessions.replay_model import (
 )
 
 __all__ = [  # the model's names stay importable from here, where callers always found them
+    "ERASED",
     "NOTICE_BEFORE_FIRST",
     "NOTICE_CALL_UNRECORDED",
     "NOTICE_NO_PROMPTS",
@@ -112,6 +116,8 @@ class _Builder:
         self.last_seq: int | None = None
         self.gaps: list[Gap] = []
         self.refusals: list[Refused] = []
+        self.erased: dict[int, str | None] = {}
+        """Message indices an erasure replaced by its marker, and when."""
         self.damaged: int | None = None
         """Line of the first damage that can shift message indices (a lost or corrupt line)."""
 
@@ -138,6 +144,8 @@ class _Builder:
         index = len(self.starts)
         self.starts.append(start)
         self.ends.append(end)
+        if ERASED_KEY in entry and is_marker(entry):
+            self.erased[index] = erased_at(entry)
         if msg["role"] != "assistant":
             return
         ts = _str_or_none(entry.get("ts"))
@@ -371,6 +379,8 @@ def _judge_call(builder: _Builder, d: dict[str, Any],
                                  f"{builder.damaged}")
     if d["window"] is None:
         return NOT_REBUILDABLE, "its message window is malformed"
+    if builder.erased and (gone := _erased_in(builder.erased, d["window"])) is not None:
+        return ERASED, gone
     if version is None:
         return NOT_REBUILDABLE, f"missing prompt entry {d['prompt_fp'] or '(none named)'}"
     if version.text is None:
@@ -396,6 +406,17 @@ def _glued_note(version: PromptVersion, cut: int) -> str:
             f"between sections {cut} ({before}) and {cut + 1} ({after}), so the model read them "
             f"run together; the system prompt shown is the one it read, and the request is "
             f"rebuilt as it was sent")
+
+
+def _erased_in(erased: Mapping[int, str | None], window: Window) -> str | None:
+    """Why a call whose window holds an erased message cannot be rebuilt (``None``: none)."""
+    found = sorted(i for i in erased for start, end in window if start <= i < end)
+    if not found:
+        return None
+    when = sorted({at for i in found if (at := erased[i])})
+    on = f" on {when[-1]}" if when else ""
+    return (f"{len(found)} message(s) it sent were erased{on}; the log keeps a marker in "
+            "their place")
 
 
 def _with_notice(call: Call, notice: str) -> Call:

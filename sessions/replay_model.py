@@ -34,12 +34,14 @@ NOTICE_BEFORE_FIRST = "no prompt recorded before this call (not back-filled)"
 NOTICE_CALL_UNRECORDED = "this call was not recorded (prompt persistence failed for it)"
 NOTICE_PROMPT_MISSING = "the call names a prompt that is not in the log"
 
-Status = Literal["rebuilt", "not_recorded", "not_rebuildable"]
+Status = Literal["rebuilt", "not_recorded", "not_rebuildable", "erased"]
 REBUILT: Final = "rebuilt"
 NOT_RECORDED: Final = "not_recorded"
 NOT_REBUILDABLE: Final = "not_rebuildable"
-"""Per call: rebuilt exactly from the log; not recorded at all; or recorded but missing a piece
-the request needs. Replay never offers a body for the last two."""
+ERASED: Final = "erased"
+"""Per call: rebuilt exactly from the log; not recorded at all; recorded but missing a piece
+the request needs; or it sent a message whose sender was erased since (the log keeps a marker
+in its place, :mod:`sessions.erased`). Replay never offers a body for the last three."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +124,14 @@ class Call:
 
     @property
     def status_text(self) -> str:
-        """``rebuilt``, ``not recorded (WHY)`` or ``recorded but not rebuildable (WHY)``."""
+        """``rebuilt``, ``not recorded (WHY)``, ``recorded but not rebuildable (WHY)`` or
+        ``erased (WHY)``."""
         if self.status == NOT_RECORDED:
             return f"not recorded ({self.why})"
         if self.status == NOT_REBUILDABLE:
             return f"recorded but not rebuildable ({self.why})"
+        if self.status == ERASED:
+            return f"erased ({self.why})"
         return "rebuilt"
 
 

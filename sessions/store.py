@@ -169,9 +169,15 @@ class SessionStore(Protocol):
     ) -> MessagePage: ...
 
     async def erase(self, tenant: str, session_ids: Sequence[str],
-                    tombstone: Mapping[str, Any]) -> list[str]:
+                    tombstone: Mapping[str, Any],
+                    rewrites: Mapping[str, Mapping[int, bytes]] | None = None) -> list[str]:
         """Delete these sessions, every entry of them, and record ``tombstone`` (a body from
         :func:`sessions.tombstones.tombstone`) for the tenant; returns the ids deleted.
+
+        ``rewrites``: sessions that stay (a group's) with some lines replaced, by ``seq``
+        (the erased person's messages, as :func:`sessions.erased.marker_line` renders them);
+        an entry whose ``seq`` is not in the log is skipped, a session that is gone too.
+        They are locked and changed with the deletions: all of it, or nothing.
 
         Contract: names are validated before anything changes. An id with no session is
         skipped (erasing twice is harmless). A session that a live writer of *another process*
@@ -180,8 +186,9 @@ class SessionStore(Protocol):
         fenced writer's next append fails instead). The tombstone is recorded even when
         nothing was left to delete, and once it is recorded the sessions are gone: no read,
         listing or ``latest_session`` of this store returns them again. PostgreSQL does it
-        in one transaction; JSONL deletes the files, then appends the tombstone (a crash in
-        between leaves the sessions deleted and no tombstone: erase again).
+        in one transaction; JSONL locks every file first, rewrites (a new file renamed into
+        place), deletes, then appends the tombstone (a crash in between leaves the sessions
+        deleted and no tombstone: erase again).
         """
         ...
 

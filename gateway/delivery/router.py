@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from gateway.agent.loop import AgentLoop
+from gateway.delivery.pause import Pauses
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.serving import (
     MAX_RETRY_DELAY,
@@ -116,6 +117,8 @@ class Router:
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
         self._unrecorded = Episode(log, "recording inbound messages")
+        self.pauses = Pauses(registry)
+        """Holds conversations still for an erasure (receiving and serving wait on it)."""
         registry.is_busy = self.is_busy
 
     @property
@@ -152,7 +155,12 @@ class Router:
     # -- receiving ---------------------------------------------------------------------------
 
     async def deliver(self, inbound: Inbound, sink: ReplySink | None = None) -> Accepted:
-        """Record ``inbound`` durably and queue its turn; see the module docstring."""
+        """Record ``inbound`` durably and queue its turn; see the module docstring. Waits
+        while an erasure holds its conversation still (:mod:`gateway.delivery.pause`)."""
+        async with self.pauses.active(inbound.key):
+            return await self._deliver(inbound, sink)
+
+    async def _deliver(self, inbound: Inbound, sink: ReplySink | None) -> Accepted:
         if self._closing:
             raise RouterClosedError("the gateway is shutting down")
         command = commands.parse(inbound.text)
@@ -276,7 +284,9 @@ class Router:
             async with self.conversations.holding(claim):
                 delay = self.retry_delay
                 while (item := await self.conversations.next(claim)) is not None:
-                    if not await self._items.serve(claim, item):
+                    async with self.pauses.active(key):
+                        served = await self._items.serve(claim, item)
+                    if not served:
                         await asyncio.sleep(delay)  # the store is down: the same item again
                         delay = min(delay * 2, MAX_RETRY_DELAY)
                         continue

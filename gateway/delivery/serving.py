@@ -109,9 +109,9 @@ class ItemServer:
         except NotRecordedError as exc:
             if exc.fenced:
                 raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
-            if exc.kind == GONE and self.shared:
-                # Erased under this holder (a /forget of the person served elsewhere): the
-                # retry opens the conversation from the store again, not this copy.
+            if exc.kind == GONE:
+                # Erased under this holder (an erasure that did not reach it): the retry
+                # opens the conversation from the store again, not this copy.
                 await self.registry.forget(item.inbound.key)
             self._unwritable.failed(exc.kind)
             return False

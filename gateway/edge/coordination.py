@@ -14,12 +14,13 @@ import asyncio
 import os
 import random
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self
 
 from gateway.edge.channel import ReplySink
+from gateway.edge.erasure import ErasureBus
 from gateway.edge.messages import ConversationKey, Inbound
 from gateway.edge.pairing import PairingState
 from sessions.store import SessionWriter
@@ -197,6 +198,15 @@ class ConversationQueue(Protocol):
         """Claims on conversations whose server went away with items left (never ends)."""
         ...
 
+    async def erase(self, tenant: str, sessions: Collection[str],
+                    items: Collection[str], dry: bool = False) -> int:
+        """Forget what is kept of an erased person's answered items (answered in one of
+        ``sessions``, or one of ``items``): their text and platform ids, durably, now (the owed
+        journal is rewritten without their lines; their inbox rows are deleted). Items still
+        owed stay. Returns how many lines or rows went (``dry``: would go, nothing changes);
+        raises ``OSError`` if it cannot."""
+        ...
+
 
 LeaseCheck = Callable[[], None]
 """The lease check of the claim a turn serves (:meth:`ConversationQueue.check` bound to it),
@@ -262,6 +272,12 @@ class SharedInbox(Protocol):
     async def withdraw(self, item: str) -> None: ...
 
     async def prune(self, older_than: float) -> int: ...
+
+    async def erase(self, tenant: str, sessions: Collection[str],
+                    items: Collection[str], dry: bool = False) -> int:
+        """Delete the answered rows of ``items`` or answered in ``sessions``; how many
+        (``dry``: only count them)."""
+        ...
 
     async def next_fence(self, at_least: int = 0) -> int: ...
 
@@ -338,6 +354,10 @@ class Coordinator(Protocol):
 
     def elector(self, name: str) -> LeaderElector | None:
         """The election for singleton job ``name``; ``None``: this process is the only one."""
+        ...
+
+    def erasure_bus(self) -> ErasureBus | None:
+        """How an erasure reaches the other workers (``None``: there are none)."""
         ...
 
     def pairing_state(self) -> PairingState | None:

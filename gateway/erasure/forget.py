@@ -1,25 +1,20 @@
 """``/forget``: a person erases, from a direct message, what the gateway keeps about them.
 
 ``/forget`` alone says what would be erased and asks for ``/forget confirm``; the confirmation
-then does what ``gateway forget --user CHANNEL:ID`` does for the operator (their memory scope,
-their one-to-one sessions, a tombstone: :mod:`gateway.erasure.eraser`), after closing their open
-conversations so no open session keeps writing. With several workers only the serving
-worker's copies are closed here; another worker's cached copy is never carried on, since a
-worker reopens a conversation from the store when its session is no longer the latest
-(:meth:`gateway.delivery.registry.ConversationRegistry.get`), and a holder whose session is erased
-while it holds the conversation drops its copy at its next write or log read. In a group it
-erases nothing and says to write in private: a group's log and memory belong to the chat. The
-confirmation needs no state between the two messages, so it works the same when several
-workers serve the chat.
+then does what ``gateway forget --user CHANNEL:ID`` does for the operator, through the same
+service (:mod:`gateway.erasure.service`: their channel held still in every worker, their
+memory scope, their one-to-one sessions, their messages in groups replaced by markers, a
+tombstone). The conversation the command is served in is exempt from the wait: it is this
+turn. In a group it erases nothing and says to write in private. The confirmation needs no
+state between the two messages, so it works the same when several workers serve the chat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from gateway.edge.commands import CommandCall
-from gateway.edge.scopes import ONE_TO_ONE, Scope, scope_of
-from gateway.erasure.eraser import Eraser
+from gateway.edge.erasure import ErasureRefusedError
+from gateway.edge.scopes import ONE_TO_ONE, scope_of
+from gateway.erasure.service import ErasureService
 
 CONFIRM_WORDS = frozenset({"confirm", "yes"})
 
@@ -32,6 +27,10 @@ ASK_REPLY = (
     "This erases, for good, what I remember about you and our one-to-one conversations on "
     "this channel ({sessions}). Group chats are not touched. To go ahead, send: /forget confirm"
 )
+BUSY_REPLY = (
+    "I could not erase anything just now: our conversations were busy. Nothing was changed; "
+    "please send /forget confirm again in a moment."
+)
 DONE_REPLY = (
     "Done: I erased what I remembered about you ({memory}) and {sessions}. "
     "We start from scratch."
@@ -39,25 +38,25 @@ DONE_REPLY = (
 
 
 class ForgetCommand:
-    """The handler of ``/forget`` (:data:`gateway.edge.commands.FORGET`; see the module docstring).
+    """The handler of ``/forget`` (:data:`gateway.edge.commands.FORGET`; see the module
+    docstring)."""
 
-    ``close`` closes the open conversations whose memory scope is the given one (the
-    registry's), so the erased sessions are not written to again.
-    """
-
-    def __init__(self, eraser: Eraser, close: Callable[[Scope], Awaitable[int]]) -> None:
-        self.eraser = eraser
-        self.close = close
+    def __init__(self, service: ErasureService) -> None:
+        self.service = service
 
     async def run(self, call: CommandCall) -> str:
         if call.context.chat_type != ONE_TO_ONE:
             return GROUP_REPLY
         scope = scope_of(call.context)
         if call.args.lower() not in CONFIRM_WORDS:
-            found = await self.eraser.sessions_of(scope)
+            found = await self.service.eraser.sessions_of(scope)
             return ASK_REPLY.format(sessions=_count(len(found), "saved conversation"))
-        await self.close(scope)
-        counts = (await self.eraser.erase(scope, requested_by="self")).counts()
+        try:
+            report = await self.service.erase(scope, requested_by="self",
+                                              exempt=call.inbound.key)
+        except ErasureRefusedError:
+            return BUSY_REPLY
+        counts = report.counts()
         return DONE_REPLY.format(memory=_count(counts.get("memory", 0), "file"),
                                  sessions=_count(counts.get("session", 0), "conversation"))
 

@@ -18,6 +18,7 @@ coordination layer's wire form of a queued item). Database failures raise
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sessions.postgres.store import PostgresSessionStore
@@ -68,6 +69,10 @@ class PostgresInbox:
                         f" FROM {q}.inbox WHERE item = $1")
         self._withdraw = (f"DELETE FROM {q}.inbox WHERE item = $1 AND attempts = 0"
                           " AND answered_at IS NULL")
+        theirs = (" WHERE tenant = $1 AND answered_at IS NOT NULL"
+                  " AND (session_id = ANY($2::text[]) OR item = ANY($3::text[]))")
+        self._erase = f"DELETE FROM {q}.inbox{theirs}"
+        self._count_erased = f"SELECT count(*) FROM {q}.inbox{theirs}"
         self._prune = (f"DELETE FROM {q}.inbox WHERE answered_at IS NOT NULL"
                        " AND answered_at < now() - make_interval(secs => $1)")
 
@@ -124,6 +129,18 @@ class PostgresInbox:
         """Delete rows answered more than ``older_than`` seconds ago; how many."""
         async with self._store.connection() as conn:
             done = await conn.execute(self._prune, float(older_than))
+        return int(done.split()[-1])
+
+    async def erase(self, tenant: str, sessions: Collection[str], items: Collection[str],
+                    dry: bool = False) -> int:
+        """Delete the answered rows of an erased person (answered in one of ``sessions``, or
+        one of their ``items`` in a group): their text and platform ids go; how many rows
+        (``dry``: only count them). Unanswered rows stay: those messages are still owed."""
+        async with self._store.connection() as conn:
+            if dry:
+                return int(await conn.fetchval(self._count_erased, tenant, sorted(sessions),
+                                               sorted(items)))
+            done = await conn.execute(self._erase, tenant, sorted(sessions), sorted(items))
         return int(done.split()[-1])
 
     async def next_fence(self, at_least: int = 0) -> int:

@@ -73,7 +73,7 @@ from sessions.order import GENERATION, newest_first
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
-from sessions.scan import recover_state
+from sessions.scan import recover_state, summarise
 from sessions.store import MessagePage, SessionInfo, SessionState
 from sessions.tombstones import decode_lines, encode
 
@@ -515,13 +515,20 @@ class PostgresSessionStore:
     # -- erasure -----------------------------------------------------------------------------
 
     async def erase(self, tenant: str, session_ids: Sequence[str],
-                    tombstone: Mapping[str, Any]) -> list[str]:
+                    tombstone: Mapping[str, Any],
+                    rewrites: Mapping[str, Mapping[int, bytes]] | None = None) -> list[str]:
         """See :meth:`sessions.store.SessionStore.erase`: one transaction. A writer still
-        holding one of these sessions finds it gone at its next append (``NOT_FOUND``)."""
+        holding one of these sessions finds it gone at its next append (``NOT_FOUND``); the
+        rewritten lines keep their ``seq``, so a writer of such a session appends as before."""
         validate_tenant(tenant)
         ids = [validate_session_id(sid) for sid in session_ids]
+        changed = {validate_session_id(sid): dict(lines)
+                   for sid, lines in (rewrites or {}).items()}
         line = encode(tombstone)
         async with self._writing(ids[0] if ids else "erasure") as conn, conn.transaction():
+            for sid, lines in changed.items():
+                if sid not in ids:
+                    await self._rewrite(conn, tenant, sid, lines)
             rows = await conn.fetch(
                 f"DELETE FROM {self._q}.sessions WHERE tenant = $1 AND id = ANY($2::text[])"
                 " RETURNING id", tenant, ids,
@@ -530,6 +537,33 @@ class PostgresSessionStore:
                                tenant, line)
         deleted = {str(r["id"]) for r in rows}
         return [sid for sid in ids if sid in deleted]
+
+    async def _rewrite(self, conn: PoolConnectionProxy[asyncpg.Record], tenant: str,
+                       session_id: str, lines: Mapping[int, bytes]) -> None:
+        """Replace the session's lines by ``seq`` (in the caller's transaction), then what the
+        listing shows of it (its first user text, its size), computed from the new log."""
+        head = await conn.fetchval(
+            f"SELECT id FROM {self._q}.sessions WHERE tenant = $1 AND id = $2 FOR UPDATE",
+            tenant, session_id,
+        )
+        if head is None:
+            return
+        await conn.executemany(
+            f"UPDATE {self._q}.entries SET line = $4"
+            " WHERE tenant = $1 AND session_id = $2 AND seq = $3",
+            [(tenant, session_id, seq, data) for seq, data in sorted(lines.items())],
+        )
+        rows = await conn.fetch(
+            f"SELECT line FROM {self._q}.entries WHERE tenant = $1 AND session_id = $2"
+            " ORDER BY seq", tenant, session_id,
+        )
+        log_bytes = b"".join(bytes(r["line"]) + b"\n" for r in rows)
+        summary = summarise(log_bytes)
+        await conn.execute(
+            f"UPDATE {self._q}.sessions SET first_user_text = $3, size_bytes = $4"
+            " WHERE tenant = $1 AND id = $2",
+            tenant, session_id, summary.first_user_text, len(log_bytes),
+        )
 
     async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
         if tenant is not None:

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 
 from coordination.keys import Keys, member
 from gateway.agent.loop import APOLOGY
+from gateway.delivery.pause import Pauses
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.serving import meta_of
 from gateway.delivery.speakers import user_message
@@ -26,9 +27,10 @@ from gateway.edge.coordination import Claim, ConversationQueue, QueueItem
 from gateway.edge.messages import ChannelContext, ConversationKey
 from gateway.edge.metrics import Metrics
 from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
-from gateway.edge.scopes import Scope, scope_of
+from gateway.edge.scopes import scope_of
 from gateway.erasure.eraser import Eraser
 from gateway.erasure.forget import DONE_REPLY, ForgetCommand
+from gateway.erasure.service import ErasureService
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore
@@ -257,12 +259,11 @@ class Recalling(ScriptedProvider):
 
 def forget_handler(store: PostgresSessionStore
                    ) -> Callable[[ConversationRegistry], Mapping[str, CommandHandler]]:
-    """``/forget`` as the composition root wires it: close the worker's own copies, erase."""
+    """``/forget`` as the composition root wires it, but for the bus to the other workers: the
+    worker holds its own copies still, erases, drops them (the others learn at their next
+    claim, which is what these tests show)."""
     def make(registry: ConversationRegistry) -> Mapping[str, CommandHandler]:
-        async def close(scope: Scope) -> int:
-            return await registry.close_where(lambda conv: scope_of(conv.context) == scope)
-
-        return {FORGET.name: ForgetCommand(Eraser(store), close).run}
+        return {FORGET.name: ForgetCommand(ErasureService(Eraser(store), Pauses(registry))).run}
 
     return make
 

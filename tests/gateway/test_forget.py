@@ -65,7 +65,8 @@ def test_group_messages_name_their_speaker_and_names_cannot_forge_the_frame() ->
 
 async def test_forget_asks_then_erases_only_that_persons_direct_data(tmp_path: Path) -> None:
     """/forget asks first; /forget confirm erases the person's memory and DM sessions (and
-    closes the open one); their group, and other people, keep everything."""
+    closes the open one); their group keeps its log with a marker in their message's place
+    (replay says its calls are erased), and other people keep everything."""
     async with composed(tmp_path) as (gateway, channel):
         await said(channel, "lovelace", "remember that I like green tea", sender="lovelace")
         await said(channel, "team", "remember that the demo is friday", sender="lovelace",
@@ -98,8 +99,13 @@ async def test_forget_asks_then_erases_only_that_persons_direct_data(tmp_path: P
         assert [m["content"] for m in replay.sent(turn)] == ["hello again"]
         team = next(i for i in infos if i.conversation == "memory:team")
         log = await gateway.store.read_log("default", team.session_id)
-        assert b"[Ada (lovelace)] remember that the demo is friday" in log
-        assert b"friday" in log  # the group keeps what was said there
+        assert b"[Ada (lovelace)]" not in log
+        assert b"remember that the demo" not in log
+        group_replay = replay_bytes(log)
+        assert group_replay.messages.entry(0)["message"] == {"role": "user",
+                                                             "content": "[erased]"}
+        assert group_replay.turn(1).status == "erased"
+        assert b"friday" in log  # what the model said and saved there stays the group's
         babbage = next(i for i in infos if i.conversation == "memory:babbage")
         assert b"coffee" in await gateway.store.read_log("default", babbage.session_id)
 

@@ -102,8 +102,9 @@ SCRIPT = [
 
 
 async def test_forget_erases_exactly_the_person_on_both_stores(backend: Backend) -> None:
-    """Their memory scope and both DM sessions go; the other person and the group they spoke
-    in keep everything; replay --list no longer lists their DMs; one tombstone, no raw id."""
+    """Their memory scope and both DM sessions go, their group message becomes a marker (the
+    group keeps its log), the owed journal loses their lines; the other person keeps
+    everything; replay --list no longer lists their DMs; one tombstone, no raw id."""
     await say_all(backend, SCRIPT)
     assert sorted(c for c, _ in await listed(backend)) == [  # two DM sessions (/new)
         "memory:babbage", f"memory:{PERSON}", f"memory:{PERSON}", "memory:team"]
@@ -115,12 +116,14 @@ async def test_forget_erases_exactly_the_person_on_both_stores(backend: Backend)
     assert lines[0] == f"erased memory:{PERSON} (tenant default):"
     scope_dir = f"memory/default/memory/people/{PERSON}"
     assert lines[1:3] == [f"  memory   {scope_dir}/MEMORY.md", f"  memory   {scope_dir}/scope.json"]
-    assert [line.split()[0] for line in lines[3:-1]] == ["session", "session"]
-    assert lines[-1] == "tombstone recorded (2 memory, 2 session)"
+    assert [line.split()[0] for line in lines[3:-1]] == [
+        "session", "session", "message", "journal"]
+    assert lines[-1] == "tombstone recorded (1 journal, 2 memory, 1 message, 2 session)"
+    assert b"green tea" not in (backend.data / "state" / "delivery.jsonl").read_bytes()
 
-    assert sorted(await listed(backend)) == [  # the group keeps its log
+    assert sorted(await listed(backend)) == [  # the group keeps its log, with a marker
         ("memory:babbage", "remember that I like coffee"),
-        ("memory:team", f"[{PERSON}] remember that the demo is friday")]
+        ("memory:team", "[erased]")]
 
     persona = backend.data / "persona" / "memory" / "default" / "memory"
     assert not (persona / "people" / PERSON).exists()
@@ -135,7 +138,8 @@ async def test_forget_erases_exactly_the_person_on_both_stores(backend: Backend)
     stone = stones[0]
     assert stone["subject"] == {"kind": "person", "channel": "memory",
                                 "sha256": subject_hash("default", "memory", PERSON)}
-    assert (stone["requestedBy"], stone["removed"]) == ("operator", {"memory": 2, "session": 2})
+    assert (stone["requestedBy"], stone["removed"]) == (
+        "operator", {"journal": 1, "memory": 2, "message": 1, "session": 2})
     assert len(stone["sessions"]) == 2
     assert PERSON not in audit
     assert "tea" not in audit
@@ -153,14 +157,18 @@ async def test_forget_dry_run_changes_nothing(backend: Backend) -> None:
     code, out, _ = await acli("forget", "--user", f"memory:{PERSON}", "--dry-run",
                               "--data-dir", str(backend.data), *backend.store_args)
     assert code == 0
-    assert out.splitlines()[0] == (f"would erase memory:{PERSON} (tenant default): 2 one-to-one "
-                                   "session(s) and the memory scope")
+    lines = out.splitlines()
+    assert lines[0] == f"would erase memory:{PERSON} (tenant default):"
+    assert [line.split()[0] for line in lines[1:-1]] == [
+        "memory", "memory", "session", "session", "journal"]
+    assert lines[-1] == "nothing changed (1 journal, 2 memory, 2 session)"
     assert len(await listed(backend)) == 2
 
 
-async def test_forget_refuses_sessions_a_running_gateway_holds(tmp_path: Path) -> None:
-    """JSONL: with the person's session open in a running gateway, nothing is erased and the
-    error says what to do."""
+async def test_forget_hands_the_erasure_to_the_running_gateway(tmp_path: Path) -> None:
+    """With the person's session open in a running gateway, the command hands the erasure to
+    it (its control socket): the person is erased and answered again afterwards, in a fresh
+    session that carries nothing of theirs."""
     data = tmp_path / "data"
     settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data),  # type: ignore[call-arg]
                         GATEWAY_PORT=0)
@@ -172,13 +180,18 @@ async def test_forget_refuses_sessions_a_running_gateway_holds(tmp_path: Path) -
         await channel.wait_replies(1)
         code, out, err = await acli("forget", "--user", f"memory:{PERSON}",
                                     "--data-dir", str(data))
+        assert (code, err) == (0, "")
+        await channel.say(PERSON, "hello again", sender=PERSON)
+        replies = await channel.wait_replies(2)
     finally:
         await gateway.aclose()
-    assert (code, out) == (1, "")
-    assert "is open in another process: nothing was erased" in err
-    assert "/forget" in err
-    assert len(await JsonlSessionStore(data).list_sessions()) == 1
-    assert await JsonlSessionStore(data).tombstones() == []
+    assert "session" in [line.split()[0] for line in out.splitlines()[1:-1]]
+    assert "green tea" not in replies[1][2]
+    [info] = await JsonlSessionStore(data).list_sessions()
+    log = await JsonlSessionStore(data).read_log("default", info.session_id)
+    assert b"green tea" not in log
+    assert b"hello again" in log
+    assert len(await JsonlSessionStore(data).tombstones()) == 1
 
 
 def test_memory_list_show_delete(tmp_path: Path) -> None:
@@ -231,12 +244,14 @@ async def test_older_sessions_are_matched_by_name_or_by_who_spoke(backend: Backe
     code, out, _ = await acli("forget", "--user", f"slack:{PERSON}", "--dry-run",
                               "--data-dir", str(backend.data), *backend.store_args)
     assert code == 0
-    assert sorted(line.split()[1] for line in out.splitlines()[1:]) == ["old-dm", "old-named"]
+    assert sorted(line.split()[1] for line in out.splitlines()[1:-1]
+                  if line.split()[0] == "session") == ["old-dm", "old-named"]
 
 
 async def test_forget_removes_the_persons_attachments_not_the_groups(backend: Backend) -> None:
-    """The photo only their DM holds goes with it; the one they also shared in the group stays
-    (the group's log still refers to it); the tombstone counts the blob."""
+    """The photo only they sent goes (from their DM and from their group message, now a
+    marker); the one someone else also sent in the group stays (the group's log still refers
+    to it); the tombstone counts the blob."""
     private, shared = media.jpeg(30, 20, seed=1), media.png(12, 12)
     settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(backend.data),  # type: ignore[call-arg]
                         GATEWAY_PORT=0)
@@ -248,8 +263,10 @@ async def test_forget_removes_the_persons_attachments_not_the_groups(backend: Ba
         await channel.say(PERSON, "my photos", sender=PERSON, attachments=(
             Attachment("me.jpg", "image/jpeg", private), Attachment("s.png", "image/png", shared)))
         await channel.say("team", "look", sender=PERSON, chat_type="group",
+                          attachments=(Attachment("me.jpg", "image/jpeg", private),))
+        await channel.say("team", "mine too", sender="babbage", chat_type="group",
                           attachments=(Attachment("s.png", "image/png", shared),))
-        await channel.wait_replies(2)
+        await channel.wait_replies(3)
     finally:
         await gateway.aclose()
     code, out, err = await acli("forget", "--user", f"memory:{PERSON}", "--data-dir",
@@ -257,7 +274,8 @@ async def test_forget_removes_the_persons_attachments_not_the_groups(backend: Ba
     assert (code, err) == (0, "")
     gone = hashlib.sha256(private).hexdigest()
     assert f"  blob     {gone}" in out.splitlines()
-    assert out.splitlines()[-1] == "tombstone recorded (1 blob, 1 session)"
+    assert out.splitlines()[-1] == ("tombstone recorded (1 blob, 1 journal, 1 message, "
+                                    "1 session)")
     store = backend.store()
     blobs = blob_store_for(store, backend.data)
     try:
