@@ -233,3 +233,37 @@ async def test_a_torn_append_is_cut_back_before_the_next_line(tmp_path: Path,
     await reopened.open()
     assert [o.id for o in reopened.owed()] == ["i3"]
     reopened.close()
+
+
+async def test_erase_rewrites_the_file_without_the_persons_lines(tmp_path: Path) -> None:
+    """An erasure drops the answered items of the person's sessions and the named items
+    (their text and keys) from memory and rewrites the file at once; another person's
+    answered key and an item still owed stay; a dry run counts the same lines and changes
+    nothing; a restart reads back what stayed."""
+    path = tmp_path / "state" / "delivery.jsonl"
+    journal = FileJournal(path)
+    await journal.open()
+    await journal.owe("a1", "dm-ada", "k-a1", "a1 ada's secret in a DM")
+    await journal.paid("a1", "s-ada")
+    await journal.owe("g1", "team", "k-g1", "g1 ada's secret in the group")
+    await journal.paid("g1", "s-team")
+    await journal.owe("b1", "dm-bob", "k-b1", "b1 bob's words")
+    await journal.paid("b1", "s-bob")
+    await journal.owe("a2", "dm-ada", "k-a2", "a2 ada, still owed")
+    before = path.read_bytes()
+    assert await journal.erase({"s-ada"}, {"g1"}, dry=True) == 4
+    assert path.read_bytes() == before
+    assert await journal.erase({"s-ada"}, {"g1"}) == 4
+    data = path.read_bytes()
+    assert b"secret" not in data
+    assert (journal.seen("k-a1"), journal.seen("k-g1")) == (None, None)
+    assert journal.seen("k-b1") == ("b1", "s-bob")
+    assert [o.id for o in journal.owed()] == ["a2"]
+    await journal.paid("a2", "s-ada2")  # appends go on to the new file
+    journal.close()
+    again = FileJournal(path)
+    await again.open()
+    assert again.seen("k-b1") == ("b1", "s-bob")
+    assert again.seen("k-a2") == ("a2", "s-ada2")
+    assert again.seen("k-a1") is None
+    again.close()

@@ -204,7 +204,7 @@ async def scenario(deployment: Deployment) -> None:
     assert not [sid for sid, log in logs.items() if SECRET.encode() in log]
     assert again["session"] != orjson.loads(ada_log.split(b"\n", 1)[0])["id"]
     fresh = replay_bytes(logs[again["session"]])
-    [turn] = fresh.turns
+    [turn] = fresh.calls
     assert turn.rebuildable
     assert turn.prompt is not None
     assert SECRET not in (turn.prompt.text or "")

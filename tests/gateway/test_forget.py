@@ -104,7 +104,7 @@ async def test_forget_asks_then_erases_only_that_persons_direct_data(tmp_path: P
         group_replay = replay_bytes(log)
         assert group_replay.messages.entry(0)["message"] == {"role": "user",
                                                              "content": "[erased]"}
-        assert group_replay.turn(1).status == "erased"
+        assert group_replay.call(1).status == "erased"
         assert b"friday" in log  # what the model said and saved there stays the group's
         babbage = next(i for i in infos if i.conversation == "memory:babbage")
         assert b"coffee" in await gateway.store.read_log("default", babbage.session_id)

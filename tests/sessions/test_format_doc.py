@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 
 from sessions import replay as replay_module
+from sessions.erased import marker
 from sessions.fingerprint import tools_fingerprint
 from sessions.replay import replay_bytes
 from tests.sessions.helpers import sha16
@@ -94,3 +95,19 @@ def test_documented_problems_are_exactly_those_replay_emits() -> None:
     matched = {text for text, rx in patterns.items() for m in emitted if rx.fullmatch(m)}
     unmatched = [m for m in emitted if not any(rx.fullmatch(m) for rx in patterns.values())]
     assert (sorted(matched), unmatched) == (sorted(documented), [])
+
+
+def test_documented_marker_is_the_one_erasure_writes() -> None:
+    """The "Erased messages" example has exactly the keys, order and values sessions.erased
+    writes for a user message of that seq, ts and item."""
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(r"\n    (\{\"type\":\"message\",\"seq\":12.*?\}\})\n\n", text, re.S)
+    assert match is not None
+    documented = orjson.loads(re.sub(r"\n\s+", "", match.group(1)))
+    entry = {"type": "message", "seq": 12, "ts": documented["ts"],
+             "message": {"role": "user", "content": "what the person said"},
+             "meta": {"sender": "1001", "name": "Ada", "item": documented["meta"]["item"]}}
+    written = marker(entry, subject=documented["erased"]["subject"],
+                     at=documented["erased"]["at"])
+    assert list(written) == list(documented)
+    assert written == documented

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from sessions import entries
+from sessions.erased import marker_line
 from sessions.errors import (
     InvalidNameError,
     SessionExistsError,
@@ -327,3 +328,32 @@ async def test_a_new_session_after_erasure_starts_clean(store: SessionStore) -> 
                                 session_id="s9")
     await writer.aclose()
     assert await store.latest_session("default", "c") == "s9"
+
+
+async def test_erase_rewrites_a_kept_session_with_markers(store: SessionStore) -> None:
+    """A session that stays (a group's) has the named lines replaced by markers, with the
+    deletions, under one tombstone: same seq, same message count, the old text gone, the
+    listing's first text the marker; replay says erased for the calls that sent it, and the
+    session can still be appended to."""
+    await conversation(store, "s1")
+    await conversation(store, "s2")
+    before = await store.read_log("default", "s2")
+    first = orjson.loads(before.split(b"\n")[1])  # the user's message, seq 1
+    assert first["message"]["content"] == "what time is it?"
+    line = marker_line(first, subject="ab" * 32, at="2026-05-02T09:14:03.120Z")
+    deleted = await store.erase("default", ["s1"], _stone(["s1"]), {"s2": {first["seq"]: line}})
+    assert deleted == ["s1"]
+    after = await store.read_log("default", "s2")
+    assert b"what time is it?" not in after
+    assert after.split(b"\n")[1] == line
+    assert len(after.split(b"\n")) == len(before.split(b"\n"))
+    replay = replay_bytes(after)
+    assert replay.problems == ()
+    assert [c.status for c in replay.calls] == ["erased", "erased"]
+    assert "erased on 2026-05-02T09:14:03.120Z" in str(replay.calls[0].why)
+    [info] = await store.list_sessions("default")
+    assert (info.session_id, info.first_user_text, info.message_count) == ("s2", "[erased]", 4)
+    writer = await store.open("default", "s2")
+    await add(writer, user("still here"))
+    await writer.aclose()
+    assert b"still here" in await store.read_log("default", "s2")
