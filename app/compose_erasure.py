@@ -24,7 +24,7 @@ from gateway.edge.errors import ConfigError
 from gateway.edge.scopes import Scope
 from gateway.erasure.eraser import Eraser, ErasurePlan, ErasureStep
 from gateway.erasure.service import ErasureService
-from gateway.erasure.steps import BlobStep, MemoryStep, OwedStep, RerunStep
+from gateway.erasure.steps import BlobStep, McpLogStep, MemoryStep, OwedStep, RerunStep
 from gateway.persona.memory_scopes import delete_scope, scope_dir
 from gateway.persona.workspace import PersonaWorkspace
 from sessions.blobs import BlobStore
@@ -35,11 +35,12 @@ def build_eraser(persona_root: Path, store: SessionStore,
                  workspace: PersonaWorkspace | None = None,
                  blobs: BlobStore | None = None,
                  reruns: SessionStore | None = None,
-                 owed: OwedStep | None = None) -> Eraser:
+                 owed: OwedStep | None = None, data_dir: Path | None = None) -> Eraser:
     """What ``gateway forget`` and ``/forget`` run: the sessions (deleted, or a group's
     rewritten with markers) and a tombstone, then the memory scope (through the running
     gateway's workspace, so its cache forgets too; else straight from the disk), the blobs
-    only they referred to, the rerun logs of those sessions and the delivery records."""
+    only they referred to, the rerun logs of those sessions, the delivery records and (with
+    ``data_dir``) the stderr logs of the MCP servers their sessions called."""
 
     async def files(plan: ErasurePlan) -> list[str]:
         return await asyncio.to_thread(_scope_files, persona_root, plan.scope)
@@ -56,6 +57,10 @@ def build_eraser(persona_root: Path, store: SessionStore,
         steps.append(RerunStep(reruns))
     if owed is not None:
         steps.append(owed)
+    if data_dir is not None:
+        from app.compose import MCP_LOGS_DIR  # (app.compose imports this module)
+
+        steps.append(McpLogStep(data_dir / MCP_LOGS_DIR, store))
     return Eraser(store, steps)
 
 
@@ -85,7 +90,7 @@ def gateway_erasure(settings: Settings, store: SessionStore,
     """The running gateway's erasure service and its endpoint (control socket, other
     workers' holds). The router's pauses are handed to both with :func:`hold_with`."""
     eraser = build_eraser(settings.persona_root, store, workspace, blobs, reruns,
-                          owed_step(coordinator.conversations))
+                          owed_step(coordinator.conversations), settings.data_dir)
     bus = coordinator.erasure_bus()
     service = ErasureService(eraser, bus=bus)
     return service, ErasureEndpoint(service, settings.data_dir, bus)

@@ -149,6 +149,8 @@ class RedisErasureBus:
         try:
             async with holder.holding(Hold(str(message["tenant"]), str(message["channel"])),
                                       timeout):
+                log.info("erasure: holding the %s conversations of tenant %s still for %s",
+                         message["channel"], message["tenant"], message.get("from"))
                 await self._answer(reply, {"ok": True})
                 try:
                     sessions = await asyncio.wait_for(released, timeout * RELEASE_AFTER)

@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 ANSWER_TIMEOUT = 300.0
 """Seconds the command waits for the running gateway's answer (its hold waits 30 s at most,
 then the erasure reads and rewrites the tenant's logs)."""
-ORDER = ("memory", "session", "message", "blob", "rerun", "journal", "inbox")
+ORDER = ("memory", "session", "message", "blob", "rerun", "journal", "inbox", "mcp-log")
 
 
 async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
@@ -113,7 +113,8 @@ async def _erase(request: dict[str, Any], store: SessionStore,
         bus = cli_bus(settings)
         if bus is not None:  # several workers: this command holds them all still itself
             service = ErasureService(build_eraser(settings.persona_root, store, None, blobs,
-                                                  reruns, inbox_step(store)), bus=bus.bus)
+                                                  reruns, inbox_step(store),
+                                                  settings.data_dir), bus=bus.bus)
             try:
                 return await run_forget(service, request)
             finally:
@@ -129,7 +130,7 @@ async def _erase(request: dict[str, Any], store: SessionStore,
             async with direct_journal(settings.data_dir) as journal:
                 owed = OwedStep("journal", lambda t, s, i, dry: journal.erase(s, i, dry=dry))
                 service = ErasureService(build_eraser(settings.persona_root, store, None, blobs,
-                                                      reruns, owed))
+                                                      reruns, owed, settings.data_dir))
                 return await run_forget(service, request)
         except ConfigError as exc:  # its journal is locked: a gateway runs, deaf to us
             return {"ok": False, "error": f"{exc}; it did not answer on its control socket"}

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import glob
+import os
 from collections.abc import Awaitable, Callable, Collection
+from pathlib import Path
+
+import orjson
 
 from gateway.erasure.eraser import ErasurePlan, Removal
 from sessions.attachments import referenced
@@ -116,6 +122,70 @@ class OwedStep:
                      requested_by: str) -> list[Removal]:
         count = await self.records(plan.scope.tenant, plan.touched, plan.items, False)
         return [Removal(self.kind, f"{count} record(s)")] * bool(count)
+
+
+class McpLogStep:
+    """The stderr logs of the MCP servers the person's one-to-one sessions called tools of
+    (``<data>/mcp-logs/<server>.log`` and its rotated siblings): a server may have logged what
+    those calls carried, and a log has no owner per line, so it is emptied whole (a running
+    server goes on appending to it)."""
+
+    def __init__(self, log_dir: Path, store: SessionStore) -> None:
+        self.log_dir = log_dir
+        self.store = store
+
+    async def find(self, plan: ErasurePlan) -> list[Removal]:
+        servers: set[str] = set()
+        for sid in plan.sessions:
+            try:
+                servers.update(_servers(await self.store.read_log(plan.scope.tenant, sid)))
+            except SessionNotFoundError:
+                continue
+        found = await asyncio.to_thread(self._files, servers)
+        return [Removal("mcp-log", path.name) for path in found]
+
+    def _files(self, servers: set[str]) -> list[Path]:
+        found: list[Path] = []
+        for server in sorted(servers):
+            name = f"{server.replace('/', '_')}.log"
+            for path in sorted(self.log_dir.glob(f"{glob.escape(name)}*")):
+                if path.is_file() and not path.is_symlink() and path.stat().st_size:
+                    found.append(path)
+        return found
+
+    async def remove(self, plan: ErasurePlan, found: list[Removal],
+                     requested_by: str) -> list[Removal]:
+        def empty() -> list[Removal]:
+            done = []
+            for removal in found:
+                path = self.log_dir / removal.name
+                try:
+                    os.truncate(path, 0)
+                except FileNotFoundError:
+                    continue
+                done.append(removal)
+            return done
+
+        return await asyncio.to_thread(empty)
+
+
+def _servers(data: bytes) -> set[str]:
+    """The servers named in a log's tool-call records (``meta.toolCalls``)."""
+    found: set[str] = set()
+    for raw in data.split(b"\n"):
+        if b'"toolCalls"' not in raw:
+            continue
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        meta = entry.get("meta") if isinstance(entry, dict) else None
+        calls = meta.get("toolCalls") if isinstance(meta, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            server = call.get("server") if isinstance(call, dict) else None
+            if isinstance(server, str) and server:
+                found.add(server)
+    return found
 
 
 async def _referenced(store: SessionStore, tenant: str, session_id: str) -> set[str]:

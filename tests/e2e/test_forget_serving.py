@@ -239,3 +239,5 @@ async def test_forget_while_two_workers_serve(tmp_path: Path) -> None:
     inbox rows and blobs of theirs are gone from the database."""
     async with fresh_schema() as schema, two_workers(tmp_path, schema) as deployment:
         await scenario(deployment)
+        for log in deployment.logs:  # each worker held still for the command's erasure
+            assert "erasure: holding the web conversations" in log.read_text(errors="replace")

@@ -312,3 +312,37 @@ async def test_forget_removes_the_rerun_logs_of_the_persons_sessions(backend: Ba
     assert [line.split()[0] for line in out.splitlines()[1:-1]].count("rerun") == 1
     assert rerun_origins() == [ids["memory:babbage"]]
     assert not any(b"green tea" in p.read_bytes() for p in reruns.glob("*.jsonl"))
+
+
+async def test_forget_empties_the_logs_of_the_mcp_servers_their_sessions_called(
+        backend: Backend) -> None:
+    """A server the person's session called may have logged what the call carried: its
+    stderr log (and a rotated one) is emptied and listed; a server only others called keeps
+    its log."""
+    store = backend.store()
+    try:
+        writer = await store.create(tenant="default", channel="slack",
+                                    conversation=f"slack:{PERSON}", session_id="dm")
+        await writer.append([entries.message({"role": "user", "content": "hi"},
+                                             {"sender": PERSON})])
+        await writer.append([entries.message(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": "ok"}]},
+            {"toolCalls": [{"id": "t1", "tool": "clock__now", "server": "clock",
+                            "name": "now", "ms": 1.0, "outcome": "ok"}]})])
+        await writer.aclose()
+    finally:
+        await store.aclose()
+    logs = backend.data / "mcp-logs"
+    logs.mkdir(parents=True)
+    (logs / "clock.log").write_text(f"called by {PERSON}\n")
+    (logs / "clock.log.1").write_text("older\n")
+    (logs / "weather.log").write_text("someone else's\n")
+    code, out, err = await acli("forget", "--user", f"slack:{PERSON}", "--data-dir",
+                                str(backend.data), *backend.store_args)
+    assert (code, err) == (0, "")
+    assert [line for line in out.splitlines() if line.startswith("  mcp-log")] == [
+        "  mcp-log  clock.log", "  mcp-log  clock.log.1"]
+    assert (logs / "clock.log").read_bytes() == b""
+    assert (logs / "clock.log.1").read_bytes() == b""
+    assert (logs / "weather.log").read_text() == "someone else's\n"
