@@ -32,15 +32,15 @@ from gateway.agent.loop import AgentLoop, LoopSettings
 from gateway.agent.prompt import PromptSource
 from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry, ToolSet
+from gateway.delivery.directory import ChannelDirectory
 from gateway.delivery.history import StoreHistory
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
-from gateway.edge.channel import Channel, ReplySink
+from gateway.edge.channel import Channel
 from gateway.edge.commands import FORGET, USAGE
 from gateway.edge.coordination import Coordinator, supports_fencing
 from gateway.edge.errors import ConfigError
 from gateway.edge.ledger import UsageLedger
-from gateway.edge.messages import Inbound
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.pairing import PairingState
@@ -458,10 +458,12 @@ def build_gateway(
                           "(PostgreSQL: GATEWAY_STORE_URL)")
     provider = provider or build_provider(settings)
     transcriber = transcriber or build_transcriber(settings, provider)
-    gateway: Gateway
-    intake = build_intake(settings, provider, blobs, transcriber,
-                          fetch=lambda channel, attachment: gateway.fetch_file(channel,
-                                                                               attachment))
+    # The channels first: the parts that reach a channel again mid-message (the router for
+    # replies, the intake for downloads, the gate for refusals) are handed their directory.
+    directory = ChannelDirectory(
+        channels if channels is not None
+        else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
+    intake = build_intake(settings, provider, blobs, transcriber, fetch=directory.fetch_file)
     workspace = build_persona(settings) if prompts is None or tools is None else None
     fallbacks = list(fallbacks) if fallbacks is not None else build_fallbacks(settings)
     ledger = build_ledger(settings, store)
@@ -476,22 +478,17 @@ def build_gateway(
                                                 rerun_store(settings.data_dir), coordinator)
     handlers = {FORGET.name: ForgetCommand(erasure).run,
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
-    router = Router(registry=registry, loop=loop, sink_for=lambda i: gateway.sink_for(i),
+    router = Router(registry=registry, loop=loop, sink_for=directory.sink_for,
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     conversations=coordinator.conversations, handlers=handlers,
                     wait_for_channels=True, take_in=intake.prepare)
     hold_with(erasure, erasure_endpoint, router.pauses)
-    chosen = (list(channels) if channels is not None
-              else build_channels(settings, StoreHistory(store, blobs), metrics, coordinator))
-
-    async def notify(inbound: Inbound, text: str, sink: ReplySink | None) -> None:
-        await (sink or gateway.sink_for(inbound)).finish(text)
-
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
-    gate = AccessGate(policy, intake.wrap(router.deliver), notify, metrics)
-    gateway = Gateway(
-        store=store, provider=provider, router=router, registry=registry, channels=chosen,
+    gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)
+    return Gateway(
+        store=store, provider=provider, router=router, registry=registry,
+        channels=directory.channels,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
         extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
@@ -505,4 +502,3 @@ def build_gateway(
         metrics_token=(settings.metrics_token.get_secret_value()
                        if settings.metrics_token is not None else None),
     )
-    return gateway

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import gc
 import logging
 import signal
@@ -32,11 +31,10 @@ from app.http_errors import json_api_errors
 from app.server_limits import InternalAccess, application, runner_options
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
-from gateway.edge.channel import Channel, Deliver, FetchChannel, HttpChannel, ReplySink
+from gateway.edge.channel import Channel, Deliver, HttpChannel
 from gateway.edge.coordination import Coordinator
 from gateway.edge.errors import ConfigError
 from gateway.edge.http_limits import DEFAULT_TIMEOUT
-from gateway.edge.messages import Attachment, Inbound
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.provider import Provider
@@ -101,22 +99,6 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._closed = False
         self._stop = asyncio.Event()
-
-    def sink_for(self, inbound: Inbound) -> ReplySink:
-        for channel in self.channels:
-            if channel.name == inbound.key.channel:
-                return channel.reply_sink(inbound)
-        raise LookupError(f"no channel named {inbound.key.channel!r}")
-
-    async def fetch_file(self, channel_name: str, attachment: Attachment) -> Attachment:
-        """Download a file the named channel handed in as a reference (a Slack or Telegram
-        file, as its message's turn starts); one no running channel can fetch comes back
-        refused."""
-        for channel in self.channels:
-            if channel.name == channel_name and isinstance(channel, FetchChannel):
-                return await channel.fetch_file(attachment)
-        log.warning("no channel named %r fetches files; one is not downloaded", channel_name)
-        return dataclasses.replace(attachment, problem="download-failed")
 
     @property
     def bound_port(self) -> int:

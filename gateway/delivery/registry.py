@@ -3,7 +3,9 @@
 A conversation's session is created on its first message or resumed (the newest session whose
 header names the conversation). Only a bounded number stay open: least-recently-used idle
 conversations are closed (writer flushed, file descriptor released) and resumed from the log
-when they speak again, so an idle conversation costs neither a task nor a descriptor.
+when they speak again, so an idle conversation costs neither a task nor a descriptor. A
+conversation in use (:meth:`ConversationRegistry.hold`: a delivery recording into it, a worker
+serving it) is never closed, nor rotated for idleness, under its user.
 
 Workers sharing a PostgreSQL store pass the conversation's lease token as ``fence``: the
 session is then (re)opened under that token, and read *after* the open, since from that moment
@@ -58,7 +60,6 @@ class ConversationRegistry:
         *,
         persist_timeout: float = 2.0,
         max_open: int = 256,
-        is_busy: Callable[[ConversationKey], bool] = lambda key: False,
         idle_rotate: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -66,12 +67,32 @@ class ConversationRegistry:
         self.metrics = metrics
         self.persist_timeout = persist_timeout
         self.max_open = max_open
-        self.is_busy = is_busy
         self.idle_rotate = idle_rotate
         self.clock = clock
         self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._locks: dict[ConversationKey, asyncio.Lock] = {}
         self._fences: dict[ConversationKey, int] = {}  # the token each fenced session holds
+        self._held: dict[ConversationKey, int] = {}  # conversations in use, by how many users
+
+    def hold(self, key: ConversationKey) -> None:
+        """Mark the conversation in use until a matching :meth:`release`: it is not closed to
+        make room, nor rotated for idleness, meanwhile. Holds nest (count)."""
+        self._held[key] = self._held.get(key, 0) + 1
+
+    def release(self, key: ConversationKey) -> None:
+        """End one :meth:`hold` of the conversation."""
+        if self._held[key] == 1:
+            del self._held[key]
+        else:
+            self._held[key] -= 1
+
+    def in_use(self, key: ConversationKey) -> bool:
+        return key in self._held
+
+    @property
+    def held(self) -> int:
+        """How many conversations are in use now."""
+        return len(self._held)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -90,7 +111,7 @@ class ConversationRegistry:
             await self.forget(key)
         conv = self._open.get(key)
         if conv is not None:
-            if self._stale(conv.last_active) and (fence is not None or not self.is_busy(key)):
+            if self._stale(conv.last_active) and (fence is not None or not self.in_use(key)):
                 return await self.rotate(key, context, fence=fence)
             self._open.move_to_end(key)
             return conv
@@ -259,7 +280,7 @@ class ConversationRegistry:
         for key in list(self._open):
             if len(self._open) <= limit:
                 break
-            if self.is_busy(key) or key not in self._open:  # (a concurrent eviction took it)
+            if self.in_use(key) or key not in self._open:  # (a concurrent eviction took it)
                 continue
             if self._open[key].recorder.writer.pending_bytes:
                 # The disk failed its last writes: closed now, they could only be dropped (or

@@ -105,11 +105,10 @@ class Router:
                                  handlers=self.handlers, spawn=self._spawn,
                                  max_concurrent_turns=max_concurrent_turns,
                                  retry_delay=retry_delay, take_in=take_in)
+        # Each worker holds its conversation in the registry while it runs, as a delivery
+        # does from registry.get() until its worker starts: the registry must not close the
+        # session under either (the message would be lost and its turn would fail).
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
-        # Deliveries between registry.get() and their worker's start, per conversation: the
-        # registry must not close the session in that window (the message would be lost and
-        # its turn would fail), so they count as busy.
-        self._receiving: dict[ConversationKey, int] = {}
         self._adopter: asyncio.Task[None] | None = None
         self._channels = asyncio.Event()
         if not wait_for_channels:
@@ -119,7 +118,6 @@ class Router:
         self._unrecorded = Episode(log, "recording inbound messages")
         self.pauses = Pauses(registry)
         """Holds conversations still for an erasure (receiving and serving wait on it)."""
-        registry.is_busy = self.is_busy
 
     @property
     def shared(self) -> bool:
@@ -143,9 +141,6 @@ class Router:
         await self.drain(0)
         group, self._group = self._group, None
         await group.__aexit__(exc_type, exc, tb)
-
-    def is_busy(self, key: ConversationKey) -> bool:
-        return key in self._workers or key in self._receiving
 
     @property
     def queued(self) -> int:
@@ -193,9 +188,11 @@ class Router:
         # it waits too, so the session keeps the order they came in.
         now = (self.conversations.records_on_receipt and item.kind == "message"
                and not inbound.attachments and not self.conversations.records_later(key))
+        held = False
         try:
             if now:
-                await self._record_on_receipt(item)  # counts as receiving once opened
+                await self._record_on_receipt(item)  # held in the registry once opened
+                held = True
             claim = await self.conversations.keep(item)
             if claim is not None and self._closing:
                 # Received while the gateway stops (drain began during the recording): the
@@ -206,11 +203,8 @@ class Router:
             else:
                 self._start(claim)
         finally:
-            if now and key in self._receiving:
-                if self._receiving[key] == 1:
-                    del self._receiving[key]
-                else:
-                    self._receiving[key] -= 1
+            if held:
+                self.registry.release(key)
         self.metrics.inbound.labels(channel=channel).inc()
         # Several workers: whichever worker serves it records and answers it, and its reply is
         # relayed here through Redis; the log is where the answer is still found if the relay
@@ -220,15 +214,21 @@ class Router:
         return Accepted(session_id=item.session, recorded=recorded, answered=answered)
 
     async def _record_on_receipt(self, item: QueueItem) -> None:
-        """One process: the message goes into its session now (withdrawn if it cannot)."""
+        """One process: the message goes into its session now (withdrawn if it cannot). On
+        return the conversation is held in the registry (the caller releases it once the
+        worker runs); on a raise it is not."""
         inbound = item.inbound
         key = inbound.key
+        held = False
         try:
             conv = await self.registry.get(key, context_of(inbound))
-            # Busy from the moment get() returns (no await in between) until its worker runs.
-            self._receiving[key] = self._receiving.get(key, 0) + 1
+            # Held from the moment get() returns (no await in between) until its worker runs.
+            self.registry.hold(key)
+            held = True
             item.index = await conv.receive(user_message(inbound), meta_of(item))
         except BaseException as exc:
+            if held:
+                self.registry.release(key)
             await self.conversations.withdraw(item)
             if isinstance(exc, STORE_FAULTS):
                 kind = kind_of(exc)
@@ -237,7 +237,11 @@ class Router:
             raise
         self._unrecorded.ok()
         item.session = conv.session_id
-        await self.conversations.recorded(item, conv.session_id)
+        try:
+            await self.conversations.recorded(item, conv.session_id)
+        except BaseException:
+            self.registry.release(key)
+            raise
 
     async def _earlier(self, key: ConversationKey, item_id: str,
                        within: float) -> Answer | None:
@@ -260,7 +264,9 @@ class Router:
         if claim is None:
             return
         assert self._group is not None, "use the router as an async context manager"
-        self._workers[claim.key] = self._group.create_task(self._work(claim))
+        worker = self._group.create_task(self._work(claim))
+        self.registry.hold(claim.key)  # (before the worker runs) released as it ends
+        self._workers[claim.key] = worker
 
     def channels_started(self) -> None:
         """The channels run: owed conversations may be served now."""
@@ -302,6 +308,7 @@ class Router:
             log.error("%s: stopped serving the conversation (%s)", key.label(),
                       type(exc).__name__)
         finally:
+            self.registry.release(key)
             if self._workers.get(key) is me:
                 del self._workers[key]
             if not finished:

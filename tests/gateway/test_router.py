@@ -55,7 +55,7 @@ async def test_per_conversation_order_and_cross_conversation_concurrency(tmp_pat
         assert [r[2] for r in replies if r[0] == chat] == [f"re:{chat}{i}" for i in range(5)]
     assert provider.peak == 3  # three conversations at once, never two turns of one
     assert core.router.queued == 0
-    assert core.router._receiving == {}  # nothing held for idle conversations
+    assert core.registry.held == 0  # nothing held for idle conversations
 
 
 async def test_global_turn_cap(tmp_path: Path) -> None:
