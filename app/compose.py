@@ -16,7 +16,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from app.compose_channels import build_channels
-from app.compose_erasure import gateway_erasure, hold_with
+from app.compose_erasure import gateway_erasure
 from app.config import Settings
 from app.ledger_seed import seed_from
 from app.prices import load_prices
@@ -34,6 +34,7 @@ from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry, ToolSet
 from gateway.delivery.directory import ChannelDirectory
 from gateway.delivery.history import StoreHistory
+from gateway.delivery.pause import Pauses
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.channel import Channel
@@ -474,15 +475,18 @@ def build_gateway(
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
 
+    # What an erasure holds still: built before the router (which brackets its work with them)
+    # and the erasure service (which waits on them).
+    pauses = Pauses(registry)
     erasure, erasure_endpoint = gateway_erasure(settings, store, workspace, blobs,
-                                                rerun_store(settings.data_dir), coordinator)
+                                                rerun_store(settings.data_dir), coordinator,
+                                                pauses)
     handlers = {FORGET.name: ForgetCommand(erasure).run,
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
     router = Router(registry=registry, loop=loop, sink_for=directory.sink_for,
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     conversations=coordinator.conversations, handlers=handlers,
-                    wait_for_channels=True, take_in=intake.prepare)
-    hold_with(erasure, erasure_endpoint, router.pauses)
+                    wait_for_channels=True, take_in=intake.prepare, pauses=pauses)
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)

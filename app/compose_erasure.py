@@ -85,21 +85,16 @@ def owed_step(conversations: ConversationQueue) -> OwedStep:
 
 def gateway_erasure(settings: Settings, store: SessionStore,
                     workspace: PersonaWorkspace | None, blobs: BlobStore,
-                    reruns: SessionStore, coordinator: Coordinator
+                    reruns: SessionStore, coordinator: Coordinator, holder: Holder
                     ) -> tuple[ErasureService, ErasureEndpoint]:
     """The running gateway's erasure service and its endpoint (control socket, other
-    workers' holds). The router's pauses are handed to both with :func:`hold_with`."""
+    workers' holds), both holding conversations still through ``holder`` (the pauses the
+    router brackets its work with)."""
     eraser = build_eraser(settings.persona_root, store, workspace, blobs, reruns,
                           owed_step(coordinator.conversations), settings.data_dir)
     bus = coordinator.erasure_bus()
-    service = ErasureService(eraser, bus=bus)
-    return service, ErasureEndpoint(service, settings.data_dir, bus)
-
-
-def hold_with(service: ErasureService, endpoint: ErasureEndpoint, holder: Holder) -> None:
-    """Give the service and the endpoint the router's pauses (made with the router)."""
-    service.holder = holder
-    endpoint.holder = holder
+    service = ErasureService(eraser, holder, bus=bus)
+    return service, ErasureEndpoint(service, settings.data_dir, bus, holder=holder)
 
 
 @dataclass(frozen=True, slots=True)

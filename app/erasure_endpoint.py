@@ -22,13 +22,13 @@ from sessions.names import DEFAULT_TENANT
 
 
 class ErasureEndpoint:
-    """See the module docstring. ``holder`` is the router's pauses (set once it exists)."""
+    """See the module docstring. ``holder`` is the router's pauses."""
 
     def __init__(self, service: ErasureService, data_dir: Path,
-                 bus: ErasureBus | None = None) -> None:
+                 bus: ErasureBus | None = None, *, holder: Holder | None = None) -> None:
         self.service = service
         self.bus = bus
-        self.holder: Holder | None = None
+        self.holder = holder
         self._control = ControlServer(data_dir, self.handle)
         self._serving: asyncio.Task[None] | None = None
 

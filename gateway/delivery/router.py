@@ -87,11 +87,13 @@ class Router:
         retry_delay: float = RETRY_DELAY,
         wait_for_channels: bool = False,
         take_in: TakeIn | None = None,
+        pauses: Pauses | None = None,
     ) -> None:
         """``wait_for_channels``: owed conversations are served only once
         :meth:`channels_started` is called (their replies need the channels running).
         ``take_in``: takes a deferred message's files in as its turn starts (the media
-        intake's ``prepare``)."""
+        intake's ``prepare``). ``pauses``: what erasures hold conversations still with (the
+        composition root shares them with the erasure service; default: the router's own)."""
         self.registry = registry
         self.loop = loop
         self.sink_for = sink_for
@@ -116,7 +118,7 @@ class Router:
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
         self._unrecorded = Episode(log, "recording inbound messages")
-        self.pauses = Pauses(registry)
+        self.pauses = pauses if pauses is not None else Pauses(registry)
         """Holds conversations still for an erasure (receiving and serving wait on it)."""
 
     @property
