@@ -40,7 +40,7 @@ from typing import Any
 from gateway.edge.channel import Deliver, ReplySink
 from gateway.edge.errors import TranscriptionError
 from gateway.edge.messages import Attachment, Inbound, deferred
-from gateway.media.images import ImageError, ImageLimits, fit
+from gateway.media.images import ImageError, ImageLimits, fit_async
 from gateway.media.policy import (
     MediaLimits,
     Reason,
@@ -155,7 +155,7 @@ class MediaIntake:
             return Refusal(name, "empty")
         if len(data) > self.limits.max_bytes:
             return too_large(name, len(data), self.limits.max_bytes)
-        examined = await asyncio.to_thread(self._examine, name, attachment)
+        examined = await self._examine(name, attachment)
         if isinstance(examined, Refusal):
             return examined
         transcript: str | None = None
@@ -170,17 +170,22 @@ class MediaIntake:
                 return Refusal(name, "transcription-failed")
         return await store(self.blobs, tenant, name, examined, transcript=transcript)
 
-    def _examine(self, name: str, attachment: Attachment) -> Examined | Refusal:
-        """Sniff, then fit or check by category (CPU work: runs in a worker thread)."""
+    async def _examine(self, name: str, attachment: Attachment) -> Examined | Refusal:
+        """Sniff, then fit or check by category (CPU work, in worker threads; images within
+        the decode limits of :mod:`gateway.media.images`)."""
         data = attachment.data
-        media_type = sniff(data, name)
+        media_type = await asyncio.to_thread(sniff, data, name)
         if media_type is None:
             return unsupported(name, None)
         if media_type.startswith("video/") and attachment.kind not in _AUDIO_KINDS:
             return Refusal(name, "video")
-        kind = category(media_type)
         if media_type.startswith("image/"):
-            return fit_image(name, data, media_type, self.images)
+            return await fit_image(name, data, media_type, self.images)
+        return await asyncio.to_thread(self._check, name, data, media_type)
+
+    def _check(self, name: str, data: bytes, media_type: str) -> Examined | Refusal:
+        """A file that is not an image, by category (a text file's length is counted)."""
+        kind = category(media_type)
         if kind == "text":
             chars = len(data.decode("utf-8"))
             if chars > self.limits.max_text_chars:
@@ -194,11 +199,12 @@ class MediaIntake:
 
 
 
-def fit_image(name: str, data: bytes, media_type: str, images: ImageLimits) -> Examined | Refusal:
+async def fit_image(name: str, data: bytes, media_type: str,
+                    images: ImageLimits) -> Examined | Refusal:
     """An image (sniffed as ``media_type``) fitted to ``images``, or why it cannot be used
-    (CPU work: call it in a worker thread)."""
+    (in worker threads, decodes limited as :mod:`gateway.media.images` says)."""
     try:
-        fitted = fit(data, media_type, images)
+        fitted = await fit_async(data, media_type, images)
     except ImageError as exc:
         return Refusal(name, "unreadable-image", str(exc))
     return Examined(fitted.data, fitted.media_type)

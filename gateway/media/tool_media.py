@@ -65,16 +65,16 @@ class ToolMediaKeeper:
             return Refusal(medium.name, "empty")
         if len(medium.data) > self.limits.max_bytes:
             return too_large(medium.name, len(medium.data), self.limits.max_bytes)
-        examined = await asyncio.to_thread(self._examine, medium)
+        examined = await self._examine(medium)
         if isinstance(examined, Refusal):
             return examined
         return await store(self.blobs, tenant, medium.name, examined)
 
-    def _examine(self, medium: ToolMedia) -> Examined | Refusal:
-        """Sniff, then fit an image or keep a PDF (CPU work: runs in a worker thread)."""
-        media_type = sniff(medium.data, medium.name)
+    async def _examine(self, medium: ToolMedia) -> Examined | Refusal:
+        """Sniff, then fit an image or keep a PDF (CPU work, in worker threads)."""
+        media_type = await asyncio.to_thread(sniff, medium.data, medium.name)
         if media_type is not None and media_type.startswith("image/"):
-            return fit_image(medium.name, medium.data, media_type, self.images)
+            return await fit_image(medium.name, medium.data, media_type, self.images)
         if media_type is not None and category(media_type) == "pdf":
             return Examined(medium.data, PDF)
         return unsupported(medium.name, media_type)

@@ -86,6 +86,41 @@ def test_broken_and_huge_images_are_refused() -> None:
         fit(media.png(3000, 3000), "image/png", ImageLimits(1568, 10**7, max_pixels=1_000_000))
 
 
+def encoded(fmt: str, mode: str, size: tuple[int, int], **options: object) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, format=fmt, **options)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("fmt", "mode", "largest", "options"), [
+    ("PNG", "RGBA", (4096, 3072), {}),  # 4 bytes a pixel: 48 MiB
+    ("GIF", "P", (4096, 6144), {}),  # a palette: 2 bytes a pixel
+    ("WEBP", "RGB", (2048, 1536), {"lossless": True}),  # 16 bytes a pixel
+])
+def test_the_decode_budget_is_decided_from_the_header(
+        fmt: str, mode: str, largest: tuple[int, int], options: dict[str, object]) -> None:
+    """The largest image of its kind within the 48 MiB decode budget is fitted; one row
+    more is refused from its header, with its size and the limit in megapixels."""
+    width, height = largest
+    fitted = fit(encoded(fmt, mode, (width, height), **options), f"image/{fmt.lower()}",
+                 IMAGE_LIMITS["anthropic"])
+    assert max(fitted.width, fitted.height) == 1568
+    with pytest.raises(ImageError, match=rf"too large to decode safely \({width:,} x "
+                                         rf"{height + 1:,} pixels; the limit for this kind"):
+        fit(encoded(fmt, mode, (width, height + 1), **options), f"image/{fmt.lower()}",
+            IMAGE_LIMITS["anthropic"])
+
+
+def test_jpegs_are_decoded_scaled_and_progressive_ones_pay_for_their_coefficients() -> None:
+    """A 59-megapixel baseline JPEG is decoded at a quarter of its size and fitted; the same
+    picture saved progressive (its decoder holds every coefficient) is refused unread."""
+    baseline = encoded("JPEG", "RGB", (7680, 7680), quality=50)
+    assert fit(baseline, "image/jpeg", IMAGE_LIMITS["anthropic"]).width == 1568
+    progressive = encoded("JPEG", "RGB", (7680, 7680), quality=50, progressive=True)
+    with pytest.raises(ImageError, match="too large to decode safely"):
+        fit(progressive, "image/jpeg", IMAGE_LIMITS["anthropic"])
+
+
 def test_refusal_sentences() -> None:
     """Each refusal is one sentence saying what and why; several make one reply."""
     refusals = [
