@@ -38,7 +38,7 @@ from gateway.delivery.pause import Pauses
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.channel import Channel
-from gateway.edge.commands import FORGET, USAGE
+from gateway.edge.commands import FORGET, REMINDERS, USAGE
 from gateway.edge.coordination import Coordinator, supports_fencing
 from gateway.edge.errors import ConfigError
 from gateway.edge.ledger import UsageLedger
@@ -46,7 +46,7 @@ from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.pairing import PairingState
 from gateway.edge.provider import Provider
-from gateway.edge.tools import ToolSource
+from gateway.edge.tools import Tool, ToolSource
 from gateway.erasure.forget import ForgetCommand
 from gateway.media.images import IMAGE_LIMITS
 from gateway.media.intake import FetchFile, MediaIntake
@@ -56,6 +56,14 @@ from gateway.media.tool_media import ToolMediaKeeper
 from gateway.media.transcribe import Transcriber
 from gateway.persona.tools import persona_tools
 from gateway.persona.workspace import PersonaWorkspace
+from gateway.schedule import heartbeat
+from gateway.schedule.clock import Clock, SystemClock
+from gateway.schedule.command import RemindersCommand
+from gateway.schedule.fire import Reach
+from gateway.schedule.scheduler import Scheduler
+from gateway.schedule.service import Schedules, ScheduleSettings
+from gateway.schedule.store import ScheduleStore
+from gateway.schedule.tools import schedule_tools
 from gateway.usage.accounting import Accounting
 from gateway.usage.command import UsageCommand
 from gateway.usage.limits import Limits, LimitSettings
@@ -64,6 +72,7 @@ from sessions.blobs import BlobStore
 from sessions.jsonl import JsonlSessionStore
 from sessions.postgres import schema as pg_schema
 from sessions.reserve import RESERVE_FILE, DiskReserve
+from sessions.schedule_file import FileScheduleStore
 from sessions.store import Durability, SessionStore
 from sessions.sync_lane import SyncLane
 
@@ -128,6 +137,36 @@ def blob_store_for(store: SessionStore, data_dir: Path,
     if isinstance(store, JsonlSessionStore):
         return FileBlobStore(store.data_dir, durable=store.durability != "none")
     return FileBlobStore(data_dir, durable=durability != "none")
+
+
+def build_schedule_store(settings: Settings, store: SessionStore) -> ScheduleStore:
+    """Schedules live with the sessions: the PostgreSQL ``schedules`` table beside a
+    PostgreSQL store (shared by every worker), else ``<data>/state/schedules.jsonl``."""
+    pg = sys.modules.get("sessions.postgres.store")
+    if pg is not None and isinstance(store, pg.PostgresSessionStore):
+        from sessions.postgres.schedules import PostgresScheduleStore
+
+        return PostgresScheduleStore(store)
+    return FileScheduleStore(settings.data_dir / "state",
+                             durable=settings.durability != "none")
+
+
+def schedule_settings(settings: Settings) -> ScheduleSettings:
+    """``GATEWAY_SCHEDULE_*``, ``GATEWAY_TIMEZONE`` and ``GATEWAY_TENANT_TIMEZONES``."""
+    return ScheduleSettings(
+        grace=settings.schedule_grace, per_owner=settings.schedule_max_per_owner,
+        per_tenant=settings.schedule_max_per_tenant,
+        min_interval=settings.schedule_min_interval, poll=settings.schedule_poll,
+        batch=settings.schedule_batch, proactive_per_minute=settings.schedule_per_minute,
+        default_zone=settings.timezone, tenant_zones=settings.tenant_zone_map)
+
+
+def heartbeats(settings: Settings) -> list[heartbeat.Heartbeat]:
+    """``GATEWAY_HEARTBEATS`` read; :class:`ConfigError` naming what is wrong."""
+    try:
+        return heartbeat.parse(settings.heartbeats)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | None:
@@ -341,11 +380,12 @@ def build_loop(
     workspace: PersonaWorkspace | None = None,
     fallbacks: Sequence[Provider] = (),
     ledger: UsageLedger | None = None,
+    extra_tools: Sequence[Tool] = (),
 ) -> AgentLoop:
     if prompts is None or tools is None:
         workspace = workspace or build_persona(settings)
         prompts = prompts or workspace
-        extra = [SendFileTool(blobs)] if blobs is not None else []
+        extra = [*([SendFileTool(blobs)] if blobs is not None else []), *extra_tools]
         if tools is None:
             toolbox = build_toolbox(settings)
             tools = ToolRegistry([*persona_tools(workspace), *extra],
@@ -443,8 +483,10 @@ def build_gateway(
     blobs: BlobStore | None = None,
     transcriber: Transcriber | None = None,
     fallbacks: Sequence[Provider] | None = None,
+    clock: Clock | None = None,
 ) -> Gateway:
-    """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings."""
+    """Wire a gateway. Tests pass their own fakes for any part; the rest comes from settings.
+    ``clock``: what the scheduler reads and waits on (a test's fake clock)."""
     metrics = Metrics()
     observer = observer or build_observer(settings)
     reserve = build_reserve(settings)  # one file, shared by the store and the journal
@@ -468,9 +510,13 @@ def build_gateway(
     workspace = build_persona(settings) if prompts is None or tools is None else None
     fallbacks = list(fallbacks) if fallbacks is not None else build_fallbacks(settings)
     ledger = build_ledger(settings, store)
+    schedule_store = build_schedule_store(settings, store)
+    beats = heartbeats(settings)
+    schedules = Schedules(schedule_store, schedule_settings(settings), clock or SystemClock(),
+                          wake=lambda: scheduler.wake())
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
                       observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks,
-                      ledger=ledger)
+                      ledger=ledger, extra_tools=schedule_tools(schedules))
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
                                     max_open=settings.max_open_sessions,
                                     idle_rotate=settings.idle_rotate)
@@ -480,13 +526,20 @@ def build_gateway(
     pauses = Pauses(registry)
     erasure, erasure_endpoint = gateway_erasure(settings, store, workspace, blobs,
                                                 rerun_store(settings.data_dir), coordinator,
-                                                pauses)
+                                                pauses, schedule_store)
     handlers = {FORGET.name: ForgetCommand(erasure).run,
-                USAGE.name: UsageCommand(ledger, limit_settings(settings)).run}
+                USAGE.name: UsageCommand(ledger, limit_settings(settings)).run,
+                REMINDERS.name: RemindersCommand(schedules).run}
     router = Router(registry=registry, loop=loop, sink_for=directory.sink_for,
                     metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
                     conversations=coordinator.conversations, handlers=handlers,
                     wait_for_channels=True, take_in=intake.prepare, pauses=pauses)
+    scheduler = Scheduler(
+        schedule_store, schedules.settings, schedules.clock, deliver=router.deliver,
+        reach=Reach(lambda name: next((c for c in directory if c.name == name), None), store),
+        ledger=ledger, ready=router.channels_ready,
+        heartbeats=lambda: heartbeat.ensure(schedule_store, beats, schedules.clock.now(),
+                                            settings.timezone))
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)
@@ -498,8 +551,9 @@ def build_gateway(
         extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
         observer=observer,
         services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
-                  loop.tools, erasure_endpoint],
-        closing=[blobs.aclose, ledger.aclose, *(f.aclose for f in fallbacks)]
+                  loop.tools, erasure_endpoint, scheduler],
+        closing=[blobs.aclose, ledger.aclose, schedule_store.aclose,
+                 *(f.aclose for f in fallbacks)]
         + ([transcriber.aclose] if transcriber is not None else []),
         health_parts={"mcp": loop.tools.health} if loop.tools.sources else None,
         http_timeout=settings.http_timeout,

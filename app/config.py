@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +27,25 @@ MIN_TOKEN_CHARS = 16
 
 def _env(name: str) -> AliasChoices:
     return AliasChoices(name)
+
+
+def _checked_zone(name: str) -> str:
+    try:
+        return ZoneInfo(name.strip()).key
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"{name[:60]!r} is not a time zone name (e.g. Europe/Berlin, UTC)") \
+            from exc
+
+
+def zone_pairs(value: str) -> dict[str, str]:
+    """``GATEWAY_TENANT_TIMEZONES`` (``TENANT=ZONE,...``) as a mapping, each zone checked."""
+    pairs: dict[str, str] = {}
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        tenant, sep, name = item.partition("=")
+        if not sep or not tenant.strip():
+            raise ValueError(f"{item[:60]!r}: give TENANT=ZONE (e.g. T0123=Europe/Berlin)")
+        pairs[tenant.strip()] = _checked_zone(name)
+    return pairs
 
 
 class Settings(BaseSettings):
@@ -187,6 +207,39 @@ class Settings(BaseSettings):
                                      validation_alias=_env("GATEWAY_RATE_LIMIT_MESSAGES"))
     rate_limit_seconds: float = Field(60.0, gt=0,
                                       validation_alias=_env("GATEWAY_RATE_LIMIT_SECONDS"))
+
+    # -- schedules: reminders, operators' schedules, heartbeats (gateway.schedule) ---------------
+    timezone: str = Field("UTC", validation_alias=_env("GATEWAY_TIMEZONE"))
+    # TENANT=ZONE pairs (T0123=Europe/Berlin,default=America/New_York): a tenant's default zone.
+    tenant_timezones: str = Field("", validation_alias=_env("GATEWAY_TENANT_TIMEZONES"))
+    schedule_grace: float = Field(3600.0, ge=0, validation_alias=_env("GATEWAY_SCHEDULE_GRACE"))
+    schedule_max_per_owner: int = Field(25, ge=0,
+                                        validation_alias=_env("GATEWAY_SCHEDULE_MAX_PER_OWNER"))
+    schedule_max_per_tenant: int = Field(
+        2000, ge=0, validation_alias=_env("GATEWAY_SCHEDULE_MAX_PER_TENANT"))
+    schedule_min_interval: float = Field(
+        300.0, ge=0, validation_alias=_env("GATEWAY_SCHEDULE_MIN_INTERVAL"))
+    schedule_poll: float = Field(1.0, gt=0, le=60, validation_alias=_env("GATEWAY_SCHEDULE_POLL"))
+    schedule_batch: int = Field(200, ge=1, le=10_000,
+                                validation_alias=_env("GATEWAY_SCHEDULE_BATCH"))
+    schedule_per_minute: int = Field(0, ge=0, validation_alias=_env("GATEWAY_SCHEDULE_PER_MINUTE"))
+    # A JSON list of {"tenant", "conversation" (CHANNEL:CHAT), "minutes", "instruction"}.
+    heartbeats: str = Field("", validation_alias=_env("GATEWAY_HEARTBEATS"))
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone_name(cls, value: str) -> str:
+        return _checked_zone(value)
+
+    @field_validator("tenant_timezones")
+    @classmethod
+    def _tenant_zones(cls, value: str) -> str:
+        zone_pairs(value)
+        return value
+
+    @property
+    def tenant_zone_map(self) -> dict[str, str]:
+        return zone_pairs(self.tenant_timezones)
 
     @field_validator("channels")
     @classmethod

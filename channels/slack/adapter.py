@@ -309,6 +309,26 @@ class SlackChannel:
         named = await self._with_names(inbound)
         await deliver(with_files(named, files or []))
 
+    # -- ProactiveChannel: a bot may write to anyone in its workspace --------------------------
+
+    starts_conversations = True
+
+    async def direct_chat(self, person: str, tenant: str) -> str | None:
+        """The DM channel with ``person`` (``conversations.open``); None when Slack refuses
+        (logged and counted by the call)."""
+        try:
+            valid_id(person, "user id")
+        except InvalidIdError:
+            return None
+        response = await self.calls.attempt("conversations.open",
+                                            self.client.conversations_open(users=person))
+        channel = response.get("channel") if response is not None else None
+        found = channel.get("id") if isinstance(channel, dict) else None
+        try:
+            return valid_id(found, "channel id")
+        except InvalidIdError:
+            return None
+
     async def fetch_file(self, attachment: Attachment) -> Attachment:
         """Download a file this channel handed in as a reference (see the module docstring);
         never raises for a failed download."""

@@ -90,7 +90,9 @@ class SlackTarget:
     def __init__(self, calls: SlackCalls, inbound: Inbound, *, chunk_limit: int = 3000) -> None:
         self.calls = calls
         self.channel = inbound.key.chat
-        self.thread_ts: str | None = inbound.meta.get(META_REPLY_THREAD)
+        # A message the gateway made itself (a scheduled turn) has no Slack meta: its thread
+        # is its conversation's.
+        self.thread_ts: str | None = inbound.meta.get(META_REPLY_THREAD) or inbound.key.thread
         self.message_ts: str | None = inbound.meta.get(META_TS)
         self.chunk_limit = chunk_limit
         self._reacted = False

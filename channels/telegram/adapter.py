@@ -309,6 +309,14 @@ class TelegramChannel:
         never raises for a failed download."""
         return await fetch(self.api, attachment, self.options.max_attachment_bytes)
 
+    # -- ProactiveChannel: a bot may write only to chats that have talked to it ----------------
+
+    starts_conversations = False
+
+    async def direct_chat(self, person: str, tenant: str) -> str | None:
+        """A private chat's id is the person's user id."""
+        return person
+
     # -- output ---------------------------------------------------------------------------
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:

@@ -274,6 +274,11 @@ class Router:
         """The channels run: owed conversations may be served now."""
         self._channels.set()
 
+    @property
+    def channels_ready(self) -> asyncio.Event:
+        """Set once the channels run (what waits to speak first waits for it: schedules)."""
+        return self._channels
+
     async def _adopt(self) -> None:
         """Serve conversations left owed: by the last run (one process) or by a worker that
         went away (several)."""

@@ -39,7 +39,7 @@ from gateway.edge.commands import CommandCall, CommandHandler
 from gateway.edge.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
 from gateway.edge.episodes import Episode
 from gateway.edge.errors import NotRecordedError, kind_of
-from gateway.edge.messages import ChannelContext, Inbound, answerable
+from gateway.edge.messages import SCHEDULED, ChannelContext, Inbound, answerable
 from gateway.edge.metrics import Metrics
 from gateway.media.notice import with_notice
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
@@ -376,6 +376,9 @@ def meta_of(item: QueueItem) -> dict[str, Any]:
         meta["platform_id"] = inbound.platform_id
     if inbound.notice:
         meta["notice"] = inbound.notice
+    scheduled = inbound.meta.get(SCHEDULED)
+    if isinstance(scheduled, dict):  # a scheduled turn: which schedule, who set it
+        meta[SCHEDULED] = dict(scheduled)
     meta["item"] = item.id
     return meta
 

@@ -51,6 +51,7 @@ def context_of(inbound: Inbound) -> ChannelContext:
         tenant=inbound.key.tenant,
         chat=inbound.key.chat,
         person=inbound.sender.id,
+        thread=inbound.key.thread,
     )
 
 

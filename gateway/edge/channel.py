@@ -128,6 +128,24 @@ class FetchChannel(Protocol):
     async def fetch_file(self, attachment: Attachment) -> Attachment: ...
 
 
+@runtime_checkable
+class ProactiveChannel(Protocol):
+    """A channel that speaks first (a reminder, a schedule, a heartbeat), by its platform's rules.
+
+    Contract: :attr:`starts_conversations` is True when the platform lets the bot write to a
+    chat that never wrote to it (Slack, in its workspace); False when it does not (Telegram:
+    only chats that have talked to the bot), and then a scheduled turn goes only to a
+    conversation with a session. :meth:`direct_chat` is the chat id of the bot's one-to-one
+    chat with ``person`` (Slack: ``conversations.open``), ``None`` when it cannot be had
+    (logged by the channel); it never raises for the platform's refusals. Channels without
+    it: nobody is written to first, and a person's chat id is their id.
+    """
+
+    starts_conversations: bool
+
+    async def direct_chat(self, person: str, tenant: str) -> str | None: ...
+
+
 class Deliver(Protocol):
     """The router's entry point as channels see it (behind access control).
 

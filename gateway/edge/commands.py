@@ -42,8 +42,10 @@ HELP = ChatCommand("help", "show the commands")
 START = ChatCommand("start", "say hello and show the commands", listed=False)
 FORGET = ChatCommand("forget", "erase what I remember about you and our direct chats (asks first)")
 USAGE = ChatCommand("usage", "what you and this chat used today (tokens, cost, allowance)")
+REMINDERS = ChatCommand("reminders", "this chat's reminders (cancel ID to cancel one; timezone "
+                        "ZONE for yours)")
 
-COMMANDS: tuple[ChatCommand, ...] = (NEW, HELP, FORGET, USAGE, START)
+COMMANDS: tuple[ChatCommand, ...] = (NEW, HELP, FORGET, USAGE, REMINDERS, START)
 """Every chat command, in menu order."""
 
 GREETING = "Hi! Write to me as you would to a person, and I will answer."

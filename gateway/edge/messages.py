@@ -97,6 +97,11 @@ class Inbound:
     refusal: str | None = None
 
 
+SCHEDULED = "scheduled"
+"""The ``meta`` key of a scheduled turn's message (:mod:`gateway.schedule.fire`): which
+schedule, which occurrence, who set it. The log keeps it with the message."""
+
+
 def deferred(inbound: Inbound) -> bool:
     """Whether ``inbound`` carries files to fetch after its acknowledgement (an attachment
     with a ``ref``): then it is owed with its attachments as references and taken in
@@ -138,7 +143,8 @@ class ChannelContext:
     to whom, and so whose memory scope applies (:func:`gateway.edge.scopes.scope_of`).
 
     ``chat`` is the conversation's chat id (without thread), ``person`` the platform user id of
-    whoever wrote the message being answered, ``speaker`` their display name (or id).
+    whoever wrote the message being answered, ``speaker`` their display name (or id);
+    ``thread`` the conversation's thread (a Slack thread, a Telegram topic), if any.
     """
 
     channel: str
@@ -147,3 +153,4 @@ class ChannelContext:
     tenant: str = DEFAULT_TENANT
     chat: str = ""
     person: str = ""
+    thread: str | None = None

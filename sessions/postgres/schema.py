@@ -13,6 +13,9 @@ the test suite's throw-away schemas, can share a database. Tables::
     inbox(id PK, tenant, conversation, item, dedup, body, attempts, session_id,
           received_at, answered_at)                         owed messages of workers (v4)
     fences                                                  sequence of fencing tokens (v4)
+    schedules(tenant, id PK, owner, state, next_at, firing, held_until, target_channel,
+              target_person, created_at, body)              scheduled turns (v5)
+    schedule_zones(tenant, person PK, zone)                 people's time zones (v5)
 
 ``entries.line`` holds the exact bytes of one JSONL line (no newline); the log of a session is
 its lines in ``seq`` order, each followed by ``\\n``. ``sessions.fence`` is the writer's fencing
@@ -203,11 +206,48 @@ CREATE INDEX inbox_owed ON {schema}.inbox (tenant, conversation, id) WHERE answe
 CREATE INDEX inbox_answered ON {schema}.inbox (answered_at) WHERE answered_at IS NOT NULL;
 """
 
+_V5 = """
+-- Schedules (sessions.postgres.schedules): the whole record in ``body`` (the JSON the JSONL
+-- store keeps), and the columns the firing steps and the limits query. ``next_at``, ``firing``
+-- and ``held_until`` are Unix seconds. ``target_person`` is whom a one-to-one target is with
+-- (erasure); NULL for a group.
+CREATE TABLE {schema}.schedules (
+    tenant         text             NOT NULL,
+    id             text             NOT NULL,
+    owner          text             NOT NULL,
+    state          text             NOT NULL CHECK (state IN ('active', 'done', 'cancelled')),
+    next_at        double precision,
+    firing         double precision,
+    held_until     double precision,
+    target_channel text             NOT NULL,
+    target_person  text,
+    created_at     double precision NOT NULL,
+    body           text             NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+-- Step 1 of a firing reads only these: active, nothing claimed, by due time.
+CREATE INDEX schedules_due ON {schema}.schedules (next_at)
+    WHERE state = 'active' AND firing IS NULL;
+-- Step 2: the claimed occurrences.
+CREATE INDEX schedules_firing ON {schema}.schedules (firing) WHERE firing IS NOT NULL;
+CREATE INDEX schedules_owner ON {schema}.schedules (tenant, owner) WHERE state = 'active';
+CREATE INDEX schedules_person ON {schema}.schedules (tenant, target_channel, target_person);
+
+-- A person's time zone for their schedules (person: CHANNEL:ID).
+CREATE TABLE {schema}.schedule_zones (
+    tenant text NOT NULL,
+    person text NOT NULL,
+    zone   text NOT NULL,
+    PRIMARY KEY (tenant, person)
+);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, entries, append_entries()", _V1),
     Migration(2, "blobs (attachment bytes by sha256)", _V2),
     Migration(3, "erasures (tombstones)", _V3),
     Migration(4, "fencing-token sequence, inbox (owed messages of shared workers)", _V4),
+    Migration(5, "schedules, schedule_zones (scheduled turns)", _V5),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -22,7 +22,9 @@ from tests.fakes.telegram_api import FakeTelegramServer
 HELP_LINES = ["/new - start a new conversation (the agent forgets this chat's history)",
               "/help - show the commands",
               "/forget - erase what I remember about you and our direct chats (asks first)",
-              "/usage - what you and this chat used today (tokens, cost, allowance)"]
+              "/usage - what you and this chat used today (tokens, cost, allowance)",
+              "/reminders - this chat's reminders (cancel ID to cancel one; timezone ZONE "
+              "for yours)"]
 
 
 def test_the_table_parses_commands_and_nothing_else() -> None:
@@ -33,7 +35,8 @@ def test_the_table_parses_commands_and_nothing_else() -> None:
     assert commands.parse("/start") is commands.START
     assert [commands.parse(t) for t in ("new", "/newer", "/", "", "hello /new")] == [None] * 5
     assert commands.help_text().splitlines() == ["Commands:", *HELP_LINES]
-    assert [c.name for c in commands.listed()] == ["new", "help", "forget", "usage"]
+    assert [c.name for c in commands.listed()] == ["new", "help", "forget", "usage",
+                                                   "reminders"]
 
 
 @pytest.fixture
@@ -57,6 +60,7 @@ async def test_telegram_menu_start_and_help(telegram: FakeTelegramServer, tmp_pa
         {"command": "help", "description": commands.HELP.summary},
         {"command": "forget", "description": commands.FORGET.summary},
         {"command": "usage", "description": commands.USAGE.summary},
+        {"command": "reminders", "description": commands.REMINDERS.summary},
     ]]
     greeting, help_reply = telegram.texts_to(ALICE)
     assert greeting.startswith(commands.GREETING)

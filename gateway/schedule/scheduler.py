@@ -1,0 +1,174 @@
+"""The scheduler: one task per gateway process that claims due occurrences and delivers them.
+
+Each round: claim what is due (:meth:`~gateway.schedule.store.ScheduleStore.claim`, with the
+missed-occurrence policy of :func:`gateway.schedule.triggers.plan`), deliver what is claimed
+(:meth:`~gateway.schedule.store.ScheduleStore.deliver`: the router's ``deliver``, the same
+owed-item path as a platform message), then wait until the store's next due time, at most
+``poll`` seconds (other workers and ``gateway schedule add`` change the store too), or
+until woken by a schedule set here.
+
+With several workers every worker runs one; the store's row locks (``FOR UPDATE SKIP
+LOCKED``) give each occurrence to one of them, and the owed queue's dedup step makes a
+second delivery of it (after a worker was killed mid-delivery) a no-op. Leader election would
+do too, but a killed leader's lock lapses only after its TTL (every schedule waits that long)
+and it lives in Redis, which the outage trials flush; PostgreSQL's row locks are released
+the moment the killed worker's connection drops, and every worker shares the load.
+
+A delivery is held (``held_until``) and tried again later when the tenant's proactive rate
+limit is reached (``GATEWAY_SCHEDULE_PER_MINUTE``) or the router cannot take it (the store
+is down, the gateway is stopping). A target that cannot be reached (a Telegram chat that
+never talked to the bot, a channel not running) is recorded as skipped. Budgets apply as to
+any turn (:mod:`gateway.usage.limits`): the person whose schedule it is pays for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Protocol
+
+from gateway.edge.channel import Accepted, RouterClosedError
+from gateway.edge.episodes import Episode
+from gateway.edge.errors import UnavailableError
+from gateway.edge.ledger import UsageLedger
+from gateway.edge.messages import Inbound
+from gateway.schedule import fire, triggers
+from gateway.schedule.clock import Clock
+from gateway.schedule.service import ScheduleSettings
+from gateway.schedule.store import ScheduleStore
+from gateway.usage.limits import iso_time
+from sessions.errors import SessionError
+from sessions.schedules import Outcome, ScheduleRecord
+
+log = logging.getLogger("gateway.schedule")
+
+HOLD = 5.0
+"""Seconds before a delivery the router could not take is tried again."""
+RETRY = 5.0
+"""Seconds before a round that failed (the store is down) is tried again."""
+RATE_WINDOW = 60.0
+
+
+class Deliverer(Protocol):
+    """The router's entry point as the scheduler sees it (``Router.deliver``)."""
+
+    async def __call__(self, inbound: Inbound) -> Accepted: ...
+
+
+class Scheduler:
+    """See the module docstring. An async context manager: entering starts the task (which
+    first waits for ``ready``: the channels run), leaving stops it."""
+
+    def __init__(self, store: ScheduleStore, settings: ScheduleSettings, clock: Clock, *,
+                 deliver: Deliverer, reach: fire.Reach, ledger: UsageLedger | None = None,
+                 ready: asyncio.Event | None = None,
+                 heartbeats: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``ready``: set once the channels run (nothing is delivered before);
+        ``heartbeats``: puts the configured heartbeats in the store, once, before the first
+        round (:func:`gateway.schedule.heartbeat.ensure`)."""
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.deliver = deliver
+        self.reach = reach
+        self.ledger = ledger
+        self.ready = ready
+        self.heartbeats = heartbeats
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._down = Episode(log, "firing schedules (schedule store)")
+        self.fired = 0
+        self.skipped = 0
+
+    def wake(self) -> None:
+        """Look at the store now (a schedule was set that may be due sooner)."""
+        self._wake.set()
+
+    async def __aenter__(self) -> Scheduler:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="scheduler")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def run(self) -> None:
+        """Rounds until cancelled."""
+        if self.ready is not None:
+            await self.ready.wait()
+        beats = self.heartbeats
+        while True:
+            self._wake.clear()
+            now = self.clock.now()
+            try:
+                if beats is not None:
+                    await beats()
+                    beats = None
+                busy = await self.round(now)
+                due = await self.store.next_due()
+                self._down.ok()
+            except (OSError, SessionError) as exc:
+                self._down.failed(type(exc).__name__)
+                busy, due = False, now + RETRY
+            except Exception:  # a bug: logged, and the next round tries again
+                log.exception("a scheduler round failed")
+                busy, due = False, now + RETRY
+            if busy:
+                continue  # a full batch: more may be due at once
+            deadline = now + self.settings.poll if due is None else min(
+                max(due, now), now + self.settings.poll)
+            await self.clock.wait_until(deadline, self._wake)
+
+    async def round(self, now: float) -> bool:
+        """Claim, then deliver; True when a batch was full (go again at once)."""
+        batch = self.settings.batch
+        claimed = await self.store.claim(now, self._plan, batch)
+        delivered = await self.store.deliver(now, self._deliver, batch)
+        return claimed >= batch or delivered >= batch
+
+    def _plan(self, record: ScheduleRecord, now: float) -> ScheduleRecord:
+        claimed = triggers.plan(record, now, self.settings.grace)
+        if claimed.skipped > record.skipped:
+            newest = claimed.history[-1]
+            self.skipped += claimed.skipped - record.skipped
+            log.warning("schedule %s (tenant %s): skipped the occurrence of %s (%s)",
+                        record.id, record.tenant, iso_time(newest.occurrence),
+                        newest.reason)
+        return claimed
+
+    async def _deliver(self, record: ScheduleRecord) -> ScheduleRecord:
+        """Deliver ``record.firing``: the record with it cleared and the outcome kept, or held
+        for a later try."""
+        assert record.firing is not None
+        now = self.clock.now()
+        key = await self.reach.key_of(record)
+        if isinstance(key, str):
+            log.warning("schedule %s (tenant %s): skipped, cannot write there: %s",
+                        record.id, record.tenant, key)
+            self.skipped += 1
+            return _settle(record, Outcome(record.firing, "skipped", now, key))
+        if self.settings.proactive_per_minute and self.ledger is not None:
+            wait = await self.ledger.hit(f"proactive:{record.tenant}", now,
+                                         self.settings.proactive_per_minute, RATE_WINDOW)
+            if wait > 0:
+                return dataclasses.replace(record, held_until=now + wait)
+        try:
+            await self.deliver(fire.inbound_for(record, key, record.firing, now))
+        except (UnavailableError, RouterClosedError) as exc:
+            log.info("schedule %s: delivery held (%s)", record.id, type(exc).__name__)
+            return dataclasses.replace(record, held_until=now + HOLD)
+        self.fired += 1
+        log.info("schedule %s (tenant %s): fired the occurrence of %s in %s", record.id,
+                 record.tenant, iso_time(record.firing), key.label())
+        return _settle(record, Outcome(record.firing, "fired", now))
+
+
+def _settle(record: ScheduleRecord, outcome: Outcome) -> ScheduleRecord:
+    done = dataclasses.replace(record, firing=None, held_until=None)
+    return done.with_outcome(outcome).settled()

@@ -1,0 +1,139 @@
+"""Reminders people set through the model in Telegram: the real gateway against the fake Bot
+API, a scripted model that calls ``schedule_create``, and a fake clock the test moves."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+import pytest
+
+from app.compose import build_gateway
+from app.config import Settings
+from app.server import Gateway
+from gateway.edge.provider import ProviderRequest
+from sessions.scan import message_text
+from sessions.schedule_file import FileScheduleStore
+from sessions.schedules import ScheduleRecord
+from tests.channels.test_telegram_harness import (
+    ALICE,
+    BOB,
+    settled,
+    telegram_settings,
+    wait_until,
+)
+from tests.fakes.clock import FakeClock
+from tests.fakes.scripted_provider import Reply, ScriptedProvider
+from tests.fakes.telegram_api import FakeTelegramServer
+
+BERLIN = ZoneInfo("Europe/Berlin")
+# Monday 2 March 2026, 18:00 in Berlin: "tomorrow at 9" is Tuesday 3 March, 09:00 (08:00 UTC).
+START = datetime(2026, 3, 2, 18, 0, tzinfo=BERLIN).timestamp()
+DUE = datetime(2026, 3, 3, 9, 0, tzinfo=BERLIN).timestamp()
+REMINDER = "Time to call the bank, Ada!"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer() as server:
+        yield server
+
+
+def tool_call(name: str, **args: str) -> Reply:
+    return {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": name, "input": args}]}
+
+
+def answers(request: ProviderRequest) -> Reply:
+    """The model: a scheduled turn gets the reminder, anything else ``ok``."""
+    last = request.messages[-1]
+    text = message_text(last["content"]) if last["role"] == "user" else ""
+    return REMINDER if (text or "").startswith("scheduled: ") else "ok"
+
+
+@asynccontextmanager
+async def running(settings: Settings, provider: ScriptedProvider,
+                  clock: FakeClock) -> AsyncIterator[Gateway]:
+    gateway = build_gateway(settings, provider=provider, clock=clock)
+    try:
+        await gateway.start()
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+async def test_reminder_set_through_the_tool_fires_once_at_its_time_in_that_dm_only(
+        fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """"Remind me tomorrow at 9" in a DM: confirmed in words, fired once at 09:00 (fake clock),
+    its text in that DM only, recorded as a scheduled turn."""
+    clock = FakeClock(START)
+    provider = ScriptedProvider(responder=answers)
+    provider.script(tool_call("schedule_create", instruction="Remind Ada to call the bank",
+                              when="tomorrow 9:00"),
+                    "I will remind you tomorrow at 09:00.")
+    settings = telegram_settings(fake, tmp_path, GATEWAY_TIMEZONE="Europe/Berlin")
+    async with running(settings, provider, clock) as gateway:
+        fake.user_message(ALICE, "remind me tomorrow at 9 to call the bank")
+        await settled(gateway, 1)
+        fake.user_message(BOB, "hello")
+        await settled(gateway, 2)
+        [record] = await gateway_schedules(tmp_path)
+        assert record.next_at == DUE
+        confirmation = tool_result_text(provider)
+        assert "once, on Tuesday 3 March 2026 at 09:00 (Europe/Berlin), in 15 hours" \
+            in confirmation, confirmation
+
+        rounds = clock.rounds
+        clock.advance(DUE - 1 - clock.now())  # one second early: a round, and nothing fires
+        await clock.idle_after(rounds)
+        assert fake.texts_to(ALICE) == ["I will remind you tomorrow at 09:00."]
+
+        clock.advance(1)
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 2)
+        await settled(gateway, 3)
+        rounds = clock.rounds
+        clock.advance(86_400 * 2)  # two days on: a round, and it does not fire again
+        await clock.idle_after(rounds)
+        [done] = await gateway_schedules(tmp_path, active_only=False)
+        log = await dm_log(gateway, ALICE)
+
+    assert fake.texts_to(ALICE) == ["I will remind you tomorrow at 09:00.", REMINDER]
+    assert fake.texts_to(BOB) == ["ok"]
+    assert (done.state, done.fired, done.skipped) == ("done", 1, 0)
+    scheduled = [e for e in log if e.get("type") == "message"
+                 and isinstance(e.get("meta"), dict) and "scheduled" in e["meta"]]
+    [entry] = scheduled
+    assert entry["message"] == {"role": "user",
+                                "content": f"scheduled: {record.id} Remind Ada to call the bank"}
+    assert entry["meta"]["scheduled"] == {"schedule": record.id,
+                                          "occurrence": "2026-03-03T08:00:00.000Z",
+                                          "created_by": f"person:telegram:{ALICE}"}
+
+
+async def gateway_schedules(data_dir: Path, *,
+                            active_only: bool = True) -> list[ScheduleRecord]:
+    """The schedules in the gateway's file, as another process reads them."""
+    return await FileScheduleStore(data_dir / "state").find("default", active_only=active_only)
+
+
+def tool_result_text(provider: ScriptedProvider) -> str:
+    """The text of the first tool result the model was sent."""
+    for request in provider.requests:
+        for message in request.messages:
+            for block in message["content"] if isinstance(message["content"], list) else ():
+                if block.get("type") == "tool_result":
+                    return str(message_text(block["content"]) or block["content"])
+    raise AssertionError("no tool result was sent")
+
+
+async def dm_log(gateway: Gateway, chat: int) -> list[dict[str, Any]]:
+    """The entries of the DM's one session."""
+    [info] = [i for i in await gateway.store.list_sessions("default")
+              if i.conversation == f"telegram:{chat}"]
+    data = await gateway.store.read_log("default", info.session_id)
+    return [orjson.loads(line) for line in data.splitlines()]
