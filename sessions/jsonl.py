@@ -579,4 +579,5 @@ def _info(path: Path, tenant: str) -> SessionInfo | None:
         error=None if summary.header else "no readable header",
         scope=head.get("scope") if isinstance(head.get("scope"), dict) else None,
         generation=generation_of(head),
+        scheduled=summary.scheduled,
     )

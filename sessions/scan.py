@@ -57,6 +57,7 @@ class Summary:
     message_count: int
     first_user_text: str | None
     torn: bool
+    scheduled: int = 0
 
 
 def summarise(data: bytes) -> Summary:
@@ -65,7 +66,7 @@ def summarise(data: bytes) -> Summary:
     header = _loads(lines[0]) if lines else None
     if header is not None and header.get("type") != "session":
         header = None
-    count = 0
+    count = scheduled = 0
     first: str | None = None
     for raw in lines[1:]:
         # Cheap pre-filter: only message lines need parsing for a listing.
@@ -75,11 +76,26 @@ def summarise(data: bytes) -> Summary:
         if entry is None or entry.get("type") != "message":
             continue
         count += 1
+        if SCHEDULED_MARK in raw and _scheduled(entry):
+            scheduled += 1
         if first is None:
             msg = entry.get("message")
             if isinstance(msg, dict) and msg.get("role") == "user":
                 first = message_text(msg.get("content"))
-    return Summary(header=header, message_count=count, first_user_text=first, torn=torn)
+    return Summary(header=header, message_count=count, first_user_text=first, torn=torn,
+                   scheduled=scheduled)
+
+
+SCHEDULED_MARK = b'"scheduled":{"schedule":'
+"""How a scheduled turn's message reads in its line (its ``meta``); a cheap pre-filter, the
+entry itself is checked."""
+
+
+def _scheduled(entry: dict[str, Any]) -> bool:
+    meta = entry.get("meta")
+    msg = entry.get("message")
+    return (isinstance(meta, dict) and isinstance(meta.get("scheduled"), dict)
+            and isinstance(msg, dict) and msg.get("role") == "user")
 
 
 def message_text(content: Any) -> str | None:

@@ -64,6 +64,8 @@ class SessionInfo:
     """The header's ``scope`` (whose memory scope the conversation has), if it names one."""
     generation: int = 0
     """The header's ``generation`` (:mod:`sessions.order`); 0 for sessions written before it."""
+    scheduled: int = 0
+    """Scheduled turns in it: user messages whose ``meta`` names a schedule."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,8 @@ def _row(info: SessionInfo, query: ListQuery) -> Markup:
         flags.append(tag("span", "torn tail", class_="badge warn"))
     if info.error:
         flags.append(tag("span", info.error, class_="badge bad"))
+    if info.scheduled:
+        flags.append(tag("span", f"{info.scheduled} scheduled", class_="badge scheduled"))
     cells = [
         tag("td", tag("a", info.session_id,
                       href=urls.session(info.session_id, info.tenant, query.home))),

@@ -119,6 +119,12 @@ def message_view(message: Mapping[str, Any], *, index: int | None = None,
         head.append(tag("span", f"#{index + 1}", class_="muted"))
     if note:
         head.append(tag("span", note, class_="badge"))
+    scheduled = (meta or {}).get("scheduled")
+    if isinstance(scheduled, Mapping):  # a turn a schedule started, not a person
+        head.append(tag("span", f"scheduled {scheduled.get('schedule', '?')}",
+                        class_="badge scheduled",
+                        title=f"set by {scheduled.get('created_by', '?')}, occurrence "
+                              f"{scheduled.get('occurrence', '?')}"))
     if ts:
         head.append(tag("time", ts, class_="muted"))
     content = message.get("content")

@@ -185,6 +185,7 @@ async def _list(store: SessionStore, tenant: str | None, out: TextIO, *, as_json
             "version": i.version,
             "messages": i.message_count, "firstUserText": i.first_user_text,
             "bytes": i.size_bytes, "torn": i.torn, "error": i.error,
+            "scheduled": i.scheduled,
         } for i in infos], out)
         return 0
     if not infos:
@@ -198,6 +199,10 @@ async def _list(store: SessionStore, tenant: str | None, out: TextIO, *, as_json
     ) for info in infos]
     header: tuple[str, ...] = ("SESSION", "STARTED", "CHANNEL", "CONVERSATION", "MESSAGES",
                                "FIRST MESSAGE")
+    if any(info.scheduled for info in infos):  # turns a schedule started, not a person
+        header = (*header[:-1], "SCHEDULED", header[-1])
+        rows = [(*row[:-1], str(info.scheduled or ""), row[-1])
+                for info, row in zip(infos, rows, strict=True)]
     if any(info.tenant != DEFAULT_TENANT for info in infos):
         header = (header[0], "TENANT", *header[1:])
         rows = [(row[0], info.tenant, *row[1:]) for info, row in zip(infos, rows, strict=True)]

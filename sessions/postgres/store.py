@@ -73,7 +73,7 @@ from sessions.order import GENERATION, newest_first
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
-from sessions.scan import recover_state, summarise
+from sessions.scan import SCHEDULED_MARK, recover_state, summarise
 from sessions.store import MessagePage, SessionInfo, SessionState
 from sessions.tombstones import decode_lines, encode
 
@@ -453,10 +453,15 @@ class PostgresSessionStore:
                 " first_user_text, size_bytes, extract(epoch FROM modified_at)::float8 AS mtime,"
                 " CASE WHEN jsonb_typeof(header->'scope') = 'object'"
                 " THEN (header->'scope')::text END AS scope,"
-                f" {_GENERATION} AS generation"
-                f" FROM {self._q}.sessions WHERE $1::text IS NULL OR tenant = $1"
+                f" {_GENERATION} AS generation,"
+                # Scheduled turns: message lines whose meta names a schedule (see
+                # sessions.scan.SCHEDULED_MARK), over the index of message entries.
+                f" (SELECT count(*) FROM {self._q}.entries e WHERE e.tenant = s.tenant"
+                "  AND e.session_id = s.id AND e.type = 'message'"
+                "  AND position($2::bytea IN e.line) > 0) AS scheduled"
+                f" FROM {self._q}.sessions s WHERE $1::text IS NULL OR tenant = $1"
                 " ORDER BY coalesce(started_at, '') COLLATE \"C\" DESC, modified_at DESC",
-                tenant,
+                tenant, SCHEDULED_MARK,
             )
         return newest_first([
             SessionInfo(
@@ -465,7 +470,7 @@ class PostgresSessionStore:
                 message_count=int(r["message_count"]), first_user_text=r["first_user_text"],
                 size_bytes=int(r["size_bytes"]), modified=float(r["mtime"]),
                 scope=None if r["scope"] is None else orjson.loads(r["scope"]),
-                generation=int(r["generation"]),
+                generation=int(r["generation"]), scheduled=int(r["scheduled"]),
             )
             for r in rows
         ])
