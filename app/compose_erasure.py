@@ -27,6 +27,8 @@ from gateway.erasure.service import ErasureService
 from gateway.erasure.steps import BlobStep, McpLogStep, MemoryStep, OwedStep, RerunStep
 from gateway.persona.memory_scopes import delete_scope, scope_dir
 from gateway.persona.workspace import PersonaWorkspace
+from gateway.schedule.erasure import ScheduleStep
+from gateway.schedule.store import ScheduleStore
 from sessions.blobs import BlobStore
 from sessions.store import SessionStore
 
@@ -35,7 +37,8 @@ def build_eraser(persona_root: Path, store: SessionStore,
                  workspace: PersonaWorkspace | None = None,
                  blobs: BlobStore | None = None,
                  reruns: SessionStore | None = None,
-                 owed: OwedStep | None = None, data_dir: Path | None = None) -> Eraser:
+                 owed: OwedStep | None = None, data_dir: Path | None = None,
+                 schedules: ScheduleStore | None = None) -> Eraser:
     """What ``gateway forget`` and ``/forget`` run: the sessions (deleted, or a group's
     rewritten with markers) and a tombstone, then the memory scope (through the running
     gateway's workspace, so its cache forgets too; else straight from the disk), the blobs
@@ -61,6 +64,8 @@ def build_eraser(persona_root: Path, store: SessionStore,
         from app.compose import MCP_LOGS_DIR  # (app.compose imports this module)
 
         steps.append(McpLogStep(data_dir / MCP_LOGS_DIR, store))
+    if schedules is not None:  # their reminders, schedules to their DM, their time zone
+        steps.append(ScheduleStep(schedules))
     return Eraser(store, steps)
 
 
@@ -85,13 +90,14 @@ def owed_step(conversations: ConversationQueue) -> OwedStep:
 
 def gateway_erasure(settings: Settings, store: SessionStore,
                     workspace: PersonaWorkspace | None, blobs: BlobStore,
-                    reruns: SessionStore, coordinator: Coordinator, holder: Holder
+                    reruns: SessionStore, coordinator: Coordinator, holder: Holder,
+                    schedules: ScheduleStore | None = None,
                     ) -> tuple[ErasureService, ErasureEndpoint]:
     """The running gateway's erasure service and its endpoint (control socket, other
     workers' holds), both holding conversations still through ``holder`` (the pauses the
     router brackets its work with)."""
     eraser = build_eraser(settings.persona_root, store, workspace, blobs, reruns,
-                          owed_step(coordinator.conversations), settings.data_dir)
+                          owed_step(coordinator.conversations), settings.data_dir, schedules)
     bus = coordinator.erasure_bus()
     service = ErasureService(eraser, holder, bus=bus)
     return service, ErasureEndpoint(service, settings.data_dir, bus, holder=holder)

@@ -100,7 +100,7 @@ async def _erase(request: dict[str, Any], store: SessionStore,
                  settings: Settings) -> dict[str, Any]:
     """Hand the erasure to whoever serves the data (see the module docstring)."""
     from app import control
-    from app.compose import blob_store_for, rerun_store
+    from app.compose import blob_store_for, build_schedule_store, rerun_store
     from app.compose_erasure import build_eraser, cli_bus, direct_journal, inbox_step
     from app.erasure_endpoint import run_forget
     from gateway.edge.errors import ConfigError
@@ -109,12 +109,13 @@ async def _erase(request: dict[str, Any], store: SessionStore,
 
     blobs = blob_store_for(store, settings.data_dir)
     reruns = rerun_store(settings.data_dir)
+    schedules = build_schedule_store(settings, store)
     try:
         bus = cli_bus(settings)
         if bus is not None:  # several workers: this command holds them all still itself
             service = ErasureService(build_eraser(settings.persona_root, store, None, blobs,
                                                   reruns, inbox_step(store),
-                                                  settings.data_dir), bus=bus.bus)
+                                                  settings.data_dir, schedules), bus=bus.bus)
             try:
                 return await run_forget(service, request)
             finally:
@@ -130,7 +131,8 @@ async def _erase(request: dict[str, Any], store: SessionStore,
             async with direct_journal(settings.data_dir) as journal:
                 owed = OwedStep("journal", lambda t, s, i, dry: journal.erase(s, i, dry=dry))
                 service = ErasureService(build_eraser(settings.persona_root, store, None, blobs,
-                                                      reruns, owed, settings.data_dir))
+                                                      reruns, owed, settings.data_dir,
+                                                      schedules))
                 return await run_forget(service, request)
         except ConfigError as exc:  # its journal is locked: a gateway runs, deaf to us
             return {"ok": False, "error": f"{exc}; it did not answer on its control socket"}

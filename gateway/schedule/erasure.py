@@ -4,14 +4,25 @@ schedules are the group's and stay, as its log does."""
 
 from __future__ import annotations
 
-from gateway.edge.scopes import Scope
-from gateway.erasure.eraser import ErasureStep, Removal
+from gateway.erasure.eraser import ErasurePlan, Removal
 from gateway.schedule.store import ScheduleStore
+from sessions.schedules import belongs_to
 
 
-def schedule_step(store: ScheduleStore) -> ErasureStep:
-    async def step(scope: Scope, requested_by: str) -> list[Removal]:
-        removed = await store.erase_person(scope.tenant, scope.channel, scope.id)
+class ScheduleStep:
+    """:class:`gateway.erasure.eraser.ErasureStep` over the schedule store."""
+
+    def __init__(self, store: ScheduleStore) -> None:
+        self.store = store
+
+    async def find(self, plan: ErasurePlan) -> list[Removal]:
+        scope = plan.scope
+        found = await self.store.find(scope.tenant, active_only=False)
+        return [Removal("schedule", r.id) for r in found
+                if belongs_to(r, scope.channel, scope.id)]
+
+    async def remove(self, plan: ErasurePlan, found: list[Removal],
+                     requested_by: str) -> list[Removal]:
+        scope = plan.scope
+        removed = await self.store.erase_person(scope.tenant, scope.channel, scope.id)
         return [Removal("schedule", schedule_id) for schedule_id in removed]
-
-    return step
