@@ -137,3 +137,50 @@ async def dm_log(gateway: Gateway, chat: int) -> list[dict[str, Any]]:
               if i.conversation == f"telegram:{chat}"]
     data = await gateway.store.read_log("default", info.session_id)
     return [orjson.loads(line) for line in data.splitlines()]
+
+
+async def test_reminders_command_and_erasure_remove_only_the_persons_schedules(
+        fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """/reminders lists and cancels in the person's own scope; /forget confirm erases their
+    schedules and time zone, and nobody else's."""
+    clock = FakeClock(START)
+    provider = ScriptedProvider(responder=answers)
+    provider.script(tool_call("schedule_create", instruction="water the plants", every="1d"),
+                    "Daily it is.",
+                    tool_call("schedule_create", instruction="stretch", when="in 2 hours"),
+                    "Sure.",
+                    tool_call("schedule_create", instruction="call mum", when="friday 18:00"),
+                    "Will do.")
+    settings = telegram_settings(fake, tmp_path, GATEWAY_TIMEZONE="Europe/Berlin")
+    async with running(settings, provider, clock) as gateway:
+        for n, text in enumerate(["remind me daily to water the plants",
+                                  "and in 2 hours to stretch"], start=1):
+            fake.user_message(ALICE, text)
+            await settled(gateway, n)
+        fake.user_message(BOB, "remind me on friday at 6pm to call mum")
+        await settled(gateway, 3)
+        mine = {r.instruction: r.id for r in await gateway_schedules(tmp_path)
+                if r.owner == f"person:telegram:{ALICE}"}
+        fake.user_message(ALICE, "/reminders")
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 3)
+        listing = fake.texts_to(ALICE)[-1]
+        assert "water the plants" in listing
+        assert "stretch" in listing
+        assert "call mum" not in listing
+        [bobs] = [r.id for r in await gateway_schedules(tmp_path)
+                  if r.owner == f"person:telegram:{BOB}"]
+        fake.user_message(ALICE, f"/reminders cancel {bobs}")  # not hers: refused
+        fake.user_message(ALICE, f"/reminders cancel {mine['stretch']}")
+        fake.user_message(ALICE, "/reminders timezone America/New_York")
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 6)
+        fake.user_message(ALICE, "/forget confirm")
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 7)
+        left = await gateway_schedules(tmp_path, active_only=False)
+        zone = await FileScheduleStore(tmp_path / "state").zone("default", f"telegram:{ALICE}")
+    replies = fake.texts_to(ALICE)
+    assert replies[3] == f"There is no active reminder {bobs!r} here."
+    assert replies[4] == f"Cancelled {mine['stretch']}: stretch"
+    assert replies[5].startswith("Done: your times are read in America/New_York")
+    assert replies[6].startswith("Done: I erased")
+    assert [(r.id, r.state) for r in left] == [(bobs, "active")]
+    assert zone is None
