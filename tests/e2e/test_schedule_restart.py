@@ -132,7 +132,7 @@ async def test_a_scheduled_turn_replays_byte_for_byte_and_is_listed(
             replay = await replay_of(gateway, f"telegram:{ALICE}")
         raws = [r.raw for r in srv.requests_for("anthropic")]
     assert fake.texts_to(ALICE) == ["Done: in two hours.", "Ada, call the bank now."]
-    assert len(raws) == len(replay.turns) == 3
+    assert len(raws) == len(replay.calls) == 3
     for n, raw in enumerate(raws, start=1):
         code, out = await asyncio.to_thread(replay_cli, tmp_path, replay.session_id,
                                             "--request", str(n), "--raw")
