@@ -45,6 +45,7 @@ common tasks:
   gateway usage --since 7d --by user   what each person's calls cost this week
   gateway pairing approve CODE         let someone who wrote in a DM talk to the agent
   gateway forget --user telegram:1001  erase a person's memory and direct conversations
+  gateway schedule list                reminders and schedules, when each fires next
 
 Run "gateway COMMAND --help" for a command's options. Shell completion:
   eval "$(gateway completion bash)"    (or zsh, fish)"""
@@ -63,6 +64,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("pairing", "approve or revoke people in DMs"),
     ("memory", "list, show or delete what the agent remembers"),
     ("forget", "erase a person (memory, direct sessions)"),
+    ("schedule", "list, add or cancel scheduled turns"),
     ("tools", "MCP servers: status, tools, tenants"),
     ("completion", "print shell completion code"),
 )
@@ -72,7 +74,7 @@ imported only when that command is the one being run, completed or described: th
 the server behind them cost seconds to import, and ``--version``, ``--help`` and a shell's
 Tab must not wait for them."""
 
-STORE_READERS = ("replay", "drift", "export", "viewer", "usage", "forget")
+STORE_READERS = ("replay", "drift", "export", "viewer", "usage", "forget", "schedule")
 """Commands that read sessions from a store: they take ``--store-url`` and ``--schema``."""
 
 
@@ -223,6 +225,10 @@ async def _with_store(args: argparse.Namespace, settings: Settings) -> int:
             from app.commands import forget as forget_cmd
 
             return await forget_cmd.run(args, store, settings)
+        if args.command == "schedule":
+            from app.commands import schedule as schedule_cmd
+
+            return await schedule_cmd.run(args, store, settings)
     finally:
         await store.aclose()
     raise CommandError("unknown command")

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 TARGET_S = 0.3
 COMMANDS = ("run", "chat", "replay", "drift", "export", "usage", "sessions", "viewer", "db",
-            "pairing", "memory", "forget", "tools", "completion")
+            "pairing", "memory", "forget", "schedule", "tools", "completion")
 
 
 def completing(line: str) -> dict[str, str]:

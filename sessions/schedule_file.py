@@ -67,6 +67,9 @@ class FileScheduleStore:
         """(earliest unclaimed ``next_at``, earliest claimed occurrence's time), computed
         once per change: an idle poll then costs a ``stat``, not a walk over every record."""
         self._busy = asyncio.Lock()  # one change at a time from this process
+        # File work still running in its thread after its caller was cancelled (a thread
+        # cannot be stopped): aclose waits for it, so nothing is written after the close.
+        self._inflight: set[asyncio.Future[Any]] = set()
 
     def __repr__(self) -> str:
         return f"FileScheduleStore({str(self.path)!r})"
@@ -118,7 +121,13 @@ class FileScheduleStore:
                 return work()
 
         async with self._busy:
-            return await asyncio.to_thread(run)
+            return await self._thread(run)
+
+    async def _thread(self, run: Callable[[], T]) -> T:
+        future = asyncio.ensure_future(asyncio.to_thread(run))
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
+        return await asyncio.shield(future)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -178,7 +187,7 @@ class FileScheduleStore:
                 return result
 
         async with self._busy:
-            return await asyncio.to_thread(run)
+            return await self._thread(run)
 
     # -- the store ----------------------------------------------------------------------------
 
@@ -303,7 +312,9 @@ class FileScheduleStore:
         return min(times) if times else None
 
     async def aclose(self) -> None:
-        return None
+        """Wait for file work a cancelled caller left running (idempotent)."""
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
 
     def snapshot(self) -> dict[str, Any]:
         """Counts for ``/healthz`` (what was last read; no I/O)."""
