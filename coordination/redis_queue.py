@@ -141,11 +141,12 @@ class RedisConversations:
         return Claim(key, lease=mark) if mark is not None else None
 
     async def withdraw(self, item: QueueItem) -> None:
+        """Stop waiting for the item's reply here; its inbox row stays owed. With several
+        workers nothing is recorded on receipt (``records_on_receipt`` is False), so nothing
+        after :meth:`enter` can fail to receive it: the row is answered by whoever serves the
+        conversation, and the platform's redelivery of it is a duplicate answered from it.
+        Deleting the row instead would only make that redelivery a second message."""
         self.relay.forget(item.id)
-        try:
-            await self.inbox.withdraw(item.id)
-        except OSError as exc:
-            log.warning("coordination: withdrawing an item failed (%s)", kind_of(exc))
 
     def on_recorded(self, item: QueueItem) -> asyncio.Future[str] | None:
         if item.sink is None:

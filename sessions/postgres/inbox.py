@@ -1,8 +1,10 @@
 """What workers sharing a PostgreSQL store owe: one ``inbox`` row per acknowledged message.
 
 A row is written when a message is received (before the platform is told it was), and marked
-``answered_at`` once its reply went out; answered rows stay as long as a platform may deliver
-the message again (:meth:`PostgresInbox.prune`), so their platform id still counts as seen.
+``answered_at`` once its reply went out. A row is never taken back: the message it records is
+answered, and the platform's redelivery of it is its duplicate. Answered rows stay as long as
+a platform may deliver the message again (:meth:`PostgresInbox.prune`), so their platform id
+still counts as seen.
 The queue of a conversation is its unanswered rows in ``id`` order; ``attempts`` counts the
 holders that took the head row (more than one: an earlier holder may have started it, so its
 turn is looked up in the log before anything is recorded again). The ``dedup`` column, unique
@@ -67,8 +69,6 @@ class PostgresInbox:
                           " AND conversation = $2 AND answered_at IS NULL)")
         self._status = (f"SELECT session_id, answered_at IS NOT NULL AS answered"
                         f" FROM {q}.inbox WHERE item = $1")
-        self._withdraw = (f"DELETE FROM {q}.inbox WHERE item = $1 AND attempts = 0"
-                          " AND answered_at IS NULL")
         theirs = (" WHERE tenant = $1 AND answered_at IS NOT NULL"
                   " AND (session_id = ANY($2::text[]) OR item = ANY($3::text[]))")
         self._erase = f"DELETE FROM {q}.inbox{theirs}"
@@ -119,11 +119,6 @@ class PostgresInbox:
         async with self._store.connection() as conn:
             row = await conn.fetchrow(self._status, item)
         return None if row is None else (bool(row["answered"]), row["session_id"])
-
-    async def withdraw(self, item: str) -> None:
-        """Forget an item no holder has taken yet (it was not acknowledged after all)."""
-        async with self._store.connection() as conn:
-            await conn.execute(self._withdraw, item)
 
     async def prune(self, older_than: float) -> int:
         """Delete rows answered more than ``older_than`` seconds ago; how many."""

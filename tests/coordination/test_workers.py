@@ -13,9 +13,10 @@ from gateway.edge.channel import Accepted
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions import entries
+from sessions.postgres.inbox import PostgresInbox
 from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
-from tests.coordination.harness import log_of, transcript, wait_until, worker
+from tests.coordination.harness import coordinator, item, log_of, transcript, wait_until, worker
 from tests.fakes.scripted_provider import ScriptedProvider
 
 pytestmark = pytest.mark.services
@@ -151,3 +152,22 @@ async def test_session_from_before_sharing_is_taken_over(
 
 async def _replay(store: PostgresSessionStore, session_id: str) -> Replay:
     return replay_bytes(await store.read_log("default", session_id))
+
+
+async def test_a_withdrawn_item_stays_owed_and_its_redelivery_is_its_duplicate(
+    prefix: str, pg_store: PostgresSessionStore
+) -> None:
+    """With several workers a received item is never taken back: withdrawing it leaves its
+    inbox row owed (its conversation still has it to answer), and the platform's redelivery
+    is recognised as its duplicate, not entered as a second message."""
+    async with coordinator(prefix, pg_store) as coord:
+        first = item("c", "hello")
+        assert not (await coord.conversations.enter(first, "memory:c:m1")).duplicate
+        await coord.conversations.withdraw(first)
+        again = await coord.conversations.enter(item("c", "hello"), "memory:c:m1")
+    assert (again.duplicate, again.original) == (True, first.id)
+    inbox = PostgresInbox(pg_store)
+    (owed,) = await inbox.owed_conversations()
+    head = await inbox.head(*owed)
+    assert head is not None
+    assert head.item == first.id
