@@ -9,22 +9,21 @@ Layout (the sessions layout, with ``blobs/`` for ``sessions/``)::
 Files are 0600, folders 0700. A blob is written under a temporary name in its folder, synced
 (unless the store's durability is ``none``), then renamed into place and the folder synced, so
 a blob's name only ever holds its whole content; a failed write leaves nothing behind. Reads
-check the bytes against their hash. All file work runs in a worker thread: a 20 MB write must
-not stall the event loop.
+check the bytes against their hash (:func:`sessions.blobs.checked`, as every backend does).
+All file work runs in a worker thread: a 20 MB write must not stall the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import os
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from sessions.blobs import BlobInfo, digest_of, validate_digest
-from sessions.errors import BlobMissingError, BlobWriteError
+from sessions.blobs import BlobInfo, checked, digest_of, validate_digest
+from sessions.errors import BlobCorruptError, BlobMissingError, BlobWriteError
 from sessions.files import FILE_MODE, ensure_private_dir, sync_dir, write_all
 from sessions.names import DEFAULT_TENANT, validate_tenant
 
@@ -137,9 +136,7 @@ def _read_checked(path: Path, digest: str) -> bytes:
         raise BlobMissingError(digest, "no such blob") from None
     except OSError as exc:
         raise BlobMissingError(digest, f"it could not be read ({_kind(exc)})") from exc
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise BlobMissingError(digest, "its stored bytes do not match the hash")
-    return data
+    return checked(digest, data)
 
 
 def _read_many(paths: dict[str, Path]) -> dict[str, bytes]:
@@ -147,6 +144,8 @@ def _read_many(paths: dict[str, Path]) -> dict[str, bytes]:
     for digest, path in paths.items():
         try:
             found[digest] = _read_checked(path, digest)
+        except BlobCorruptError:
+            raise
         except BlobMissingError:
             continue
     return found

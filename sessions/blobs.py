@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sessions.attachments import HASH_PATTERN, BlobRef
-from sessions.errors import InvalidNameError
+from sessions.errors import BlobCorruptError, InvalidNameError
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,17 @@ class BlobInfo:
 def digest_of(data: bytes) -> str:
     """The content address of ``data``: lowercase hex sha256 (64 characters)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def checked(digest: str, data: bytes) -> bytes:
+    """``data`` when it is the blob ``digest`` names; :class:`BlobCorruptError` (naming both
+    hashes) when it is not. Every backend passes every blob it reads through this one check
+    before anyone sees the bytes (in a worker thread: a 20 MB sha256 must not stall the
+    loop)."""
+    actual = digest_of(data)
+    if actual != digest:
+        raise BlobCorruptError(digest, actual)
+    return data
 
 
 def validate_digest(digest: object) -> str:
@@ -47,9 +58,12 @@ class BlobStore(Protocol):
     durable as the store's session logs are (so a message entry that refers to them is never
     more durable than they are), and leaves nothing half-written under a blob's name when it
     fails (:class:`~sessions.errors.BlobWriteError`). :meth:`get` returns exactly the bytes
-    stored (checked against the hash) or raises :class:`~sessions.errors.BlobMissingError`;
-    :meth:`get_many` returns those it has and leaves the rest out. Tenants never see each
-    other's blobs. Hashes and tenants are validated before any use. :meth:`aclose` is
+    stored or raises :class:`~sessions.errors.BlobMissingError`; :meth:`get_many` returns those
+    it has and leaves the absent ones out. Every read passes the bytes through
+    :func:`checked`: bytes that do not hash to their name are never returned, by either
+    method, but refused with :class:`~sessions.errors.BlobCorruptError` naming the hash (a
+    damaged blob is not an absent one: the caller must not carry on as if it were). Tenants
+    never see each other's blobs. Hashes and tenants are validated before any use. :meth:`aclose` is
     idempotent.
     """
 
@@ -76,7 +90,8 @@ class BlobStore(Protocol):
 
 async def load(store: BlobStore, tenant: str, refs: Iterable[BlobRef]) -> dict[str, bytes]:
     """The bytes of ``refs`` that ``store`` holds (hash -> bytes); missing ones are left out,
-    for the request shapes to report by name."""
+    for the request shapes to report by name. Raises
+    :class:`~sessions.errors.BlobCorruptError` for a damaged one."""
     wanted = list(dict.fromkeys(ref.hash for ref in refs))
     if not wanted:
         return {}

@@ -15,6 +15,7 @@ One tree, so callers can catch at the level they care about::
     │   ├── CorruptHeaderError  line 1 is not a session header
     │   ├── NotARegularFileError  a directory, FIFO, device or symlink where a log should be
     │   └── BlobMissingError    a message refers to attachment bytes the blob store lacks
+    │       └── BlobCorruptError  ...or holds damaged: they do not hash to their name
     └── BlobWriteError          attachment bytes could not be stored
 
 Replay never raises anything outside ``SessionReadError`` for bad input: a corrupt line in the
@@ -100,15 +101,28 @@ class BlobMissingError(SessionReadError, LookupError):
     raises it for the call that cannot be rebuilt (``call`` set), never a body without it.
     """
 
+    _WHAT = "blob sha256 {digest} is not in the blob store ({label})"
+
     def __init__(self, digest: str, label: str, *, call: int | None = None,
                  line: int | None = None) -> None:
-        what = f"blob sha256 {digest} is not in the blob store ({label})"
+        what = self._WHAT.format(digest=digest, label=label)
         if call is not None:
             what = f"call {call} cannot be rebuilt: {what}"
         super().__init__(what, line=line)
         self.digest = digest
         self.label = label
         self.call = call
+
+
+class BlobCorruptError(BlobMissingError):
+    """The bytes a blob store holds under a hash do not hash to it (a damaged file or row): the
+    read is refused, never served as the blob. ``actual`` is what they hash to."""
+
+    _WHAT = "blob sha256 {digest} is damaged in the blob store ({label})"
+
+    def __init__(self, digest: str, actual: str) -> None:
+        super().__init__(digest, f"its stored bytes hash to {actual}; refused")
+        self.actual = actual
 
 
 class BlobWriteError(SessionError, OSError):

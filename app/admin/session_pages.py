@@ -276,10 +276,10 @@ def session_page(view: SessionView, points: list[DriftPoint], metric: str,
 # -- one call ----------------------------------------------------------------------------------
 
 
-def call_page(view: SessionView, call: Call,
-              blobs: Mapping[str, bytes] | None = None) -> Markup:
+def call_page(view: SessionView, call: Call, blobs: Mapping[str, bytes] | None = None,
+              refused: str | None = None) -> Markup:
     """One call; ``blobs``: the bytes of its attachments, to rebuild its body exactly (shown
-    with the base64 elided)."""
+    with the base64 elided); ``refused``: why they could not be had (a damaged blob)."""
     where = view.where
     replay = view.replay
     back = urls.session(where.session_id, where.tenant, where.home) + f"#call-{call.index}"
@@ -288,7 +288,7 @@ def call_page(view: SessionView, call: Call,
         tag("h1", f"Call {call.index}"),
         tag("p", call_summary(replay, call, view.busts.get(call.index))),
         request_view(replay, call, where),
-        _request_body(replay, call, blobs),
+        _request_body(replay, call, blobs, refused),
         tag("h4", "Answer"),
         message_view(replay.messages[call.assistant], index=call.assistant, where=where)
         if call.assistant is not None else tag("p", "No answer was recorded.", class_="muted"),
@@ -296,10 +296,13 @@ def call_page(view: SessionView, call: Call,
     return layout(f"Call {call.index} of {where.session_id}", body, view.frame)
 
 
-def _request_body(replay: Replay, call: Call, blobs: Mapping[str, bytes] | None) -> Markup:
+def _request_body(replay: Replay, call: Call, blobs: Mapping[str, bytes] | None,
+                  refused: str | None = None) -> Markup:
     if not call.rebuildable:
         return tag("p", f"No request body: this call was {call.status_text}.",
                    class_="notice bad")
+    if refused is not None:
+        return tag("p", f"No request body: {refused}.", class_="notice bad")
     try:
         body = replay.request(call, blobs=blobs)
     except NotRebuildableError as exc:  # a blob the store does not hold (named in the message)

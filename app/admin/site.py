@@ -58,6 +58,7 @@ from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore, load, validate_digest
 from sessions.drift import DEFAULT_METRIC, METRICS, drift
 from sessions.errors import (
+    BlobCorruptError,
     BlobMissingError,
     InvalidNameError,
     SessionNotFoundError,
@@ -367,10 +368,14 @@ class AdminSite:
         if request.query.get("fragment"):
             return html(await asyncio.to_thread(request_view, view.replay, call, view.where))
         found: dict[str, bytes] = {}
+        refused: str | None = None
         refs = view.replay.attachments(call)
         if refs and self.blobs is not None:
-            found = await load(self.blobs, view.where.tenant, refs)
-        return html(await asyncio.to_thread(call_page, view, call, found))
+            try:
+                found = await load(self.blobs, view.where.tenant, refs)
+            except BlobCorruptError as exc:  # never shown as if it were the file
+                refused = str(exc)
+        return html(await asyncio.to_thread(call_page, view, call, found, refused))
 
     async def _old_call(self, request: web.Request) -> web.StreamResponse:
         """``.../turn/N`` (bookmarks and links from before the page was named for calls): the same
@@ -396,6 +401,9 @@ class AdminSite:
                     name, media_type = ref.name, ref.media_type
         try:
             data = await self.blobs.get(tenant, digest)
+        except BlobCorruptError:
+            raise Refused(422, "This file is damaged in the blob store (its bytes no longer "
+                               "match its hash), so it is not shown.") from None
         except BlobMissingError:
             raise Refused(404, "This file is no longer in the blob store.") from None
         return blob_response(data, media_type, name)

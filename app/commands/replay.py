@@ -25,6 +25,7 @@ from sessions.attachments import human_size, ref_of
 from sessions.blobs import BlobStore
 from sessions.encoding import dumps
 from sessions.errors import (
+    BlobCorruptError,
     InvalidNameError,
     NotARegularFileError,
     SessionNotFoundError,
@@ -119,8 +120,12 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
         if not call.rebuildable:
             raise CommandError(f"session {replay.session_id}: call {call.index} cannot be "
                                f"rebuilt: {call.status_text}", EXIT_UNREADABLE)
-        found = await call_blobs(replay, call, blobs, args.tenant)
-        try:  # a missing blob: which one, which call; never a body without it
+        try:  # a missing or damaged blob: which one, which call; never a body without it
+            found = await call_blobs(replay, call, blobs, args.tenant)
+        except BlobCorruptError as exc:
+            raise CommandError(f"session {replay.session_id}: call {call.index} cannot be "
+                               f"rebuilt: {exc}", EXIT_UNREADABLE) from exc
+        try:
             body = replay.request(call, args.shape, found)
         except SessionReadError as exc:
             raise CommandError(f"session {replay.session_id}: {exc}", EXIT_UNREADABLE) from exc

@@ -4,9 +4,10 @@ The request is rebuilt from the log by :func:`sessions.ablation.rerun_request` (
 from its recorded sections, the recorded window of messages, tools, model and params), changed
 only as asked (``--drop-section``, ``--replace-section``, ``--model``, ``--provider``), sent,
 and the new answer is printed after the recorded one. When the new answer calls tools, each
-gets the result the session recorded for the same call (or, with ``--live-tools``, a fresh one
-from the configured MCP servers, compared with the recorded one) and the rerun goes on like
-the agent loop; a call with no such result is shown, not executed, and ends the rerun (see
+gets the result the session recorded for the same call of the same round (or, with
+``--live-tools``, a fresh one from the configured MCP servers, compared with the recorded one)
+and the rerun goes on like the agent loop; a call with no such result, or whose arguments
+differ from the recorded call's, is shown, not executed, and ends the rerun (see
 :mod:`app.commands.rerun_tools`). Persona tools never run, so the persona files never change.
 
 It never writes to the original session. ``--save`` writes the rerun, exactly as a live call is
@@ -27,7 +28,15 @@ from typing import Any, TextIO
 
 from app.commands.common import EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.rerun_options import PROVIDERS
-from app.commands.rerun_tools import MISSING, RecordedResults, ToolStep, resolve, results_message
+from app.commands.rerun_tools import (
+    MISMATCH,
+    MISSING,
+    NOT_RUN,
+    RecordedRounds,
+    ToolStep,
+    resolve,
+    results_message,
+)
 from app.commands.run import load_settings
 from app.compose import RERUNS_DIR, build_provider, live_tool_set, rerun_store
 from app.config import Settings
@@ -41,6 +50,7 @@ from sessions.blobs import BlobStore, load
 from sessions.caching import glued_at
 from sessions.encoding import dumps
 from sessions.errors import (
+    BlobCorruptError,
     BlobMissingError,
     InvalidNameError,
     SessionExistsError,
@@ -214,7 +224,10 @@ async def _attachments(messages: Sequence[MessageDict], blobs: BlobStore | None,
     """``have`` plus the bytes of the attachments ``messages`` refer to that it lacks; a
     missing one stops the rerun, named."""
     refs = [ref for ref in needed(messages) if ref.hash not in have]
-    found = {} if not refs or blobs is None else await load(blobs, owner, refs)
+    try:
+        found = {} if not refs or blobs is None else await load(blobs, owner, refs)
+    except BlobCorruptError as exc:
+        raise CommandError(f"call {number} cannot be rebuilt: {exc}", EXIT_UNREADABLE) from exc
     for ref in refs:
         if ref.hash not in found:
             raise CommandError(str(BlobMissingError(ref.hash, ref.label(), call=number)),
@@ -254,8 +267,7 @@ async def _converse(provider: Provider, replay: Replay, call: Call, parts: Rerun
     Files in tool results (recorded references, or images a live tool returned, stored like
     in a turn) are loaded before the call that sends them."""
     settings = load_settings()
-    recorded = RecordedResults(replay)
-    near = call.assistant if call.assistant is not None else len(replay.messages)
+    recorded = RecordedRounds(replay, call)
     tenant = str(replay.header.get("tenant") or DEFAULT_TENANT)
     context = ChannelContext(channel="rerun", chat_type="private", speaker=None, tenant=tenant)
     messages = list(parts.messages)
@@ -274,9 +286,9 @@ async def _converse(provider: Provider, replay: Replay, call: Call, parts: Rerun
             if answer.message is None or not uses:
                 steps.append(Step(answer))
                 break
-            results = await resolve(uses, recorded, near, live, context)
+            results = await resolve(uses, recorded, attempt, live, context)
             steps.append(Step(answer, tuple(results)))
-            if any(r.source == MISSING for r in results):
+            if any(r.source in NOT_RUN for r in results):
                 break  # never make up a result the model would take for real
             messages += [answer.message, results_message(results)]
             files = await files.more(messages[-1:])
@@ -469,7 +481,7 @@ def _print_step(step: Mapping[str, Any], number: int, w: Any) -> None:
         w(f"--- {which}: failed ({step['error']['kind']})\n{step['error']['message']}\n")
         return
     calls = step["toolCalls"]
-    unrun = [c for c in calls if c.get("source", MISSING) == MISSING]
+    unrun = [c for c in calls if c.get("source", MISSING) in NOT_RUN]
     shown = "; tool calls are shown, not executed" if unrun else ""
     w(f"--- {which} (stop {step['stopReason'] or '-'}, {step['latencyMs']:.0f} ms{shown})\n")
     content = (step["assistant"] or {}).get("content")
@@ -481,6 +493,12 @@ def _print_step(step: Mapping[str, Any], number: int, w: Any) -> None:
         source = call.get("source", MISSING)
         if source == MISSING:
             w(f"[tool call, NOT executed] {call['name']} {args}\n")
+            continue
+        if source == MISMATCH:
+            other = call["recordedCall"]
+            w(f"[tool call, NOT executed: the recorded call of {call['name']} in this round "
+              f"({other['id']}) had other arguments] {call['name']} {args}\n"
+              f"  recorded arguments: {dumps(other['input']).decode()}\n")
             continue
         w(f"[tool call] {call['name']} {args}\n")
         label = "error" if call["isError"] else "result"

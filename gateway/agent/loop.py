@@ -51,6 +51,7 @@ from gateway.usage.limits import Limits, Refusal, iso_time
 from sessions import entries
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
+from sessions.errors import BlobCorruptError
 from sessions.records import NO_LINEAGE, Injected, Lineage, window_messages
 from sessions.scan import message_text
 
@@ -275,11 +276,15 @@ class AgentLoop:
     async def _blobs(self, conv: Conversation,
                      messages: list[dict[str, Any]]) -> dict[str, bytes] | None:
         """The bytes of the attachments these messages refer to, from the blob store; None
-        (logged with the missing hashes) when any of them cannot be read."""
+        (logged with the missing or damaged hashes) when any of them cannot be read."""
         refs = needed(messages)
         if not refs:
             return {}
-        found = {} if self.blobs is None else await load(self.blobs, conv.key.tenant, refs)
+        try:
+            found = {} if self.blobs is None else await load(self.blobs, conv.key.tenant, refs)
+        except BlobCorruptError as exc:
+            log.error("session %s: %s", conv.session_id, exc)
+            return None
         missing = [ref.hash for ref in refs if ref.hash not in found]
         if missing:
             log.error("session %s: attachment blob(s) missing from the blob store: %s",

@@ -3,8 +3,9 @@
 One row per ``(tenant, hash)`` (migration 2 in :mod:`sessions.postgres.schema`), on the session
 store's own connection pool, so a log and the blobs it refers to live in one database and
 every worker sees both. An insert of bytes already stored does nothing (``ON CONFLICT DO
-NOTHING``); it returns once committed, as durable as the session appends. Reads check the bytes
-against their hash (in a worker thread: a 20 MB sha256 must not stall the loop).
+NOTHING``, unless the row's bytes are not these: then the damaged row is repaired); it returns
+once committed, as durable as the session appends. Reads check the bytes against their hash
+(:func:`sessions.blobs.checked`, as every backend does, in a worker thread).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from sessions.blobs import BlobInfo, digest_of, validate_digest
+from sessions.blobs import BlobInfo, checked, digest_of, validate_digest
 from sessions.errors import BlobMissingError, BlobWriteError, SessionError
 from sessions.names import validate_tenant
 from sessions.postgres.store import PostgresSessionStore, StoreUnavailableError
@@ -35,8 +36,13 @@ class PostgresBlobStore:
             pool = await self._store.pool()
             async with pool.acquire() as conn:
                 await conn.execute(
-                    f"INSERT INTO {self._q}.blobs (tenant, hash, size, data)"
-                    " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    # A row under this hash whose bytes are not these is damaged: the right
+                    # bytes repair it (as a put over a damaged file does); an intact one is
+                    # left alone.
+                    f"INSERT INTO {self._q}.blobs AS b (tenant, hash, size, data)"
+                    " VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, hash) DO UPDATE"
+                    " SET size = EXCLUDED.size, data = EXCLUDED.data"
+                    " WHERE b.data IS DISTINCT FROM EXCLUDED.data",
                     tenant, digest, len(data), data,
                 )
         except SessionError as exc:
@@ -101,5 +107,5 @@ class PostgresBlobStore:
 
 
 def _checked(pairs: list[tuple[str, bytes]]) -> dict[str, bytes]:
-    """The rows whose bytes match their hash (a damaged row counts as missing)."""
-    return {digest: data for digest, data in pairs if digest_of(data) == digest}
+    """The rows, each passed through :func:`checked` (a damaged one is refused, named)."""
+    return {digest: checked(digest, data) for digest, data in pairs}

@@ -3,6 +3,7 @@ with one clear recorded reply, and replayed byte-equal from the same blob store.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from collections.abc import AsyncIterator
@@ -229,3 +230,25 @@ async def test_missing_blob_at_send_time_apologises_without_recording_a_call(
     assert replies[1][1] == "fail"
     assert len(provider.bodies) == 1
     assert len(replay.calls) == 1
+
+
+async def test_damaged_blob_at_send_time_is_refused_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored photo whose bytes were damaged before the next call: nothing is sent or
+    recorded (the damaged bytes never reach the provider), the person gets the apology and
+    the log names the blob's hash."""
+    provider = ScriptedProvider()
+    blobs = FileBlobStore(tmp_path / "data")
+    digest = hashlib.sha256(media.png()).hexdigest()
+    async with core(tmp_path, provider, blobs=blobs) as c:
+        await c.channel.say("chat", "first", attachments=(Attachment("p.png", "image/png",
+                                                                     media.png()),))
+        await c.channel.wait_replies(1)
+        await asyncio.to_thread(blobs.path_of("default", digest).write_bytes, b"damaged")
+        await c.channel.say("chat", "second")
+        replies = await c.channel.wait_replies(2)
+        replay = await session_of(c)
+    assert replies[1][1] == "fail"
+    assert len(provider.bodies) == len(replay.calls) == 1
+    assert any(f"blob sha256 {digest} is damaged" in r.getMessage() for r in caplog.records)

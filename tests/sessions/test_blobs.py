@@ -12,8 +12,13 @@ import pytest
 
 from sessions.attachments import BlobRef
 from sessions.blob_files import FileBlobStore
-from sessions.blobs import BlobStore, load
-from sessions.errors import BlobMissingError, BlobWriteError, InvalidNameError
+from sessions.blobs import BlobStore, checked, load
+from sessions.errors import (
+    BlobCorruptError,
+    BlobMissingError,
+    BlobWriteError,
+    InvalidNameError,
+)
 from sessions.postgres.blobs import PostgresBlobStore
 from sessions.postgres.store import PostgresSessionStore
 
@@ -104,17 +109,48 @@ async def test_file_blobs_are_private_and_sharded(tmp_path: Path) -> None:
     assert await store.tenants() == ["default", "T9"]
 
 
-async def test_corrupted_file_reads_as_missing(tmp_path: Path) -> None:
-    """Bytes that no longer match their hash are never served as the blob."""
-    store = FileBlobStore(tmp_path / "data")
-    digest = await store.put("default", OTHER)
-    store.path_of("default", digest).write_bytes(b"tampered")
-    with pytest.raises(BlobMissingError, match="do not match"):
-        await store.get("default", digest)
-    assert await store.get_many("default", [digest]) == {}
-    # Putting the right bytes again repairs it (the size differs, so it is rewritten).
-    assert await store.put("default", OTHER) == digest
-    assert await store.get("default", digest) == OTHER
+async def damage(blobs: BlobStore, tenant: str, digest: str, data: bytes) -> None:
+    """Replace the stored bytes of a blob behind the store's back (disk or database damage)."""
+    if isinstance(blobs, FileBlobStore):
+        blobs.path_of(tenant, digest).write_bytes(data)
+        return
+    assert isinstance(blobs, PostgresBlobStore)
+    pool = await blobs._store.pool()
+    async with pool.acquire() as conn:
+        changed = await conn.execute(
+            f"UPDATE {blobs._store.quoted_schema}.blobs SET data = $3, size = $4"
+            " WHERE tenant = $1 AND hash = $2", tenant, digest, data, len(data))
+    assert changed == "UPDATE 1"
+
+
+async def test_a_damaged_blob_is_refused_with_its_hash_named(blobs: BlobStore) -> None:
+    """Bytes that no longer hash to their name are never served as the blob, by any read:
+    get, get_many and load refuse them with BlobCorruptError naming the hash and what the
+    bytes hash to (a damaged blob is not an absent one); the right bytes put again repair it."""
+    digest = await blobs.put("default", OTHER)
+    keep = await blobs.put("default", PHOTO)
+    await damage(blobs, "default", digest, b"tampered")
+    actual = hashlib.sha256(b"tampered").hexdigest()
+    message = (f"blob sha256 {digest} is damaged in the blob store (its stored bytes hash to "
+               f"{actual}; refused)")
+    for read in (blobs.get("default", digest), blobs.get_many("default", [keep, digest]),
+                 load(blobs, "default", [BlobRef(digest, "a.txt", "text/plain", 8)])):
+        with pytest.raises(BlobCorruptError) as refused:
+            await read
+        assert str(refused.value) == message
+        assert (refused.value.digest, refused.value.actual) == (digest, actual)
+    assert await blobs.get_many("default", [keep]) == {keep: PHOTO}
+    assert await blobs.put("default", OTHER) == digest
+    assert await blobs.get("default", digest) == OTHER
+
+
+def test_the_shared_check() -> None:
+    """The check every store's reads go through: the bytes when they hash to the name, else
+    refused naming the hash."""
+    digest = hashlib.sha256(OTHER).hexdigest()
+    assert checked(digest, OTHER) is OTHER
+    with pytest.raises(BlobCorruptError, match=digest):
+        checked(digest, b"other bytes")
 
 
 async def test_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -91,3 +91,21 @@ async def test_call_page_shows_the_exact_body_with_base64_elided(tmp_path: Path)
         status, page = await viewer.get("/admin/session/s1/call/1", headers=BEARER)
         assert status == 200
         assert f"blob sha256 {notes} is not in the blob store" in page
+
+
+async def test_a_damaged_blob_is_refused_on_the_call_page_and_as_a_file(tmp_path: Path) -> None:
+    """Bytes that no longer hash to their name are never shown: the call page offers no body
+    and names the damaged hash; the file link answers 422, without the bytes."""
+    photo, _ = await session_with_files(tmp_path)
+    blobs = FileBlobStore(tmp_path)
+    blobs.path_of("default", photo).write_bytes(b"damaged bytes")
+    site = site_for(tmp_path, TOKEN, blobs=blobs)
+    async with serve(site) as viewer:
+        status, page = await viewer.get("/admin/session/s1/call/1", headers=BEARER)
+        assert status == 200
+        assert f"No request body: blob sha256 {photo} is damaged in the blob store" in page
+        assert "Request body as rebuilt by replay" not in page
+        async with viewer.client.get(f"{viewer.base}/admin/session/s1/blob/{photo}",
+                                     headers=BEARER) as response:
+            assert response.status == 422
+            assert b"damaged bytes" not in await response.read()

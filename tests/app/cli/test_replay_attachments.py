@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -88,6 +89,18 @@ def test_missing_blob_is_reported_not_invented(tmp_path: Path) -> None:
     assert err.startswith("gateway replay: session s1: line 8: call 1 cannot be rebuilt: "
                           f"recorded but not rebuildable (blob sha256 {digest} is not in the "
                           "blob store: cat.jpg, image/jpeg, ")
+
+
+def test_damaged_blob_is_refused_not_served(tmp_path: Path) -> None:
+    """A blob whose bytes no longer hash to its name: --request exits 1 with one line naming
+    the call, the hash and what the bytes hash to; no body is printed."""
+    digest, _ = asyncio.run(_session(tmp_path, "default"))
+    FileBlobStore(tmp_path).path_of("default", digest).write_bytes(b"not the photo")
+    code, out, err = cli(tmp_path, "s1", "--request", "1")
+    assert (code, out) == (1, "")
+    actual = hashlib.sha256(b"not the photo").hexdigest()
+    assert err == (f"gateway replay: session s1: call 1 cannot be rebuilt: blob sha256 {digest} "
+                   f"is damaged in the blob store (its stored bytes hash to {actual}; refused)\n")
 
 
 def export(data_dir: Path, fmt: str) -> str:
