@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint unit floors bench clean
+.PHONY: run test lint unit trials soak load floors bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,31 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
+# The suite runs in parallel (pytest-xdist): every test has its own ports (bound to port 0),
+# data directory (tmp_path, per worker), PostgreSQL schema and Redis key prefix. Most tests
+# wait on I/O, so more workers than the 2 cores pay off; TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 4
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
 unit: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+# The long trials at full size (tests/trials.py): many more fault schedules and property
+# examples, the multi-worker kill with every message, twelve crash-kill trials.
+trials: $(STAMP)
+	GATEWAY_TRIALS=full GATEWAY_CRASH_TRIALS=12 $(PYTEST) tests/reliability tests/coordination tests/e2e
+
+# The 10-minute soak (`make test` runs a 60 s one).
+soak: $(STAMP)
+	GATEWAY_SOAK_SECONDS=600 $(PY) -m pytest -q -s \
+	  tests/reliability/test_load.py::test_soak_memory_stays_flat
+
+# Load the machine the way a busy CI host is loaded (eight CPU-bound processes and one
+# fsync-heavy disk writer) for LOAD_SECONDS; run `make test` beside it to check the suite
+# does not depend on the machine being quiet.
+LOAD_SECONDS ?= 900
+load:
+	$(PYTHON) bench/load_machine.py --seconds $(LOAD_SECONDS)
 
 # The lowest versions pyproject.toml allows, installed in .venv-floors (once per pyproject),
 # then imports and the provider tests with them. CI runs it after `make test`.

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.capabilities import missing
+
 
 @pytest.fixture(autouse=True)
 def _ptb_timedelta(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,3 +27,10 @@ def _logging_left_as_found() -> Iterator[None]:
         if handler not in before and not type(handler).__module__.startswith("_pytest"):
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@needs(what, present)`` (tests/capabilities.py): skip here, fail in CI."""
+    for mark in item.iter_markers("needs"):
+        if not mark.kwargs["present"]:
+            missing(mark.kwargs["what"])

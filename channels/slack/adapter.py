@@ -391,6 +391,10 @@ class SlackChannel:
             meta["username"] = username
         return dataclasses.replace(inbound, sender=Sender(user, display or username), meta=meta)
 
+    def names_cached(self, user: str) -> bool:
+        """Whether a lookup of ``user``'s names has ended (a next message carries them)."""
+        return user in self._names
+
     def _warm(self, user: str) -> None:
         if user not in self._warming and self._group is not None and not self._closed:
             self._warming[user] = self._group.create_task(self._look_up(user))

@@ -54,7 +54,6 @@ that never ran (cancelled in the queue at shutdown) holds nothing up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -225,9 +224,13 @@ class TelegramChannel:
             elif self._poller is not None:
                 await self._poller.stop()
             # Turns still answering need the bot; the router drains them after us.
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(self.options.close_grace):
                     await self._idle.wait()
+            except TimeoutError:
+                log.warning("telegram: %d replies still being sent after the %g s close "
+                            "grace; closing without them", self._open_replies,
+                            self.options.close_grace)
         finally:
             await self.bot.shutdown()
 

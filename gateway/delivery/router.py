@@ -145,6 +145,16 @@ class Router:
         await group.__aexit__(exc_type, exc, tb)
 
     @property
+    def serving(self) -> int:
+        """Conversations a turn worker is serving now (0 with ``queued`` 0: all answered)."""
+        return len(self._workers)
+
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`drain` began: input is refused from then on."""
+        return self._closing
+
+    @property
     def queued(self) -> int:
         # (The queue_depth gauge is set from this when /metrics is scraped.)
         return self.conversations.queued

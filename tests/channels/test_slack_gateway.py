@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,9 @@ from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply, content_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
+from tests.waiting import until
+
+wait_until = until  # polled waits: see tests/waiting.py
 
 TEAM = "T0FAKETEAM"
 GENERAL = "C0FAKEGEN"
@@ -84,11 +87,6 @@ def duplicates(gateway: Gateway) -> float:
     return metric(gateway, "gateway_duplicates_dropped_total", channel="slack")
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-    """Poll ``predicate``: metrics and the fake's state have no change notification."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - nothing to wait on but the state itself
-            await asyncio.sleep(0.01)
 
 
 def thread_texts(fake: FakeSlackServer, channel: str, thread_ts: str) -> list[str]:
@@ -419,7 +417,7 @@ async def test_turn_running_at_shutdown_still_replies(
         await fake.deliver_event(url, envelope)
         await asyncio.wait_for(provider.called.wait(), 5)
         closing = asyncio.create_task(gateway.aclose())
-        await wait_until(lambda: gateway.router._closing)
+        await wait_until(lambda: gateway.router.closing)
         late = await fake.deliver_event(url, fake.dm_event("U1", "too late"))
         provider.gate.set()
         await closing
@@ -440,9 +438,8 @@ async def test_late_event_retried_after_restart_is_answered(
     settings = slack_settings(fake, tmp_path)
     late = fake.dm_event("U1", "too late")
     async with running(settings) as first:
-        first.router._closing = True  # as in shutdown: the router takes no more input
+        await first.router.drain(0)  # as in shutdown: the router takes no more input
         refused = await fake.deliver_event(events_url(first), late)
-        first.router._closing = False
     async with running(settings) as second:
         retried = await fake.deliver_event(events_url(second), late, retry_num=1)
         await wait_until(lambda: turns(second) == 1)
@@ -481,7 +478,7 @@ async def test_ack_never_waits_for_the_name_lookup(fake: FakeSlackServer, tmp_pa
         lookup.set()
         channel = gateway.channels[0]
         assert isinstance(channel, SlackChannel)
-        await wait_until(lambda: "U1" in channel._names)
+        await wait_until(lambda: channel.names_cached("U1"))
         second = await fake.deliver_event(events_url(gateway), fake.dm_event("U1", "two"))
         await wait_until(lambda: turns(gateway) == 2)
         [info] = await gateway.store.list_sessions(TEAM)

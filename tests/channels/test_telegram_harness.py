@@ -23,6 +23,9 @@ from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer, SentCall
 from tests.ports import PORT_TRIES, address_in_use, free_port
+from tests.waiting import WAIT, until
+
+wait_until = until  # polled waits: see tests/waiting.py
 
 ALICE = 1001
 BOB = 1002
@@ -108,14 +111,7 @@ def turns(gateway: Gateway) -> float:
     return metric(gateway, "gateway_turns_total", channel="telegram")
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-    """Poll ``predicate``: it reads state (the fake's, metrics) that has no event to wait on."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - see the docstring
-            await asyncio.sleep(0.01)
-
-
-async def settled(gateway: Gateway, answered: int, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+async def settled(gateway: Gateway, answered: int, timeout: float = WAIT) -> None:  # noqa: ASYNC109
     """Wait until ``answered`` turns finished and every reply has been written."""
     channel = channel_of(gateway)
     await wait_until(lambda: turns(gateway) >= answered and channel.pending_replies == 0,

@@ -4,7 +4,6 @@ prefix and one PostgreSQL schema, as separate processes would."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,13 +29,9 @@ from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.coordination.services import REDIS_URL
 from tests.fakes.memory_channel import MemoryChannel
+from tests.waiting import until
 
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    """Poll ``predicate``: it reads state (fakes, counters) that has no event to wait on."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - see the docstring
-            await asyncio.sleep(0.01)
+wait_until = until  # polled waits: see tests/waiting.py
 
 
 def item(chat: str, text: str, *, channel: str = "memory") -> QueueItem:

@@ -5,8 +5,8 @@ touched. PostgreSQL is a fresh cluster (``initdb``) in a temporary directory on 
 with its socket in that directory; ``initdb`` refuses to run as root, and CI runs as root, so
 the server's tools then run as the ``postgres`` user (the directory is handed to it). Redis is
 ``redis-server --save '' --appendonly no``: nothing persists, so a restart loses every key,
-which is the point. A missing tool skips the test with the reason, or fails it with
-``GATEWAY_REQUIRE_SERVICES=1`` (CI), like the shared services do.
+which is the point. A missing tool skips the test with the reason, or fails it in CI
+(:mod:`tests.capabilities`), like the shared services do.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-import pytest
 import redis as redis_sync
 
+from tests import capabilities
 from tests.ports import PORT_TRIES, address_in_use, free_port
 
 READY_TIMEOUT = 60.0
@@ -33,10 +33,7 @@ READY_TIMEOUT = 60.0
 
 
 def missing(what: str) -> NoReturn:
-    message = f"outage trials need {what}"
-    if os.environ.get("GATEWAY_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message} (GATEWAY_REQUIRE_SERVICES=1)")
-    pytest.skip(message)
+    capabilities.missing(f"outage trials need {what}")
 
 
 def _pg_tool(name: str) -> str:

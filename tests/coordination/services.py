@@ -1,10 +1,11 @@
 """Redis and PostgreSQL for the coordination tests: a throw-away namespace in each.
 
 Redis is ``GATEWAY_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); every test gets its
-own key prefix ``gwtest:<uuid>:`` and its keys are deleted afterwards. PostgreSQL is the
+own key prefix ``gwtest:<uuid>:`` and its keys are deleted afterwards, so tests running side
+by side (pytest-xdist workers, other checkouts) never see each other's keys. PostgreSQL is the
 sessions tests' server (:mod:`tests.sessions.pg`), with a migrated schema per test. When a
-server cannot be reached the test is skipped with the reason, or fails instead when
-``GATEWAY_REQUIRE_SERVICES=1`` (CI), so a missing service never passes silently there.
+server cannot be reached the test is skipped with the reason, or fails instead in CI
+(:mod:`tests.capabilities`), so a missing service never passes silently there.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import os
 import uuid
 from typing import NoReturn
 
-import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from tests.capabilities import missing
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -23,10 +25,7 @@ _unreachable: list[str] = []
 
 
 def unavailable(reason: str) -> NoReturn:
-    message = f"Redis not reachable at {REDIS_URL}: {reason}"
-    if os.environ.get("GATEWAY_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message} (GATEWAY_REQUIRE_SERVICES=1)")
-    pytest.skip(message)
+    missing(f"Redis not reachable at {REDIS_URL}: {reason}")
 
 
 async def redis_client() -> aioredis.Redis:

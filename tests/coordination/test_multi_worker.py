@@ -1,8 +1,10 @@
 """Three ``gateway run`` workers on Redis and PostgreSQL, one SIGKILLed mid-run: nothing lost,
 nothing answered twice, order kept per conversation, every call replayable.
 
-2,000 messages over 100 conversations: about 25 s on the 2-core development machine when it
-is quiet, one to four minutes when it is busy with other work.
+2,000 messages over 100 conversations under ``make trials`` (about 25 s on the 2-core
+development machine when it is quiet, one to four minutes when it is busy with other work);
+600 in ``make test`` (:mod:`tests.trials`), still enough for every conversation to have
+messages before and after the kill.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from sessions.scan import message_text
 from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers
+from tests.trials import sized
+from tests.waiting import WAIT, until
 
 # Bounds sized for a loaded machine: one run took 223 s there (2026-12-01, load 5-6 with the
 # outage trials and a CPU hog beside it), against 25 s quiet; the request and burst bounds
 # below were 120 s and 240 s, the test's 300 s.
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
-MESSAGES = 2000
+MESSAGES = sized(ci=600, full=2000)
 CONVERSATIONS = 100
 IN_FLIGHT = 48
 """Requests open at once (the bursts are bounded by this)."""
@@ -74,9 +78,8 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
                 for messages in plan.values():
                     senders.create_task(conversation(messages))
             # Everything queued is served: no conversation left with a queue.
-            async with asyncio.timeout(60):
-                while await redis.scard(f"{prefix}active"):  # noqa: ASYNC110 - Redis state
-                    await asyncio.sleep(0.2)
+            await until(lambda: redis_empty(redis, f"{prefix}active"), WAIT,
+                        "no conversation left with a queue")
     finally:
         await stop_workers(workers)
     assert victim.proc.returncode == -9
@@ -139,3 +142,8 @@ def _turns(replay: Replay) -> tuple[list[tuple[str, int]], list[list[str]]]:
         elif message["role"] == "assistant":
             answers[-1].append(message_text(message["content"]) or "")
     return users, answers
+
+
+async def redis_empty(redis: aioredis.Redis, key: str) -> bool:
+    """Whether the set ``key`` is empty."""
+    return not await redis.scard(key)

@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.capabilities import missing
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 WORKERS = ("worker1", "worker2")
@@ -80,11 +81,11 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     holds the system's unit files, the executable and the environment file it names."""
     tool = shutil.which("systemd-analyze")
     if tool is None:
-        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+        missing("systemd-analyze is not installed (Debian: apt-get install systemd)")
     units = next((p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
                   if p.is_dir()), None)
     if units is None:
-        pytest.skip("no system unit directory to verify against")
+        missing("no system unit directory to verify against (Debian: apt-get install systemd)")
     root = tmp_path / "root"
     shutil.copytree(units, root / "usr/lib/systemd/system", symlinks=True)
     (root / "opt/gateway/bin").mkdir(parents=True)

@@ -13,6 +13,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from providers.offline import OfflineProvider
+from tests.capabilities import needs
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -22,7 +23,7 @@ BROWSER_TOKEN = "browser-token-for-tests"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is not installed"),
+    needs(f"Chromium at {CHROMIUM} (Debian: apt-get install chromium)", CHROMIUM.exists()),
 ]
 
 

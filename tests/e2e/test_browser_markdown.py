@@ -15,6 +15,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from gateway.edge.provider import Provider
+from tests.capabilities import needs
 from tests.e2e.test_browser_chat import CHROMIUM, browser, send
 from tests.fakes.scripted_provider import ScriptedProvider
 
@@ -22,7 +23,7 @@ __all__ = ["browser"]  # the fixture, shared with the chat tests
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is not installed"),
+    needs(f"Chromium at {CHROMIUM} (Debian: apt-get install chromium)", CHROMIUM.exists()),
 ]
 
 HOSTILE = (

@@ -14,6 +14,7 @@ from app.admin import Access, AdminSite
 from gateway.persona.workspace import seed_if_empty
 from sessions.jsonl import JsonlSessionStore
 from tests.app.admin.helpers import TOKEN, serve
+from tests.capabilities import needs
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 
@@ -25,7 +26,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium"),
+    needs(f"Chromium at {CHROMIUM} (Debian: apt-get install chromium)", CHROMIUM.exists()),
 ]
 
 

@@ -40,6 +40,7 @@ import orjson
 from aiohttp import web
 
 from tests.fakes.hold import Dropped, OutboundHold
+from tests.waiting import WAIT
 
 JSONDict = dict[str, Any]
 MethodHandler = Callable[[JSONDict], Awaitable[JSONDict]]
@@ -392,7 +393,7 @@ class FakeSlackServer:
     async def wait_for_call(
         self,
         predicate_or_count: Callable[[SlackCall], bool] | int,
-        timeout: float = 5.0,  # noqa: ASYNC109 - a plain float is the friendlier test API
+        timeout: float = WAIT,  # noqa: ASYNC109 - a plain float is the friendlier test API
     ) -> list[SlackCall]:
         """Wait until ``len(calls) >= n`` or some call matches; returns the matches."""
         deadline = asyncio.get_running_loop().time() + timeout
@@ -1046,7 +1047,7 @@ class FakeSlackServer:
     async def wait_for_ack(
         self,
         envelope_id: str,
-        timeout: float = 5.0,  # noqa: ASYNC109 - a plain float is the friendlier test API
+        timeout: float = WAIT,  # noqa: ASYNC109 - a plain float is the friendlier test API
     ) -> JSONDict:
         """Wait for the client's ``{"envelope_id": ...}`` acknowledgement."""
         deadline = asyncio.get_running_loop().time() + timeout

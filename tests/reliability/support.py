@@ -7,7 +7,7 @@ import asyncio
 import gc
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,9 @@ from gateway.edge.coordination import Coordinator
 from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
 from sessions.store import SessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
+from tests.waiting import WAIT, until
+
+wait_until = until  # polled waits: see tests/waiting.py
 
 
 def web_settings(data_dir: Path, **extra: Any) -> Settings:
@@ -66,7 +69,7 @@ class WebGateway:
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-    async def metrics_once(self, name: str, at_least: float, timeout: float = 5.0,  # noqa: ASYNC109
+    async def metrics_once(self, name: str, at_least: float, timeout: float = WAIT,  # noqa: ASYNC109
                            **labels: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         """``/metrics`` once ``name`` (with ``labels``) reaches ``at_least``: a turn is counted
         just after its answer has gone out, so a read right after the answer can be early."""
@@ -108,11 +111,6 @@ async def web_gateway(
         await gateway.aclose()
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
-    """Poll ``predicate``: metrics and fakes have no change notification."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - nothing to wait on but the state itself
-            await asyncio.sleep(0.01)
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -197,7 +195,7 @@ async def run_load(web: Chatter, conversations: int, messages: int,
     return LoadResult(time.perf_counter() - started, latencies, replies, sessions)
 
 
-async def settle(web: WebGateway, turns: float, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+async def settle(web: WebGateway, turns: float, timeout: float = WAIT) -> None:  # noqa: ASYNC109
     """Wait until ``turns`` turns are counted and no conversation has a worker task."""
     gateway = web.gateway
 

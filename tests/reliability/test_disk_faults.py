@@ -42,6 +42,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests import capabilities
 from tests.fakes.providers import FakeProviderServer
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
@@ -118,8 +119,8 @@ async def test_disk_fault_under_load_then_recovery(
     try:
         disk.mount()
     except MountRefused as exc:
-        pytest.skip(f"the disk-fault trials mount a tmpfs, which is not permitted here "
-                    f"(needs root or CAP_SYS_ADMIN): {exc}")
+        capabilities.missing(f"the disk-fault trials mount a tmpfs, which is not permitted "
+                             f"here (needs root or CAP_SYS_ADMIN): {exc}")
     data_dir = disk.path / "data"
     findings: list[str] = []
     window: set[str] = set()

@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from app.admin.throttle import FIRST_DELAY, FORGET, FREE_FAILURES, LoginThrottle
 from app.config import Settings
+from tests.capabilities import missing
 from tests.reliability.test_bad_input import (
     ADMIN_TOKEN,
     SLACK_USER,
@@ -253,7 +254,7 @@ async def test_a_remote_peer_gets_neither_metrics_nor_health_details(tmp_path: P
     gets 403 from /metrics and the minimal /healthz, whatever Host it names."""
     address = outside_address()
     if address is None:
-        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+        missing("this machine has no non-loopback IPv4 address to connect from")
     async with started(tmp_path, host="0.0.0.0",
                        web_token=SecretStr(ADMIN_TOKEN.replace("adm1n", "web00"))) as stack:
         base = f"http://{address}:{stack.gateway.bound_port}"

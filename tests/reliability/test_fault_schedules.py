@@ -9,15 +9,14 @@ the storage healthy and one clean turn. Then, for every call the provider receiv
 body equals it, or replay says it cannot rebuild it (and offers no body). A crash may cut off
 the calls its process had not written, only as a whole suffix of that process's calls.
 
-``make test`` runs a few seconds of examples (seed printed by Hypothesis on failure); the slow
-marker runs many more (``GATEWAY_SLOW_TESTS=1``).
+``make test`` draws 100 examples (seed printed by Hypothesis on failure); ``make trials``
+draws 400 (:mod:`tests.trials`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
 from tests.reliability.calls import check_calls
+from tests.trials import sized
 
-SLOW = os.environ.get("GATEWAY_SLOW_TESTS") == "1"
 TIMEOUT = 0.02
 FAULTS: dict[str, Fault] = {
     "ENOSPC": OSError(errno.ENOSPC, "No space left on device"),
@@ -130,12 +129,8 @@ async def log_of(store: FaultyStore) -> Replay:
     return replay_bytes(await store.read_log("default", info.session_id))
 
 
-def examples(fast: int, slow: int) -> Any:
-    return settings(max_examples=slow if SLOW else fast, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
-
-
-@examples(fast=12, slow=400)
+@settings(max_examples=sized(ci=100, full=400), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(plan=st.lists(answers, min_size=1, max_size=4),
        drawn=st.lists(faults, max_size=24),
        crashes=st.sets(st.integers(0, 3), max_size=2))

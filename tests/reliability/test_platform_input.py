@@ -8,10 +8,8 @@ Telegram webhook, admin viewer, fake platforms), with settings varied per test.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,15 @@ from tests.reliability.test_bad_input import (
 )
 
 STRANGER = 5150
+CLOSE_GRACE = 120.0
+"""The Telegram channel's close grace in the shutdown tests: a close that waited it out would
+log so (and take two minutes, inside the test's bound); a prompt one does neither. No clock
+is read: the machine's speed cannot decide the verdict."""
+
+
+def grace_ran_out(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The channel's "closing without them" warnings: its close grace ran out."""
+    return [r.getMessage() for r in caplog.records if "close grace" in r.getMessage()]
 
 
 async def webhook(stack: Stack, update: dict[str, Any]) -> int:
@@ -73,7 +80,12 @@ async def test_strangers_hear_nothing_about_content_only_allowed_people_do(
             assert await webhook(stack, fake.user_message(user, "x" * (MAX_CHARS + 1))) == 200
             assert await webhook(stack, location(fake, user)) == 200
         await wait_until(lambda: len(fake.texts_to(TG_USER)) == 2)
-        await asyncio.sleep(0.2)  # a wrong notice to the stranger would be out by now
+        # Each webhook call returned once access control had decided (and any notice was
+        # sent): all four refusals counted means the stranger's updates are through it.
+        await wait_until(lambda: metric(stack.gateway, "gateway_refused_total",
+                                        channel="telegram") == 4)
+        if pairing:
+            await wait_until(lambda: len(fake.texts_to(STRANGER)) == 2)
         to_stranger = fake.texts_to(STRANGER)
         to_allowed = fake.texts_to(TG_USER)
     assert to_allowed == [TOO_LONG_NOTICE.format(length=MAX_CHARS + 1, limit=MAX_CHARS),
@@ -89,31 +101,32 @@ async def test_strangers_hear_nothing_about_content_only_allowed_people_do(
 # -- platform ids and reply bookkeeping --------------------------------------------------------
 
 
-async def test_a_telegram_update_with_a_non_integer_chat_id_is_dropped(tmp_path: Path) -> None:
+async def test_a_telegram_update_with_a_non_integer_chat_id_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """An update whose chat id is not an integer (it needs the webhook secret) is dropped before
     anything is recorded, counted, and leaves no open reply behind: shutdown is not held up
-    for the channel's close grace (10 s here)."""
-    async with running_stack(tmp_path, shutdown_grace=10.0) as stack:
-        assert stack.telegram is not None
+    for the channel's close grace (it would say so when it runs out)."""
+    async with running_stack(tmp_path, shutdown_grace=CLOSE_GRACE) as stack:
         update = stack.telegram.user_message(TG_USER, "hello")
         update["message"]["chat"]["id"] = "not-a-number"
         assert await webhook(stack, update) == 200
         assert metric(stack.gateway, "gateway_channel_errors_total", kind="bad_id") == 1
         assert telegram_of(stack).pending_replies == 0
         assert session_files(stack.data_dir) == []
-        started_at = time.monotonic()
         await stack.gateway.aclose()
-        assert time.monotonic() - started_at < 8.0  # not the 10 s grace
+    assert grace_ran_out(caplog) == []
 
 
-async def test_cancelled_queued_turns_do_not_hold_up_shutdown(tmp_path: Path) -> None:
+async def test_cancelled_queued_turns_do_not_hold_up_shutdown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Turns still queued when the shutdown grace runs out are cancelled; their reply sinks were
     opened but never written, so the Telegram channel closes at once (not after its close
-    grace, 10 s here)."""
+    grace, which would say so when it runs out)."""
     async with running_stack(tmp_path, shutdown_grace=0.3) as stack:
-        assert stack.telegram is not None
         channel = telegram_of(stack)
-        channel.options = dataclasses.replace(channel.options, close_grace=10.0)
+        channel.options = dataclasses.replace(channel.options, close_grace=CLOSE_GRACE)
         provider = stack.gateway.provider
         assert isinstance(provider, ScriptedProvider)
         provider.delay = 30.0  # the first turn runs past the grace; the others wait behind it
@@ -121,9 +134,8 @@ async def test_cancelled_queued_turns_do_not_hold_up_shutdown(tmp_path: Path) ->
             assert await webhook(stack, stack.telegram.user_message(TG_USER, f"m{n}")) == 200
         await wait_until(lambda: metric(stack.gateway, "gateway_inbound_total") == 3)
         assert channel.pending_replies == 0  # nothing is being written yet
-        started_at = time.monotonic()
         await stack.gateway.aclose()
-        assert time.monotonic() - started_at < 8.0  # not the 10 s grace
+    assert grace_ran_out(caplog) == []
 
 
 async def test_slack_ids_with_a_newline_are_dropped_not_logged(
@@ -139,10 +151,11 @@ async def test_slack_ids_with_a_newline_are_dropped_not_logged(
             envelope = stack.slack.dm_event("U1", "hello")
             envelope["event"][field] = value
             statuses.append(await stack.slack_event(envelope))
-        await asyncio.sleep(0.2)
+        await stack.slack_marker()  # U1's DM, after them: answered, and every turn ended
+        conversations = stack.user_texts()
+    assert conversations == {f"slack:{stack.slack.im_channel_for('U1')}": ["marker"]}
     assert statuses == [200] * 4
     assert metric(stack.gateway, "gateway_channel_errors_total", kind="bad_id") == 4
-    assert session_files(stack.data_dir) == []
     assert [r.getMessage() for r in caplog.records if "\n" in r.getMessage()] == []
 
 

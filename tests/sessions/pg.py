@@ -1,8 +1,9 @@
 """PostgreSQL for tests: a throw-away, migrated schema per test in database ``test``.
 
 The server is ``GATEWAY_TEST_PG_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``).
-When it cannot be reached the test is skipped with the reason, or fails instead when
-``GATEWAY_REQUIRE_SERVICES=1`` (CI), so a missing service never passes silently there.
+Schema names are random, so tests running side by side (pytest-xdist workers, other
+checkouts) never meet. When the server cannot be reached the test is skipped with the reason,
+or fails instead in CI (:mod:`tests.capabilities`), so a missing service never passes silently.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from contextlib import asynccontextmanager
 from typing import NoReturn
 
 import asyncpg
-import pytest
 
 from sessions.postgres import schema as pg_schema
+from tests.capabilities import missing
 
 PG_URL = os.environ.get("GATEWAY_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -24,11 +25,8 @@ _unreachable: list[str] = []  # the first failure's reason, so later tests do no
 
 
 def unavailable(reason: str) -> NoReturn:
-    """Skip (or, with GATEWAY_REQUIRE_SERVICES=1, fail) because PostgreSQL is not there."""
-    message = f"PostgreSQL not reachable at {PG_URL}: {reason}"
-    if os.environ.get("GATEWAY_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message} (GATEWAY_REQUIRE_SERVICES=1)")
-    pytest.skip(message)
+    """Skip (or, in CI, fail) because PostgreSQL is not there."""
+    missing(f"PostgreSQL not reachable at {PG_URL}: {reason}")
 
 
 async def connect() -> asyncpg.Connection[asyncpg.Record]:

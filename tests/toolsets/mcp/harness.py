@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import until
+
 REPO = Path(__file__).resolve().parents[3]
 SERVER_MODULE = "tests.toolsets.mcp.servers"
 
@@ -49,8 +51,4 @@ async def http_server(calls: Path | None = None) -> AsyncIterator[str]:
             await process.communicate()
 
 
-async def eventually(check: Any, timeout: float = 60.0) -> None:  # noqa: ASYNC109 (the bound)
-    """Wait until ``check()`` is true (polling; bounded generously, fails loudly)."""
-    async with asyncio.timeout(timeout):
-        while not check():  # noqa: ASYNC110 (the state lives in another task; no event to wait on)
-            await asyncio.sleep(0.02)
+eventually = until  # polled waits: see tests/waiting.py

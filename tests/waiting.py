@@ -1,0 +1,58 @@
+"""Waiting in tests: for the event itself, bounded generously, never for a fixed time.
+
+A test waits on a future, an event or a condition when the code offers one. State that has no
+change notification (a metric, a fake platform's inbox, a thread list) is polled here, in
+:func:`until`: the one place the suite sleeps in order to wait. Its bound, :data:`WAIT`, is
+generous on purpose: a machine at load 10 must not turn a pass into a failure, and a bound
+reached is a failure that says what it waited for, never a pass.
+
+A check that something did *not* happen first waits for a positive sign that it would have
+happened by now (a later marker message answered, the next poll served, a log line written);
+it never sleeps and then looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+WAIT = 60.0
+"""Seconds any wait in the tests may take before it fails (generous: the machine may be busy)."""
+
+_STEP = 0.005
+"""First polling interval (seconds); it doubles up to :data:`_MAX_STEP`."""
+_MAX_STEP = 0.05
+
+
+async def until(predicate: Callable[[], object], timeout: float = WAIT,  # noqa: ASYNC109
+                what: str | None = None) -> None:
+    """Return once ``predicate()`` is true; ``TimeoutError`` (saying ``what``) after
+    ``timeout`` seconds. Polls: the state it reads has no event to wait on."""
+    step = _STEP
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await asyncio.sleep(step)
+                step = min(step * 2, _MAX_STEP)
+    except TimeoutError as exc:
+        raise TimeoutError(f"waited {timeout:g} s for {what or _name(predicate)}") from exc
+
+
+def until_sync(predicate: Callable[[], object], timeout: float = WAIT,
+               what: str | None = None) -> None:
+    """:func:`until` for code outside an event loop (a thread, a synchronous test)."""
+    deadline = time.monotonic() + timeout
+    step = _STEP
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"waited {timeout:g} s for {what or _name(predicate)}")
+        time.sleep(step)
+        step = min(step * 2, _MAX_STEP)
+
+
+def _name(predicate: Callable[[], object]) -> str:
+    code = getattr(predicate, "__code__", None)
+    if code is None:
+        return repr(predicate)
+    return f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
