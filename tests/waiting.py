@@ -14,8 +14,9 @@ it never sleeps and then looks.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 WAIT = 60.0
 """Seconds any wait in the tests may take before it fails (generous: the machine may be busy)."""
@@ -25,14 +26,23 @@ _STEP = 0.005
 _MAX_STEP = 0.05
 
 
-async def until(predicate: Callable[[], object], timeout: float = WAIT,  # noqa: ASYNC109
+async def until(predicate: Callable[[], object | Awaitable[object]],
+                timeout: float = WAIT,  # noqa: ASYNC109 - the bound is the point
                 what: str | None = None) -> None:
-    """Return once ``predicate()`` is true; ``TimeoutError`` (saying ``what``) after
-    ``timeout`` seconds. Polls: the state it reads has no event to wait on."""
+    """Return once ``predicate()`` is true (awaited first if it returns an awaitable, such as
+    a query); ``TimeoutError`` (saying ``what``) after ``timeout`` seconds. Polls: the state
+    it reads has no event to wait on."""
     step = _STEP
+
+    async def holds() -> bool:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        return bool(value)
+
     try:
         async with asyncio.timeout(timeout):
-            while not predicate():
+            while not await holds():
                 await asyncio.sleep(step)
                 step = min(step * 2, _MAX_STEP)
     except TimeoutError as exc:

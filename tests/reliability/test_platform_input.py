@@ -85,7 +85,7 @@ async def test_strangers_hear_nothing_about_content_only_allowed_people_do(
         await wait_until(lambda: metric(stack.gateway, "gateway_refused_total",
                                         channel="telegram") == 4)
         if pairing:
-            await wait_until(lambda: len(fake.texts_to(STRANGER)) == 2)
+            await wait_until(lambda: len(fake.texts_to(STRANGER)) >= 1)
         to_stranger = fake.texts_to(STRANGER)
         to_allowed = fake.texts_to(TG_USER)
     assert to_allowed == [TOO_LONG_NOTICE.format(length=MAX_CHARS + 1, limit=MAX_CHARS),
