@@ -41,6 +41,7 @@ from gateway.edge.channel import Channel
 from gateway.edge.commands import FORGET, REMINDERS, USAGE
 from gateway.edge.coordination import Coordinator, supports_fencing
 from gateway.edge.errors import ConfigError
+from gateway.edge.hosts import TrustedProxies
 from gateway.edge.ledger import UsageLedger
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
@@ -465,7 +466,8 @@ def build_admin_routes(settings: Settings, store: SessionStore,
     from app.admin import Access, AdminSite
 
     return AdminSite(store, Access(settings.admin_token.get_secret_value()),
-                     prices=load_prices(settings.prices_file), blobs=blobs).routes()
+                     prices=load_prices(settings.prices_file), blobs=blobs,
+                     proxies=TrustedProxies.parse(settings.trusted_proxies)).routes()
 
 
 def build_gateway(

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.logs import parse_levels
+from gateway.edge.hosts import TrustedProxies
 from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
 
@@ -23,6 +24,10 @@ ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 FALLBACK_PROVIDERS = ("anthropic", "openai", "offline")
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 MIN_TOKEN_CHARS = 16
+MIN_ADMIN_TOKEN_CHARS = 32
+MIN_ADMIN_TOKEN_DISTINCT = 10
+"""Different characters the admin token must have: 32 of a kind, or a word repeated, is no
+random token (a random 32-character token of any usual alphabet has 14 or more)."""
 
 
 def _env(name: str) -> AliasChoices:
@@ -88,6 +93,8 @@ class Settings(BaseSettings):
                                    validation_alias=_env("GATEWAY_MAX_MESSAGE_CHARS"))
     web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
+    # Reverse proxies whose X-Forwarded-For / -Proto are believed (addresses or networks).
+    trusted_proxies: str = Field("", validation_alias=_env("GATEWAY_TRUSTED_PROXIES"))
     # /metrics and the details of /healthz: with a token, Bearer <token>; without, loopback only.
     metrics_token: SecretStr | None = Field(None,
                                             validation_alias=_env("GATEWAY_METRICS_TOKEN"))
@@ -264,7 +271,28 @@ class Settings(BaseSettings):
         parse_levels(value)
         return value
 
-    @field_validator("web_token", "admin_token", "metrics_token")
+    @field_validator("admin_token")
+    @classmethod
+    def _random_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        """The admin token opens every tenant's transcripts, and its sign-in is not locked
+        for the right token (so an attacker cannot lock the operator out): it must be a long
+        random string. Never echoed."""
+        if value is None or not value.get_secret_value():
+            return None
+        token = value.get_secret_value()
+        if len(token) < MIN_ADMIN_TOKEN_CHARS or len(set(token)) < MIN_ADMIN_TOKEN_DISTINCT:
+            raise ValueError(
+                f"must be at least {MIN_ADMIN_TOKEN_CHARS} random characters (for example: "
+                "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: str) -> str:
+        TrustedProxies.parse(value)
+        return value
+
+    @field_validator("web_token", "metrics_token")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value():

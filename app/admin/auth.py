@@ -2,9 +2,11 @@
 
 Authentication. With a token configured, a request is let in by ``Authorization: Bearer
 <token>`` or by the login cookie; anything else gets 401 (the login form). The cookie holds
-``<issued>.<mac>``, an HMAC-SHA256 of the issue time keyed by the token: it never contains the
-token, it expires after :data:`COOKIE_TTL`, and rotating the token ends every login. All
-comparisons use :func:`hmac.compare_digest`. With no token (only allowed for the standalone
+``<issued>.<id>.<mac>``: the issue time, a random id of this sign-in, and an HMAC-SHA256 of
+both keyed by the token. It never contains the token, it expires after :data:`COOKIE_TTL`,
+rotating the token ends every login, and signing out revokes its id on the server
+(:class:`Revoked`), so a copy of the cookie is refused from then on. All comparisons use
+:func:`hmac.compare_digest`. With no token (only allowed for the standalone
 viewer bound to loopback), requests are let in when their ``Host`` is a loopback name, so a
 web page elsewhere cannot reach the viewer through DNS rebinding.
 
@@ -22,7 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.edge.hosts import host_of, is_loopback
@@ -32,6 +37,7 @@ from sessions.names import DEFAULT_TENANT, validate_tenant
 COOKIE = "gateway_admin"
 COOKIE_TTL = 12 * 3600
 ALL_TENANTS = "*"
+MAX_REVOKED = 10_000
 _CLOCK_SKEW = 60
 
 
@@ -45,6 +51,28 @@ class Refused(Exception):
 
 
 
+
+
+class Revoked:
+    """Sign-in ids signed out before their cookie expired (in this process), forgotten once
+    the cookie would have expired anyway; at most :data:`MAX_REVOKED` (the oldest go)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._until: OrderedDict[str, float] = OrderedDict()
+
+    def revoke(self, sign_in: str, until: float) -> None:
+        self._until[sign_in] = until
+        while len(self._until) > MAX_REVOKED:
+            self._until.popitem(last=False)
+
+    def __contains__(self, sign_in: object) -> bool:
+        now = self._clock()
+        for old, until in list(self._until.items())[:8]:  # a few at a time: cheap and enough
+            if until < now:
+                del self._until[old]
+        found = self._until.get(str(sign_in))
+        return found is not None and found >= now
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,25 +103,34 @@ class Access:
 
     def issue_cookie(self, now: float | None = None) -> str:
         issued = str(int(time.time() if now is None else now))
-        return f"{issued}.{self._mac(issued)}"
+        sign_in = secrets.token_urlsafe(12)
+        return f"{issued}.{sign_in}.{self._mac(issued, sign_in)}"
 
     def cookie_valid(self, value: str, now: float | None = None) -> bool:
+        return self.cookie_id(value, now) is not None
+
+    def cookie_id(self, value: str, now: float | None = None) -> tuple[str, float] | None:
+        """The sign-in id of a valid cookie and when it expires; None for any other value."""
         if self.token is None:
-            return False
-        issued, _, mac = value.partition(".")
-        if not issued.isdigit() or len(issued) > 12:
-            return False
+            return None
+        issued, _, rest = value.partition(".")
+        sign_in, _, mac = rest.partition(".")
+        if not issued.isdigit() or len(issued) > 12 or not sign_in or len(sign_in) > 32:
+            return None
         if not hmac.compare_digest(mac.encode("ascii", "replace"),
-                                   self._mac(issued).encode("ascii")):
-            return False
+                                   self._mac(issued, sign_in).encode("ascii", "replace")):
+            return None
         age = (time.time() if now is None else now) - int(issued)
-        return -_CLOCK_SKEW <= age <= COOKIE_TTL
+        if not -_CLOCK_SKEW <= age <= COOKIE_TTL:
+            return None
+        return sign_in, int(issued) + COOKIE_TTL
 
-    def _mac(self, issued: str) -> str:
-        return hmac.new(self._key(), b"gateway-admin-cookie:" + issued.encode(),
-                        hashlib.sha256).hexdigest()
+    def _mac(self, issued: str, sign_in: str) -> str:
+        return hmac.new(self._key(), f"gateway-admin-cookie:{issued}:{sign_in}".encode(
+            "utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
 
-    def authenticate(self, host: str, authorization: str, cookie: str | None) -> None:
+    def authenticate(self, host: str, authorization: str, cookie: str | None,
+                     revoked: Revoked | None = None) -> None:
         """Raise :class:`Refused` unless the request may see the viewer at all."""
         if self.token is None:
             if not is_loopback(host_of(host)):
@@ -102,7 +139,8 @@ class Access:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer" and self.token_matches(value.strip()):
             return
-        if cookie is not None and self.cookie_valid(cookie):
+        found = self.cookie_id(cookie) if cookie is not None else None
+        if found is not None and (revoked is None or found[0] not in revoked):
             return
         raise Refused(401, "sign in with the admin token")
 

@@ -14,10 +14,14 @@ Routes (all under ``/admin``; see :mod:`app.admin` for the rules)::
     GET  /admin/static/{name}               admin.css, admin.js (package data)
 
 Bad input is a 400 page, an unknown session, call or version a 404 page, a log that cannot be
-replayed a 422 page; no input makes a 500. A wrong token (sign-in form or ``Bearer``) is counted
-per client and logged without the guess; after a few, the client must wait before the next
-guess counts (429, :mod:`app.admin.throttle`). After signing in, the browser goes back to the
-``next`` page only if it is a path under ``/admin/`` once decoded and normalised. Pages are
+replayed a 422 page; no input makes a 500. The right token always signs in. A wrong one (sign-in
+form or ``Bearer``) is counted per client and logged without the guess; after a few, that
+client's next wrong guesses are answered 429 until its wait is over (:mod:`app.admin.throttle`).
+A client is its address: the TCP peer's, or behind a proxy listed in
+``GATEWAY_TRUSTED_PROXIES`` the one it forwards (:class:`gateway.edge.hosts.TrustedProxies`),
+so one attacker behind the shared proxy never slows the operator. Signing out revokes the
+cookie on the server (:class:`app.admin.auth.Revoked`). After signing in, the browser goes back
+to the ``next`` page only if it is a path under ``/admin/`` once decoded and normalised. Pages are
 rendered in a worker thread: replaying a big log is CPU work that must not stall the gateway's
 channels.
 """
@@ -39,7 +43,7 @@ from aiohttp import web
 
 from app.admin import urls
 from app.admin.attachments import blob_response
-from app.admin.auth import ALL_TENANTS, COOKIE, COOKIE_TTL, Access, Refused
+from app.admin.auth import ALL_TENANTS, COOKIE, COOKIE_TTL, Access, Refused, Revoked
 from app.admin.listing import ListQuery, list_page
 from app.admin.markup import Markup
 from app.admin.pages import Frame, error_page, login_page
@@ -53,6 +57,7 @@ from app.admin.session_pages import (
 )
 from app.admin.throttle import LoginThrottle
 from app.admin.usage_page import days_of, usage_page
+from gateway.edge.hosts import TrustedProxies, same_origin
 from gateway.edge.http_limits import BodyRefused, read_body
 from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore, load, validate_digest
@@ -147,18 +152,17 @@ def _safe_next(value: str | None) -> str:
     return quote(normal, safe="/") + query
 
 
-def _client(request: web.Request) -> str:
-    return request.remote or "unknown"
-
-
 class AdminSite:
     """The session viewer over a read-only :class:`SessionSource`, guarded by :class:`Access`."""
 
     def __init__(self, source: SessionSource, access: Access, *,
                  inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None,
                  blobs: BlobStore | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 proxies: TrustedProxies | None = None) -> None:
         self.source = source
+        self.proxies = proxies or TrustedProxies()
+        self.revoked = Revoked()
         self.blobs = blobs
         """Attachment bytes (thumbnails, exact request bodies); None: shown by hash only."""
         self.access = access
@@ -204,15 +208,15 @@ class AdminSite:
     def _guard(self, handler: Handler) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
             authorization = request.headers.get("Authorization", "")
-            if authorization:  # a token guess, like a sign-in: throttled the same way
-                waiting = self._throttled(request)
-                if waiting is not None:
-                    return waiting
             try:
                 self.access.authenticate(request.headers.get("Host", ""), authorization,
-                                         request.cookies.get(COOKIE))
+                                         request.cookies.get(COOKIE), self.revoked)
             except Refused as exc:
                 if exc.status == 401 and authorization:
+                    # A wrong token, like a wrong sign-in: throttled the same way.
+                    waiting = self._throttled(request)
+                    if waiting is not None:
+                        return waiting
                     self._failed(request, "bearer token")
                 if exc.status == 401:
                     return html(login_page(_safe_next(request.path_qs)), 401,
@@ -246,7 +250,9 @@ class AdminSite:
 
     def _same_origin(self, request: web.Request) -> None:
         origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc.lower() != request.host.lower():
+        scheme = self.proxies.scheme(request.remote, request.scheme,
+                                     request.headers.get("X-Forwarded-Proto"))
+        if origin is not None and not same_origin(origin, scheme, request.host):
             raise Refused(403, "cross-origin form posts are not allowed")
 
     # -- login ---------------------------------------------------------------------------------
@@ -266,9 +272,6 @@ class AdminSite:
             self._same_origin(request)
         except Refused as exc:
             return html(error_page(exc.status, str(exc)), exc.status)
-        waiting = self._throttled(request)
-        if waiting is not None:
-            return waiting
         try:
             form = dict(parse_qsl((await read_body(request, MAX_LOGIN_BODY)).decode(
                 "utf-8", "replace"), keep_blank_values=True, max_num_fields=8))
@@ -279,9 +282,14 @@ class AdminSite:
         given, target = form.get("token"), form.get("next")
         target_url = _safe_next(target)
         if given is None or not self.access.token_matches(given):
+            # Only a wrong token waits: the right one signs in even while its client is
+            # throttled (behind one proxy the operator shares it with whoever guesses).
+            waiting = self._throttled(request)
+            if waiting is not None:
+                return waiting
             self._failed(request, "sign-in")
             return html(login_page(target_url, "That is not the admin token."), 401)
-        self.throttle.succeeded(_client(request))
+        self.throttle.succeeded(self._client(request))
         response = _see_other(target_url)
         response.set_cookie(COOKIE, self.access.issue_cookie(), max_age=COOKIE_TTL,
                             path=urls.PREFIX, httponly=True, samesite="Strict",
@@ -290,7 +298,7 @@ class AdminSite:
 
     def _throttled(self, request: web.Request) -> web.Response | None:
         """The 429 page for a client that must wait before its next token guess, if it must."""
-        wait = self.throttle.wait(_client(request))
+        wait = self.throttle.wait(self._client(request))
         if wait <= 0:
             return None
         seconds = math.ceil(wait)
@@ -299,7 +307,7 @@ class AdminSite:
 
     def _failed(self, request: web.Request, how: str) -> None:
         """Count a wrong token and log it: who and how often, never what was tried."""
-        client = _client(request)
+        client = self._client(request)
         count = self.throttle.failed(client)
         log.warning("admin: wrong token (%s) from %s; %d in a row", how, client, count)
 
@@ -308,9 +316,17 @@ class AdminSite:
             self._same_origin(request)
         except Refused as exc:
             return html(error_page(exc.status, str(exc)), exc.status)
+        found = self.access.cookie_id(request.cookies.get(COOKIE, ""))
+        if found is not None:  # a copy of the cookie is refused from now on
+            self.revoked.revoke(*found)
         response = _see_other(f"{urls.PREFIX}/login")
         response.del_cookie(COOKIE, path=urls.PREFIX)
         return response
+
+    def _client(self, request: web.Request) -> str:
+        """Who a wrong token is counted against (module docstring)."""
+        return self.proxies.client(request.remote,
+                                   request.headers.getall("X-Forwarded-For", []))
 
     async def _static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]

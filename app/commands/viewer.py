@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from app.commands.common import EXIT_USAGE, CommandError
-from gateway.edge.hosts import is_loopback
+from gateway.edge.hosts import TrustedProxies, is_loopback
 from sessions.errors import InvalidNameError
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ async def run(args: argparse.Namespace, source: SessionSource, settings: Setting
         prices = load_prices(settings.prices_file)
     except ConfigError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
-    app = AdminSite(source, access, prices=prices, blobs=blobs).application()
+    app = AdminSite(source, access, prices=prices, blobs=blobs,
+                    proxies=TrustedProxies.parse(settings.trusted_proxies)).application()
     app.middlewares.append(plain_bodies)  # as the gateway's server: no body is inflated
     runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()

@@ -39,7 +39,7 @@ from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.reliability.support import session_files, tree, wait_until
 
-ADMIN_TOKEN = "adm1n-t0ken-for-tests"
+ADMIN_TOKEN = "adm1n-T0ken-for-the-tests_Qx7vZ9kW"
 TG_SECRET = "tg_s3cret-Token"
 SLACK_USER = "U1"
 TG_USER = 1001

@@ -292,22 +292,79 @@ async def sign_in(stack: Stack, token: str, next_url: str = "/admin/") -> tuple[
 async def test_wrong_admin_tokens_are_throttled_and_logged_without_the_guess(
     stack: Stack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """After a few wrong tokens a client gets 429 with Retry-After (even for the right token,
-    which is not looked at); Bearer guesses count the same; every failure is logged with the
-    client and the count, never the guess."""
+    """After a few wrong tokens a client's next wrong ones get 429 with Retry-After; Bearer
+    guesses count the same; the right token still signs in (an attacker cannot lock the
+    operator out); every failure is logged with the client and the count, never the guess."""
     caplog.set_level(logging.INFO, logger="gateway.admin")
     guesses = [f"guess-number-{n}" for n in range(FREE_FAILURES)]
     statuses = [(await sign_in(stack, guess))[0] for guess in guesses]
     assert statuses == [401] * FREE_FAILURES
-    assert (await sign_in(stack, ADMIN_TOKEN))[0] == 429
+    assert (await sign_in(stack, "one-guess-too-many"))[0] == 429
     async with stack.http.get(stack.base + "/admin/", headers={
             "Authorization": "Bearer bearer-guess"}) as response:
         assert response.status == 429
         assert 1 <= int(response.headers["Retry-After"]) <= FIRST_DELAY
+    assert (await sign_in(stack, ADMIN_TOKEN))[0] == 303
+    async with stack.http.get(stack.base + "/admin/", headers={
+            "Authorization": f"Bearer {ADMIN_TOKEN}"}) as response:
+        assert response.status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.admin"]
     assert len(lines) == FREE_FAILURES
     assert all("127.0.0.1" in line for line in lines)
     assert not any(guess in line for guess in guesses for line in lines)
+
+
+async def admin_sign_in_as(stack: Stack, token: str, forwarded: str) -> int:
+    """POST the sign-in form as a client a proxy forwards (``X-Forwarded-For``)."""
+    form = aiohttp.FormData({"token": token, "next": "/admin/"})
+    async with stack.http.post(stack.base + "/admin/login", data=form, allow_redirects=False,
+                               headers={"X-Forwarded-For": forwarded}) as response:
+        await response.read()
+        return response.status
+
+
+async def test_behind_a_trusted_proxy_failures_count_per_forwarded_client(
+        tmp_path: Path) -> None:
+    """Behind a trusted proxy (every request comes from 127.0.0.1), an attacker's wrong tokens
+    slow only the address the proxy forwards for them: the operator, forwarded from another
+    address, is not throttled at all and signs in; so does the attacker's own right token."""
+    async with started(tmp_path, trusted_proxies="127.0.0.1") as stack:
+        attacker, operator = "203.0.113.9", "198.51.100.7"
+        tries = [await admin_sign_in_as(stack, f"guess-{n}", attacker)
+                 for n in range(FREE_FAILURES + 1)]
+        operator_guess = await admin_sign_in_as(stack, "operator-typo", operator)
+        operator_in = await admin_sign_in_as(stack, ADMIN_TOKEN, operator)
+        attacker_right = await admin_sign_in_as(stack, ADMIN_TOKEN, attacker)
+    assert tries == [401] * FREE_FAILURES + [429]
+    assert (operator_guess, operator_in, attacker_right) == (401, 303, 303)
+
+
+async def test_forwarded_addresses_from_an_untrusted_peer_are_ignored(tmp_path: Path) -> None:
+    """Without the peer in GATEWAY_TRUSTED_PROXIES, a client that names a new address in
+    X-Forwarded-For with every guess is still one client: throttled after the free failures."""
+    async with started(tmp_path) as stack:
+        tries = [await admin_sign_in_as(stack, f"guess-{n}", f"203.0.113.{n}")
+                 for n in range(FREE_FAILURES + 1)]
+    assert tries == [401] * FREE_FAILURES + [429]
+
+
+async def test_signing_out_revokes_the_cookie_on_the_server(stack: Stack) -> None:
+    """A copy of the login cookie kept after signing out (stolen, or the browser's old one) no
+    longer opens a page: 200 before the sign-out, 401 after."""
+    form = aiohttp.FormData({"token": ADMIN_TOKEN, "next": "/admin/"})
+    async with stack.http.post(stack.base + "/admin/login", data=form,
+                               allow_redirects=False) as response:
+        cookie = response.cookies["gateway_admin"].value
+    headers = {"Cookie": f"gateway_admin={cookie}"}
+    async with aiohttp.ClientSession() as copy:
+        async with copy.get(stack.base + "/admin/", headers=headers) as response:
+            before = response.status
+        async with copy.post(stack.base + "/admin/logout", headers=headers,
+                             allow_redirects=False) as response:
+            logout = response.status
+        async with copy.get(stack.base + "/admin/", headers=headers) as response:
+            after = response.status
+    assert (before, logout, after) == (200, 303, 401)
 
 
 def test_the_throttle_waits_longer_after_each_failure() -> None:
@@ -354,13 +411,17 @@ async def test_next_after_sign_in_stays_under_admin(stack: Stack) -> None:
 
 
 async def test_short_tokens_are_refused_at_start(tmp_path: Path) -> None:
-    """GATEWAY_ADMIN_TOKEN (or the web or metrics token) under 16 characters: `gateway run`
-    and `gateway viewer` exit 2 at once with one line naming the setting, never the token."""
-    cases = [("GATEWAY_ADMIN_TOKEN", "run"), ("GATEWAY_ADMIN_TOKEN", "viewer"),
-             ("GATEWAY_WEB_TOKEN", "run"), ("GATEWAY_METRICS_TOKEN", "run")]
+    """GATEWAY_ADMIN_TOKEN under 32 random characters (short, or long but one letter
+    repeated), the web or metrics token under 16: `gateway run` and `gateway viewer` exit 2 at
+    once with one line naming the setting, never the token."""
+    cases = [("GATEWAY_ADMIN_TOKEN", "run", "short-s3cret", "32 random characters"),
+             ("GATEWAY_ADMIN_TOKEN", "viewer", "x" * 40, "32 random characters"),
+             ("GATEWAY_ADMIN_TOKEN", "run", "abcd" * 10, "32 random characters"),
+             ("GATEWAY_WEB_TOKEN", "run", "short-s3cret", "at least 16 characters"),
+             ("GATEWAY_METRICS_TOKEN", "run", "short-s3cret", "at least 16 characters")]
 
-    async def attempt(name: str, command: str) -> tuple[int | None, str]:
-        env = {**os.environ, name: "short-s3cret", "GATEWAY_DATA_DIR": str(tmp_path),
+    async def attempt(name: str, command: str, token: str) -> tuple[int | None, str]:
+        env = {**os.environ, name: token, "GATEWAY_DATA_DIR": str(tmp_path),
                "GATEWAY_PORT": "0"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", command, env=env, cwd=tmp_path,
@@ -374,11 +435,12 @@ async def test_short_tokens_are_refused_at_start(tmp_path: Path) -> None:
             return None, "still running"
         return proc.returncode, err.decode()
 
-    results = await asyncio.gather(*(attempt(name, command) for name, command in cases))
+    results = await asyncio.gather(*(attempt(name, command, token)
+                                     for name, command, token, _ in cases))
     assert [code for code, _ in results] == [2] * len(cases)
-    for (name, _), (_, err) in zip(cases, results, strict=True):
+    for (name, _, token, said), (_, err) in zip(cases, results, strict=True):
         assert len(err.splitlines()) == 1, err
         assert name in err
-        assert "at least 16 characters" in err
-        assert "short-s3cret" not in err
+        assert said in err
+        assert token not in err
     assert Settings(_env_file=None, GATEWAY_ADMIN_TOKEN=ADMIN_TOKEN)  # type: ignore[call-arg]

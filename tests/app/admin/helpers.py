@@ -29,7 +29,7 @@ from tests.sessions.helpers import (
     user,
 )
 
-TOKEN = "admin-t0ken-for-tests"
+TOKEN = "adm1n-T0ken-for-the-tests_Qx7vZ9kW"
 SCRIPT = "<script>alert('x')</script>"
 
 
