@@ -20,7 +20,7 @@ from app.compose_erasure import gateway_erasure
 from app.config import Settings
 from app.ledger_seed import seed_from
 from app.prices import load_prices
-from app.server import Gateway
+from app.server import Gateway, opened, started
 from coordination.file_pairing import FilePairingState
 from coordination.local import InProcessCoordinator
 from coordination.memory_ledger import MemoryLedger
@@ -545,18 +545,27 @@ def build_gateway(
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)
+    # The gateway's parts in start order; they stop in reverse (app/server.py): what the
+    # others use (the tracer, the provider, the store) last.
+    parts = [
+        opened("traces", observer), opened("provider", provider), opened("store", store),
+        *([opened("transcription", transcriber)] if transcriber is not None else []),
+        *(opened(f"fallback {f.name}", f) for f in reversed(fallbacks)),
+        opened("schedules", schedule_store), opened("usage ledger", ledger),
+        opened("blobs", blobs),
+        started("coordinator", coordinator), opened("sessions", registry),
+        started("router", router),
+        *([started("pairing", policy.pairing)] if isinstance(policy.pairing, LivePairing)
+          else []),
+        started("tools", loop.tools), started("erasure endpoint", erasure_endpoint),
+        started("scheduler", scheduler),
+    ]
     return Gateway(
         store=store, provider=provider, router=router, registry=registry,
-        channels=directory.channels,
+        coordinator=coordinator, channels=directory.channels, deliver=gate.deliver,
         metrics=metrics, host=settings.host, port=settings.port,
-        shutdown_grace=settings.shutdown_grace, deliver=gate.deliver,
-        extra_routes=build_admin_routes(settings, store, blobs), coordinator=coordinator,
-        observer=observer,
-        services=[*([policy.pairing] if isinstance(policy.pairing, LivePairing) else []),
-                  loop.tools, erasure_endpoint, scheduler],
-        closing=[blobs.aclose, ledger.aclose, schedule_store.aclose,
-                 *(f.aclose for f in fallbacks)]
-        + ([transcriber.aclose] if transcriber is not None else []),
+        shutdown_grace=settings.shutdown_grace, parts=parts,
+        extra_routes=build_admin_routes(settings, store, blobs),
         health_parts={"mcp": loop.tools.health} if loop.tools.sources else None,
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()

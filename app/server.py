@@ -1,16 +1,21 @@
-"""The running gateway: owns the lifecycle of the server, channels, router and store.
+"""The running gateway: its HTTP server, and one lifespan for every long-lived part.
 
 The HTTP server's limits (header and body timeouts, header sizes) and who may read
 ``/metrics`` are in :mod:`app.server_limits`.
 
-Start order: coordinator (Redis, when workers share one), router, services (the pairing
-state's writer; the tool servers, each up or failed once within ``GATEWAY_MCP_START_TIMEOUT``),
-HTTP server (``/healthz``, ``/metrics`` and channel routes), channels. Stop
-order (SIGINT/SIGTERM or :meth:`Gateway.aclose`): channels stop taking input, in-flight turns
-get ``shutdown_grace`` seconds, then are cancelled (a worker hands its queued conversations to
-the others); services write what they hold (tool servers stop); sessions are flushed and
-closed, then the coordinator, store, provider and server. ``aclose`` is idempotent and closes
-everything even if a step fails.
+:meth:`Gateway.lifespan` is one :class:`~contextlib.AsyncExitStack`: the parts the
+composition root (:mod:`app.compose`) lists, in start order, are entered one by one (the
+coordinator, Redis when workers share one; the router; the pairing state's writer; the tool
+servers, each up or failed once within ``GATEWAY_MCP_START_TIMEOUT``; the erasure endpoint),
+then the HTTP server (``/healthz``, ``/metrics``, the channels' and the viewer's routes)
+starts, then the channels. Leaving it (SIGINT/SIGTERM, :meth:`Gateway.aclose`, or a failed
+start) unwinds in reverse: the router stops taking input and in-flight turns get
+``shutdown_grace`` seconds, then are cancelled (a worker hands its queued conversations to
+the others); the channels close; the parts are left in reverse order (services write what
+they hold, tool servers stop, sessions are flushed and closed, then the coordinator, the
+blob store and other clients, the store, the provider and the tracer); the HTTP server
+stops last. Every step is isolated: one that fails is one warning line, and the rest still
+close. ``aclose`` is idempotent.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
@@ -36,15 +42,46 @@ from gateway.edge.coordination import Coordinator
 from gateway.edge.errors import ConfigError
 from gateway.edge.http_limits import DEFAULT_TIMEOUT
 from gateway.edge.metrics import Metrics
-from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.provider import Provider
 from sessions.store import SessionStore
 
 log = logging.getLogger("gateway.app")
 
 
+class Closes(Protocol):
+    """Something open from the moment it is built, closed by ``aclose``."""
+
+    def aclose(self) -> Awaitable[object]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A long-lived part of the running gateway (see :func:`opened`, :func:`started`):
+    ``context`` is entered at start and left at stop; ``name`` names it in the one warning
+    line a failed close gets; ``opened``: it is open since it was built, so it is closed even
+    when the gateway never starts."""
+
+    name: str
+    context: AbstractAsyncContextManager[object]
+    opened: bool = False
+
+
+def opened(name: str, resource: Closes) -> Part:
+    """A part open since it was built (a client, a store): only closed, at its place."""
+    return Part(name, aclosing(resource), opened=True)
+
+
+def started(name: str, context: AbstractAsyncContextManager[object]) -> Part:
+    """A part that starts when the gateway does (an async context manager)."""
+    return Part(name, context)
+
+
 class Gateway:
-    """All the long-lived parts, wired by :mod:`app.compose`."""
+    """The HTTP server and the lifespan of the parts wired by :mod:`app.compose`.
+
+    ``parts`` are in start order (see the module docstring); ``store``, ``provider``,
+    ``router``, ``registry`` and ``coordinator`` are among them, named here for the health
+    report and the stop, never looked up by the core."""
 
     def __init__(
         self,
@@ -53,19 +90,17 @@ class Gateway:
         provider: Provider,
         router: Router,
         registry: ConversationRegistry,
+        coordinator: Coordinator,
         channels: Sequence[Channel],
+        deliver: Deliver,
         metrics: Metrics,
         host: str,
         port: int,
         shutdown_grace: float,
+        parts: Sequence[Part] = (),
         extra_routes: Iterable[web.AbstractRouteDef] = (),
         health_extra: dict[str, Any] | None = None,
         health_parts: Mapping[str, Callable[[], object]] | None = None,
-        deliver: Deliver | None = None,
-        coordinator: Coordinator,
-        observer: TurnObserver = NO_OBSERVER,
-        services: Sequence[AbstractAsyncContextManager[object]] = (),
-        closing: Sequence[Callable[[], Awaitable[None]]] = (),
         http_timeout: float = DEFAULT_TIMEOUT,
         metrics_token: str | None = None,
     ) -> None:
@@ -73,11 +108,15 @@ class Gateway:
         self.provider = provider
         self.router = router
         self.registry = registry
+        self.coordinator = coordinator
         self.channels = list(channels)
+        self.deliver = deliver
+        """What channels hand inbound messages to: the access gate in front of the router."""
         self.metrics = metrics
         self.host = host
         self.port = port
         self.shutdown_grace = shutdown_grace
+        self.parts = list(parts)
         self.extra_routes = list(extra_routes)
         self.health_extra = health_extra or {}
         self.health_parts = dict(health_parts or {})
@@ -85,18 +124,9 @@ class Gateway:
         self.http_timeout = http_timeout
         self.web_app = application(http_timeout, [json_api_errors])
         self._internal = InternalAccess(metrics_token)
-        self._closing = list(closing)
-        """More things to close after the store (the blob store, the transcription client)."""
-        self.deliver: Deliver = deliver or router.deliver
-        """What channels hand inbound messages to: the access gate in front of the router."""
-        self.coordinator = coordinator
-        self.observer = observer
-        """Flushed at shutdown, after the last turn ended (its spans are the last ones)."""
         self._exposition = make_aiohttp_handler(metrics.registry)
-        self.services = list(services)
-        """Entered after the router, left after the channels (e.g. the pairing state's writer)."""
-        self._entered: list[AbstractAsyncContextManager[object]] = []
         self._runner: web.AppRunner | None = None
+        self._running: AbstractAsyncContextManager[Gateway] | None = None
         self._closed = False
         self._stop = asyncio.Event()
 
@@ -110,12 +140,56 @@ class Gateway:
                 return int(server.sockets[0].getsockname()[1])
         return self.port
 
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[Gateway]:
+        """Start everything, serve inside the block, stop everything (module docstring)."""
+        if self._closed or self._running is not None:
+            raise RuntimeError("a gateway runs once")
+        try:
+            async with AsyncExitStack() as stack:
+                stack.push_async_callback(_quietly, self._stop_http, "http server")
+                for part in self.parts:
+                    await part.context.__aenter__()
+                    stack.push_async_callback(_quietly, part.context.__aexit__, part.name,
+                                              None, None, None)
+                # Left first: the router stops taking input (channels get RouterClosedError
+                # and leave the platform to redeliver), in-flight turns finish and reply
+                # through still-open channels, then the channels close.
+                stack.push_async_callback(self._close_channels)
+                stack.push_async_callback(_quietly, self.router.drain, "router",
+                                          self.shutdown_grace)
+                await self._start_http()
+                for channel in self.channels:
+                    await channel.start(self.deliver)
+                self.router.channels_started()  # now what is owed from before can be answered
+                log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",
+                         self.host, self.bound_port, ", ".join(c.name for c in self.channels),
+                         self.provider.name)
+                yield self
+        finally:
+            self._closed = True
+
     async def start(self) -> None:
-        await self.coordinator.__aenter__()
-        await self.router.__aenter__()
-        for service in self.services:
-            await service.__aenter__()
-            self._entered.append(service)
+        """Enter :meth:`lifespan` (a failed start has closed everything when it raises)."""
+        running = self.lifespan()
+        await running.__aenter__()
+        self._running = running
+
+    async def aclose(self) -> None:
+        """Leave :meth:`lifespan`; without a start, close the parts open since they were
+        built. Idempotent."""
+        running, self._running = self._running, None
+        if running is not None:
+            await running.__aexit__(None, None, None)
+            return
+        if self._closed:
+            return
+        self._closed = True
+        for part in reversed(self.parts):
+            if part.opened:
+                await _quietly(part.context.__aexit__, part.name, None, None, None)
+
+    async def _start_http(self) -> None:
         app = self.web_app
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
@@ -132,12 +206,14 @@ class Gateway:
         except OSError as exc:  # the port is taken, the address is not this machine's...
             raise ConfigError(f"cannot listen on {self.host}:{self.port}: "
                               f"{exc.strerror or exc} (GATEWAY_HOST, GATEWAY_PORT)") from exc
+
+    async def _stop_http(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _close_channels(self) -> None:
         for channel in self.channels:
-            await channel.start(self.deliver)
-        self.router.channels_started()  # now what is owed from before can be answered
-        log.info("gateway listening on http://%s:%d (channels: %s, provider: %s)",
-                 self.host, self.bound_port, ", ".join(c.name for c in self.channels),
-                 self.provider.name)
+            await _quietly(channel.aclose, f"channel {channel.name}")
 
     async def _healthz(self, request: web.Request) -> web.Response:
         channels = {c.name: dict(c.health()) for c in self.channels}
@@ -183,34 +259,10 @@ class Gateway:
         finally:
             await self.aclose()
 
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        # The router stops taking input first (channels get RouterClosedError and leave the
-        # platform to redeliver), in-flight turns finish and reply through still-open channels,
-        # then the channels close.
-        await self.router.drain(self.shutdown_grace)
-        for channel in self.channels:
-            await _quietly(channel.aclose(), f"channel {channel.name}")
-        while self._entered:
-            service = self._entered.pop()
-            await _quietly(service.__aexit__(None, None, None), type(service).__name__)
-        await _quietly(self.router.__aexit__(None, None, None), "router")
-        await _quietly(self.registry.aclose(), "sessions")
-        await _quietly(self.coordinator.aclose(), "coordinator")
-        for close in self._closing:
-            await _quietly(close(), "attachments")
-        await _quietly(self.store.aclose(), "store")
-        await _quietly(self.provider.aclose(), "provider")
-        await _quietly(self.observer.aclose(), "traces")
-        if self._runner is not None:
-            await _quietly(self._runner.cleanup(), "http server")
 
-
-async def _quietly(work: Any, what: str) -> None:
+async def _quietly(close: Callable[..., Awaitable[object]], what: str, *args: object) -> None:
     try:
-        await work
+        await close(*args)
     except Exception as exc:  # shutdown goes on; one line per failed step
         log.warning("shutdown: %s failed to close (%s)", what, type(exc).__name__)
 

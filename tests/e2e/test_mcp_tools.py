@@ -132,7 +132,7 @@ async def test_tools_of_every_kind_replay_exactly(tmp_path: Path, api: str) -> N
             await acme.say("c1", text)
             replies = await acme.wait_replies(n, timeout=30)
             assert replies[-1] == ("c1", "finish", f"Checking.\n\nanswer {n}")
-        registry = next(s for s in gateway.services if isinstance(s, ToolRegistry))
+        registry = next(p.context for p in gateway.parts if isinstance(p.context, ToolRegistry))
         await eventually(lambda: "desk__extra" in registry.for_tenant("acme"))
         srv.script(api, Reply.tool_use("desk__extra", {"word": "hi"}), Reply.text("HI it is"))
         await acme.say("c1", "use the new tool")
