@@ -7,6 +7,7 @@ gateway is one stateless worker among several: see :mod:`gateway.edge.coordinati
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -514,8 +515,11 @@ def build_gateway(
     ledger = build_ledger(settings, store)
     schedule_store = build_schedule_store(settings, store)
     beats = heartbeats(settings)
+    # Setting a schedule wakes the scheduler (built after the router, which the schedule
+    # tools' loop needs) through an event both are given.
+    schedule_woken = asyncio.Event()
     schedules = Schedules(schedule_store, schedule_settings(settings), clock or SystemClock(),
-                          wake=lambda: scheduler.wake())
+                          wake=schedule_woken.set)
     loop = build_loop(settings, provider, metrics, prompts=prompts, tools=tools, hooks=hooks,
                       observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks,
                       ledger=ledger, extra_tools=schedule_tools(schedules))
@@ -538,10 +542,11 @@ def build_gateway(
                     wait_for_channels=True, take_in=intake.prepare, pauses=pauses)
     scheduler = Scheduler(
         schedule_store, schedules.settings, schedules.clock, deliver=router.deliver,
-        reach=Reach(lambda name: next((c for c in directory if c.name == name), None), store),
+        reach=Reach(directory.named, store),
         ledger=ledger, ready=router.channels_ready,
         heartbeats=lambda: heartbeat.ensure(schedule_store, beats, schedules.clock.now(),
-                                            settings.timezone))
+                                            settings.timezone),
+        woken=schedule_woken)
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)

@@ -35,6 +35,10 @@ class ChannelDirectory:
     def __len__(self) -> int:
         return len(self.channels)
 
+    def named(self, name: str) -> Channel | None:
+        """The channel of that name (``None``: the gateway runs none)."""
+        return self._by_name.get(name)
+
     def sink_for(self, inbound: Inbound) -> ReplySink:
         """Where the reply to ``inbound`` goes: its channel's sink (``LookupError`` when no
         channel has its name, a wiring bug)."""

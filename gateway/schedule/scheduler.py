@@ -65,10 +65,13 @@ class Scheduler:
     def __init__(self, store: ScheduleStore, settings: ScheduleSettings, clock: Clock, *,
                  deliver: Deliverer, reach: fire.Reach, ledger: UsageLedger | None = None,
                  ready: asyncio.Event | None = None,
-                 heartbeats: Callable[[], Awaitable[None]] | None = None) -> None:
+                 heartbeats: Callable[[], Awaitable[None]] | None = None,
+                 woken: asyncio.Event | None = None) -> None:
         """``ready``: set once the channels run (nothing is delivered before);
         ``heartbeats``: puts the configured heartbeats in the store, once, before the first
-        round (:func:`gateway.schedule.heartbeat.ensure`)."""
+        round (:func:`gateway.schedule.heartbeat.ensure`); ``woken``: the event that makes it
+        look at the store at once (:meth:`wake` sets it; the composition root shares it with
+        :class:`~gateway.schedule.service.Schedules`, built before the scheduler)."""
         self.store = store
         self.settings = settings
         self.clock = clock
@@ -77,7 +80,7 @@ class Scheduler:
         self.ledger = ledger
         self.ready = ready
         self.heartbeats = heartbeats
-        self._wake = asyncio.Event()
+        self._wake = woken if woken is not None else asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._down = Episode(log, "firing schedules (schedule store)")
         self.fired = 0
