@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import redis.asyncio as aioredis
+
 from coordination.redis_coordinator import RedisCoordinator
 from gateway.agent.loop import AgentLoop
 from gateway.agent.recorder import SESSION_LOG
@@ -32,6 +34,34 @@ from tests.fakes.memory_channel import MemoryChannel
 from tests.waiting import until
 
 wait_until = until  # polled waits: see tests/waiting.py
+
+
+# Redis keeps the time of a lease (its PX ttl) by its own clock. The tests move that clock on by
+# shortening what is left of a key's ttl, instead of sleeping until it runs out: nothing then
+# depends on how fast a busy machine gets there.
+
+async def lapse(redis: aioredis.Redis, key: str) -> None:
+    """``key``'s ttl runs out now (as if its holder had been silent past it)."""
+    assert await redis.pexpire(key, 1), f"{key} is not there to lapse"
+    await until(lambda: gone(redis, key), what=f"{key} to lapse")
+
+
+async def renewal_seen(redis: aioredis.Redis, key: str, ttl: float) -> str | None:
+    """Halve what is left of ``key``'s ttl, then wait until its holder's renewal puts it back
+    above that: the renewal happened (the key would otherwise lapse). Returns its holder."""
+    half = int(ttl * 1000 / 2)
+    assert await redis.pexpire(key, half), f"{key} is not there to renew"
+    await until(lambda: pttl_above(redis, key, half), what=f"{key} renewed")
+    holder = await redis.get(key)
+    return holder.decode() if isinstance(holder, bytes) else holder
+
+
+async def gone(redis: aioredis.Redis, key: str) -> bool:
+    return not await redis.exists(key)
+
+
+async def pttl_above(redis: aioredis.Redis, key: str, ms: int) -> bool:
+    return bool(await redis.pttl(key) > ms)
 
 
 def item(chat: str, text: str, *, channel: str = "memory") -> QueueItem:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from sessions.postgres.store import PostgresSessionStore
 from tests.coordination.harness import (
     coordinator,
     item,
+    lapse,
     log_of,
     transcript,
     wait_until,
@@ -35,10 +35,11 @@ CONTEXT = ChannelContext("memory", "private", "u")
 
 
 async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
-    prefix: str, pg_store: PostgresSessionStore
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
     """A stale worker's append after a takeover raises StaleWriterError and lands nothing."""
-    async with coordinator(prefix, pg_store) as a, coordinator(prefix, pg_store) as b:
+    # A's lease lasts until the test lets it lapse (no renewal: nothing holds it).
+    async with coordinator(prefix, pg_store, ttl=60) as a, coordinator(prefix, pg_store) as b:
         first = item("c", "from a")
         await a.conversations.enter(first)
         claim_a = await a.conversations.keep(first)
@@ -48,7 +49,7 @@ async def test_stale_worker_gets_stale_writer_error_and_writes_nothing(
         conv_a = await registry_a.get(KEY, CONTEXT, fence=claim_a.token)
         await conv_a.receive({"role": "user", "content": "from a"}, {"sender": "u"})
         # A never renews (a long GC pause, a frozen VM): the lease lapses, B adopts.
-        await asyncio.sleep(1.1)
+        await lapse(redis, Keys(prefix).lease(claim_a.key))
         [claim_b] = await b.conversations.sweep()
         claim_b.token = await b.conversations.inbox.next_fence()
         assert claim_b.token > claim_a.token

@@ -16,14 +16,16 @@ import redis.asyncio as aioredis
 from coordination.keys import Keys
 from coordination.leader import RedisLeaderElector
 from gateway.edge.tasks import stop
-from tests.coordination.harness import coordinator, wait_until
+from tests.coordination.harness import coordinator, lapse, renewal_seen, wait_until
 from tests.coordination.services import REDIS_URL
+from tests.waiting import WAIT
 
 pytestmark = pytest.mark.services
 
-TTL = 3.0
-"""Seconds a leadership lasts unrenewed: long enough that a busy machine's stalled loop does
-not lose it (renewals run every ttl/3)."""
+TTL = 15.0
+"""Seconds a leadership lasts unrenewed: renewals run every 5 s, and a busy machine's loop would
+have to stall for 12 s to lose it. The tests never sleep through it: they move Redis's clock
+on (:func:`tests.coordination.harness.renewal_seen`, :func:`~tests.coordination.harness.lapse`)."""
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,26 +49,28 @@ def recording_job(name: str, log: list[tuple[str, str]],
 
 async def test_one_leader_and_hand_over_when_it_shuts_down(prefix: str,
                                                            redis: aioredis.Redis) -> None:
-    """One of two electors leads past the ttl; when it shuts down the other takes over at once."""
+    """One of two electors leads and renews its leadership; when it shuts down the other takes
+    over (it gave the key up at once, not left to lapse)."""
     log: list[tuple[str, str]] = []
     running: set[str] = set()
-    # A 3 s ttl, not 1 s: a loaded CI machine can stall a loop for over a second, and then
-    # leadership really lapses; what is tested is that renewal keeps it past the ttl.
+    key = Keys(prefix).leader("poll")
     async with coordinator(prefix, ttl=TTL) as a, coordinator(prefix, ttl=TTL) as b:
         electors = {"a": a.elector("poll"), "b": b.elector("poll")}
         tasks = {name: asyncio.create_task(e.lead(recording_job(name, log, running)))
                  for name, e in electors.items()}
         try:
-            await wait_until(lambda: bool(running), 5)
+            await wait_until(lambda: bool(running))
             [first] = running
-            await asyncio.sleep(TTL + 1.0)  # past the ttl: renewals keep it
+            workers = {"a": a.worker, "b": b.worker}
+            # Its end brought near, then pushed back by its renewal: it keeps leading.
+            assert await renewal_seen(redis, key, TTL) == workers[first]
             assert log == [(first, "start")]
             second = "b" if first == "a" else "a"
             await stop(tasks[first])
             # Given up at once (not left to lapse): free, or already the other's.
-            holder = await redis.get(Keys(prefix).leader("poll"))
-            assert holder in (None, b.worker if second == "b" else a.worker)
-            await wait_until(lambda: running == {second}, 5)
+            holder = await redis.get(key)
+            assert holder in (None, workers[second])
+            await wait_until(lambda: running == {second})
             assert [(e.is_leader, e.terms) for e in (electors[first], electors[second])] == [
                 (False, 1), (True, 1)]
         finally:
@@ -78,7 +82,8 @@ async def test_one_leader_and_hand_over_when_it_shuts_down(prefix: str,
 async def test_failover_after_the_leader_process_is_killed(
     prefix: str, redis: aioredis.Redis
 ) -> None:
-    """After SIGKILL of the leader the other elector leads only once the dead one's key lapses."""
+    """After SIGKILL of the leader the other elector leads only once the dead one's key lapses
+    (which the test brings about: Redis's clock is moved on, not slept through)."""
     script = textwrap.dedent(f"""
         import asyncio
         from coordination.redis_coordinator import RedisCoordinator
@@ -99,30 +104,29 @@ async def test_failover_after_the_leader_process_is_killed(
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert proc.stdout is not None
-        assert await asyncio.wait_for(proc.stdout.readline(), 15) == b"leading\n"
+        assert await asyncio.wait_for(proc.stdout.readline(), WAIT) == b"leading\n"
         log: list[tuple[str, str]] = []
         running: set[str] = set()
         async with coordinator(prefix, ttl=TTL) as b:
             elector = b.elector("poll")
             assert isinstance(elector, RedisLeaderElector)
             task = asyncio.create_task(elector.lead(recording_job("b", log, running)))
+            key = Keys(prefix).leader("poll")
             try:
-                await asyncio.sleep(TTL + 1.0)
-                assert log == []  # the live leader keeps renewing past its ttl
-                key = Keys(prefix).leader("poll")
+                # The live leader renews (its end brought near, then pushed back) while b
+                # campaigns: b does not lead.
+                assert await renewal_seen(redis, key, TTL) != b.worker
+                assert log == []
                 proc.send_signal(signal.SIGKILL)
-                remaining = await redis.pttl(key) / 1000
-                loop = asyncio.get_running_loop()
-                killed = loop.time()
-                await wait_until(lambda: bool(running), 10)
-                waited = loop.time() - killed
+                await proc.wait()
+                await lapse(redis, key)  # the dead leader's key runs out (it was still there)
+                await wait_until(lambda: bool(running))
+                holder = await redis.get(key)
             finally:
                 await stop(task)
     finally:
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-    assert remaining > 0
-    assert waited >= remaining - 0.05  # not before the dead leader's key lapsed
-    assert waited < remaining + 5.0  # campaigns run every ttl/3 or so (slack for a busy box)
+    assert holder == b.worker
     assert log == [("b", "start"), ("b", "stop")]

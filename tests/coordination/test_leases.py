@@ -13,10 +13,15 @@ from coordination.lease_guard import LeaseGuard, guarded
 from coordination.redis_coordinator import RedisCoordinator
 from gateway.edge.coordination import Claim, LeaseLostError, QueueItem
 from sessions.postgres.store import PostgresSessionStore
-from tests.coordination.harness import coordinator, inbox_of, item
+from tests.coordination.harness import coordinator, inbox_of, item, lapse, renewal_seen
 from tests.coordination.services import REDIS_URL
 
 pytestmark = pytest.mark.services
+
+
+async def forever() -> None:
+    """A call that never returns: only a cancellation ends it."""
+    await asyncio.get_running_loop().create_future()
 
 
 async def queue(coord: RedisCoordinator, it: QueueItem) -> Claim | None:
@@ -25,26 +30,23 @@ async def queue(coord: RedisCoordinator, it: QueueItem) -> Claim | None:
     return await coord.conversations.keep(it)
 
 
-async def serve_all(coord: RedisCoordinator, claim: Claim, served: list[str],
-                    pause: float = 0.0) -> None:
+async def serve_all(coord: RedisCoordinator, claim: Claim, served: list[str]) -> None:
     async with coord.conversations.holding(claim):
         while (next_item := await coord.conversations.next(claim)) is not None:
             served.append(next_item.inbound.text)
-            await asyncio.sleep(pause)
             await coord.conversations.done(claim, next_item)
 
 
 async def test_lease_is_renewed_while_held_and_released_with_the_queue(
     redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
-    """The lease outlives its ttl while renewed, serves the queue in order, ends with it; the
-    next claim gets a newer token.
+    """The lease is renewed while held (each time the end of its ttl comes near, the holder
+    pushes it back), serves the queue in order, ends with it; the next claim gets a newer token.
 
-    The ttl is 4 s (renewal every 1.3 s), not the harness's 1 s: a loaded CI machine can stall
-    the event loop for over a second, and then the lease really does expire and the other
-    worker's sweep rightly takes it (seen once in CI). What is tested is that renewal keeps a
-    lease past its ttl, not how short a ttl survives a busy machine."""
-    ttl = 4.0
+    Redis's clock is moved on instead of slept through (:func:`renewal_seen`), and the ttl is
+    15 s: a renewal every 5 s, while a loaded machine's stalled loop would need 12 s to lose
+    it. What is tested is that renewal keeps the lease, not how short a ttl survives."""
+    ttl = 15.0
     async with coordinator(prefix, pg_store, ttl=ttl) as a, \
             coordinator(prefix, pg_store, ttl=ttl) as b:
         claim = await queue(a, item("c", "one"))
@@ -56,8 +58,7 @@ async def test_lease_is_renewed_while_held_and_released_with_the_queue(
         async with a.conversations.holding(claim):
             while (next_item := await a.conversations.next(claim)) is not None:
                 served.append(next_item.inbound.text)
-                await asyncio.sleep(ttl + 0.5)  # past the ttl: only renewal keeps the lease
-                renewed.append(await redis.get(lease))
+                renewed.append(await renewal_seen(redis, lease, ttl))
                 await a.conversations.done(claim, next_item)
         assert served == ["one", "two"]
         assert [owner.split("/")[0] if owner else None for owner in renewed] == [
@@ -97,10 +98,10 @@ async def test_a_holder_that_wound_up_late_releases_only_its_own_lease(
 
 
 async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
-    prefix: str, pg_store: PostgresSessionStore
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
     """A dead holder's lease lapses; a sweep adopts it, the head item it took resumed."""
-    dead = RedisCoordinator(REDIS_URL, inbox_of(pg_store), prefix=prefix, lease_ttl=1.0)
+    dead = RedisCoordinator(REDIS_URL, inbox_of(pg_store), prefix=prefix, lease_ttl=60.0)
     await dead.__aenter__()
     claim = await queue(dead, item("c", "one"))
     assert claim is not None
@@ -110,7 +111,7 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
     await dead.aclose()  # no release: the process "died" mid-turn
     async with coordinator(prefix, pg_store) as heir:
         assert await heir.conversations.sweep() == []  # the lease has not lapsed yet
-        await asyncio.sleep(1.1)
+        await lapse(redis, Keys(prefix).lease(claim.key))
         [adopted] = await heir.conversations.sweep()
         assert adopted == Claim(claim.key)
         got = []
@@ -126,8 +127,9 @@ async def test_expired_lease_is_taken_over_with_the_started_item_resumed(
 async def test_holder_that_loses_its_lease_is_stopped(
     redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore
 ) -> None:
-    """A holder whose lease another worker owns is stopped at its next renewal."""
-    async with coordinator(prefix, pg_store, ttl=3.0) as a:
+    """A holder whose lease another worker owns is stopped at its next renewal (which says it
+    was taken over; a lapsed lease would say so instead: no clock is read)."""
+    async with coordinator(prefix, pg_store, ttl=15.0) as a:  # renewal every 5 s, lapse at 12
         claim = await queue(a, item("c", "one"))
         assert claim is not None
         lease = Keys(prefix).lease(claim.key)
@@ -135,14 +137,11 @@ async def test_holder_that_loses_its_lease_is_stopped(
         async def serve() -> None:
             async with a.conversations.holding(claim):
                 await a.conversations.next(claim)
-                await redis.set(lease, "another-worker", px=10_000)
-                await asyncio.sleep(10)
+                await redis.set(lease, "another-worker", px=60_000)
+                await forever()
 
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        with pytest.raises(LeaseLostError):
+        with pytest.raises(LeaseLostError, match="was taken over"):
             await serve()
-        assert loop.time() - started < 2.0  # renewal runs every ttl/3 = 1 s
 
 
 async def test_redis_losing_everything_loses_nothing_and_tokens_go_on(
@@ -160,7 +159,7 @@ async def test_redis_losing_everything_loses_nothing_and_tokens_go_on(
                 await a.conversations.next(claim)
                 keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]
                 await redis.delete(*keys)  # this test's FLUSHDB: only its own prefix
-                await asyncio.sleep(10)
+                await forever()
 
         with pytest.raises(LeaseLostError):
             await serve()
@@ -224,10 +223,10 @@ async def test_the_guard_stops_a_task_that_swallows_a_cancellation() -> None:
 
     async def swallowing_call() -> None:
         try:
-            await asyncio.sleep(10)
+            await forever()
         except asyncio.CancelledError:
             swallowed.append(True)  # as wait_for does when its inner call just completed
-        await asyncio.sleep(10)
+        await forever()
 
     async def serve() -> None:
         task = asyncio.current_task()
@@ -255,7 +254,7 @@ async def test_the_guard_leaves_an_outside_cancellation_alone() -> None:
         guard = LeaseGuard(task, asyncio.get_running_loop().time() + 60, "c")
         async with guarded(guard):
             started.set()
-            await asyncio.sleep(10)
+            await forever()
 
     task = asyncio.create_task(serve())
     await started.wait()

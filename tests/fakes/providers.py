@@ -44,6 +44,10 @@ ReplyKind = Literal["text", "tool_use", "error", "hang", "cut_stream", "raw_stre
 
 # A fixed `created` timestamp keeps OpenAI payloads reproducible across runs.
 OPENAI_CREATED = 1_700_000_000
+FOREVER = 3600.0
+"""A hang longer than any test (``Reply.hang(FOREVER)``): only the client's timeout, or the
+server closing at the end of the test, ends it. A test that gets its timeout error then knows
+the client gave up, without timing anything."""
 _SYSTEM_FINGERPRINT = "fp_fake"
 # Size of the pieces tool-call JSON is streamed in; small so even tiny inputs
 # arrive as several partial deltas, as they do from the real APIs.

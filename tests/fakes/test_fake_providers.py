@@ -13,7 +13,7 @@ import pytest
 from anthropic.types import MessageParam, RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
-from tests.fakes.providers import FakeProviderServer, Reply, ToolCall
+from tests.fakes.providers import FOREVER, FakeProviderServer, Reply, ToolCall
 
 # Quotes, newlines, a tab, non-ASCII and an emoji: anything a re-encoding would alter.
 SYSTEM = 'You are "Gatekeeper".\n\tAnswer in Français — briefly. 🤖 \\n stays literal'
@@ -333,16 +333,14 @@ async def test_hang_triggers_client_timeout(
     srv: FakeProviderServer, claude: anthropic.AsyncAnthropic, gpt: openai.AsyncOpenAI
 ) -> None:
     """Reply.hang outlasts a short client timeout, so both SDKs raise APITimeoutError."""
-    srv.script("anthropic", Reply.hang(30))
-    srv.script("openai", Reply.hang(30))
-    started = time.monotonic()
+    # An hour's hang, ended only by the server's close after the test: an error now is the
+    # client giving up (no clock is read, so a busy machine cannot blur the two).
+    srv.script("anthropic", Reply.hang(FOREVER))
+    srv.script("openai", Reply.hang(FOREVER))
     with pytest.raises(anthropic.APITimeoutError):
         await ask_claude(claude.with_options(timeout=0.2))
     with pytest.raises(openai.APITimeoutError):
         await ask_gpt(gpt.with_options(timeout=0.2))
-    # Well under the 30 s hang (the client gave up, not the server), with room for a loaded
-    # machine: the figure only tells the two apart.
-    assert time.monotonic() - started < 20
     assert len(srv.requests) == 2  # recorded even though never answered
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from providers.offline import OfflineProvider
 from providers.openai import OpenAIProvider
 from sessions.records import MessageDict, ToolSchema
 from sessions.shapes import encode_body, request_body
-from tests.fakes.providers import FakeProviderServer, Reply, ToolCall
+from tests.fakes.providers import FOREVER, FakeProviderServer, Reply, ToolCall
 
 Remote = AnthropicProvider | OpenAIProvider
 Make = Callable[..., Remote]
@@ -39,7 +38,6 @@ CLOCK: ToolSchema = {
     "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}},
 }
 APIS = ["anthropic", "openai"]
-BOUND = 5.0  # seconds any failure must surface within
 
 
 @pytest.fixture
@@ -247,11 +245,9 @@ async def test_status_errors(
     provider = make(api)
     srv.script(api, Reply.error(status))
     request = ask(provider)
-    started = time.monotonic()
     with pytest.raises(ProviderError) as caught:
         await provider.complete(request)
 
-    assert time.monotonic() - started < BOUND
     assert type(caught.value) is error
     assert caught.value.status == status
     assert caught.value.__cause__ is not None
@@ -279,13 +275,14 @@ async def test_api_key_never_in_error(srv: FakeProviderServer, make: Make, api: 
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("api", APIS)
 async def test_hang_times_out(srv: FakeProviderServer, make: Make, api: str, stream: bool) -> None:
-    """A server that never answers raises ProviderTimeout soon after the timeout."""
+    """A server that never answers raises ProviderTimeout: the client's timeout ended it (the
+    hang lasts until the test is over), after the one request (no retry hid it)."""
     provider = make(api, timeout=0.2, stream=stream)
-    srv.script(api, Reply.hang(30))
-    started = time.monotonic()
+    srv.script(api, Reply.hang(FOREVER))
+    request = ask(provider)
     with pytest.raises(ProviderTimeout):
-        await provider.complete(ask(provider))
-    assert time.monotonic() - started < BOUND
+        await provider.complete(request)
+    assert_sent(srv, provider, [request])
 
 
 @pytest.mark.parametrize(
@@ -299,10 +296,8 @@ async def test_cut_stream(
     provider = make(api)
     srv.script(api, Reply.cut_stream(after_chunks=after, then=Reply.text("a b c d e f")))
     deltas = Deltas()
-    started = time.monotonic()
     with pytest.raises(ProviderStreamCut):
         await provider.complete(ask(provider), deltas)
-    assert time.monotonic() - started < BOUND
     assert deltas.items == delivered
 
 

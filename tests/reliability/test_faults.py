@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from gateway.agent.loop import APOLOGY
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import replay_bytes
-from tests.fakes.providers import FakeProviderServer, Reply
+from tests.fakes.providers import FOREVER, FakeProviderServer, Reply
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore
 from tests.reliability.support import WebGateway, total, web_gateway, web_settings
@@ -32,14 +31,12 @@ CONVERSATIONS = 6
 MESSAGES = 3
 
 
-async def talk(web: WebGateway, conversation: str, count: int) -> list[tuple[int, str, float]]:
-    """Send ``count`` messages one after the other: (status, reply or error, seconds) each."""
+async def talk(web: WebGateway, conversation: str, count: int) -> list[tuple[int, str]]:
+    """Send ``count`` messages one after the other: (status, reply or error) each."""
     out = []
     for n in range(count):
-        started = time.monotonic()
         status, body = await web.chat(conversation, f"{conversation} message {n}")
-        out.append((status, body.get("reply", body.get("error", "")),
-                    time.monotonic() - started))
+        out.append((status, body.get("reply", body.get("error", ""))))
     return out
 
 
@@ -66,18 +63,18 @@ async def test_failing_store_never_stops_the_answers(
         conversations = [f"c{n}" for n in range(CONVERSATIONS)]
         traffic = asyncio.gather(*(talk(web, c, MESSAGES) for c in conversations))
         health = []
-        while not traffic.done():
+        while not traffic.done():  # /healthz sampled every 50 ms while the traffic runs
             health.append((await web.get_text("/healthz"))[0])
-            await asyncio.sleep(0.05)
+            await asyncio.wait([traffic], timeout=0.05)
         results = await traffic
         during = await web.metrics_once("gateway_turns_total", 1 + CONVERSATIONS * MESSAGES)
         store.set_fault(None)
         after = await web.chat("c0", "recovered?")
-    # A turn has three guarded writes (message, call, answer), each bounded by the timeout.
-    bound = 3 * PERSIST_TIMEOUT + 1.0
-    answers = [(status, reply) for result in results for status, reply, _ in result]
+    # Every answer came while the fault lasted (it is lifted only after them): a hanging
+    # write, which lasts as long as the fault, was given up at its timeout. No clock is
+    # read, so a busy machine cannot fail this.
+    answers = [(status, reply) for result in results for status, reply in result]
     assert answers == [(200, "ok")] * CONVERSATIONS * MESSAGES
-    assert max(seconds for result in results for *_, seconds in result) < bound
     assert health
     assert set(health) == {200}
     assert total(during, "gateway_persist_failures_total", kind=kind) >= CONVERSATIONS * MESSAGES
@@ -105,7 +102,7 @@ PROVIDER_FAULTS: dict[str, tuple[Reply, str]] = {
     "429": (Reply.error(429), "rate_limited"),
     "500": (Reply.error(500), "unavailable"),
     "529": (Reply.error(529), "unavailable"),
-    "timeout": (Reply.hang(PROVIDER_TIMEOUT + 5), "timeout"),
+    "timeout": (Reply.hang(FOREVER), "timeout"),  # only the client's timeout ends it
     "cut stream": (Reply.cut_stream(after_chunks=3, then=Reply.text("half an answer")),
                    "stream_cut"),
 }
@@ -132,16 +129,15 @@ async def test_provider_fault_ends_with_apology_and_recorded_kind(
         base_url = srv.anthropic_base_url if api == "anthropic" else srv.openai_base_url
         srv.script(api, reply)  # type: ignore[arg-type]  # api is one of the two names
         async with web_gateway(provider_settings(tmp_path / "data", api, base_url)) as web:
-            started = time.monotonic()
             status, body = await web.chat("c1", "hello")
-            elapsed = time.monotonic() - started
             samples = await web.metrics_once("gateway_turns_total", 1, channel="web")
             again = await web.chat("c1", "and now?")
             store = web.gateway.store
             assert isinstance(store, JsonlSessionStore)
             log = replay_bytes(store.path_of("default", body["session"]).read_bytes())
+    # Answered at all means in time: a hang lasts until the test is over, and an error or a
+    # cut stream is not retried (GATEWAY_PROVIDER_RETRIES=0), so nothing waits long.
     assert (status, body["error"]) == (502, APOLOGY)
-    assert elapsed < PROVIDER_TIMEOUT + 4.0  # the client's timeout, not the 6 s hang
     first = log.calls[0]
     outcome = log.outcome_of(first)
     assert first.assistant is None
