@@ -483,6 +483,16 @@ class FileJournal:
         self._tail = []
         self._compaction = loop.create_task(self._compact(self._snapshot()))
 
+    def fileno(self) -> int | None:
+        """The descriptor of the file appended to now (another one after a rewrite; ``None``
+        once closed)."""
+        return self._fd
+
+    def compact_now(self) -> None:
+        """Rewrite the file to its live records at once, inline (a running journal does it in
+        a thread once the file has grown); raises ``OSError`` when the disk refuses."""
+        self._rewrite()
+
     @property
     def compacting(self) -> asyncio.Task[None] | None:
         """The rewrite in progress, if any (tests wait for it)."""

@@ -149,6 +149,11 @@ class Router:
         """Conversations a turn worker is serving now (0 with ``queued`` 0: all answered)."""
         return len(self._workers)
 
+    async def idle(self) -> None:
+        """Return once no conversation has a worker (every turn started so far has ended)."""
+        while self._workers:
+            await asyncio.wait(list(self._workers.values()))
+
     @property
     def closing(self) -> bool:
         """True once :meth:`drain` began: input is refused from then on."""

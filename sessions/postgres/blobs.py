@@ -29,6 +29,11 @@ class PostgresBlobStore:
         self._store = store
         self._q = store.quoted_schema
 
+    @property
+    def store(self) -> PostgresSessionStore:
+        """The session store whose pool and schema hold the blobs."""
+        return self._store
+
     async def put(self, tenant: str, data: bytes) -> str:
         validate_tenant(tenant)
         digest = await asyncio.to_thread(digest_of, data)

@@ -288,7 +288,8 @@ async def test_redelivered_update_after_restart_not_answered_twice(
         fake.user_message(BOB, "second")
         await settled(gateway, 1)
         replay = await replay_of(gateway, f"telegram:{BOB}")
-        dropped = channel_of(gateway).metrics.duplicates.labels(channel="telegram")._value.get()
+        dropped = channel_of(gateway).metrics.registry.get_sample_value(
+            "gateway_duplicates_dropped_total", {"channel": "telegram"})
     assert user_texts(replay) == ["first", "second"]
     assert fake.texts_to(BOB) == ["one", "two"]
     assert dropped == 1

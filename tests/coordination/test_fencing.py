@@ -80,7 +80,7 @@ async def test_worker_that_loses_its_lease_mid_turn_stops_and_the_turn_is_finish
         await wait_until(lambda: bool(slow.bodies))  # A recorded it and called the provider
         # Another worker holds the lease for a moment (as if A's had lapsed and been taken).
         await redis.set(Keys(prefix).lease(KEY), "another-worker", px=1500)
-        await wait_until(lambda: not a.router._workers, 5)  # A's renewal notices: cut off
+        await wait_until(lambda: a.router.serving == 0, 5)  # A's renewal notices: cut off
     async with worker(prefix, pg_store, fast, tmp_path / "p", ttl=1.5) as b:
         await b.channel.wait_replies(1, timeout=10)
         assert b.channel.replies == [("c", "finish", "the answer")]

@@ -121,7 +121,7 @@ async def test_answer_waits_for_its_entries_and_a_lost_lease_sends_nothing(
         await wait_until(lambda: persist_failures(a.router.metrics) >= 2, 60)
         # Another worker holds the lease now (as after a pause or a Redis flush).
         await redis.set(Keys(prefix).lease(KEY), "another-worker", px=60_000)
-        await wait_until(lambda: not a.router._workers, 10)  # its renewal notices: cut off
+        await wait_until(lambda: a.router.serving == 0, 10)  # its renewal notices: cut off
     events = list(a.channel.events)  # the router has closed: its retraction task is done
     await pg.start()
     await redis.delete(Keys(prefix).lease(KEY))
@@ -164,7 +164,7 @@ async def test_a_lease_lost_mid_stream_takes_the_preview_back(
         await a.channel.say("c", "question")
         await asyncio.wait_for(first.streamed.wait(), 30)
         await redis.set(Keys(prefix).lease(KEY), "another-worker", px=60_000)
-        await wait_until(lambda: not a.router._workers, 10)  # its renewal notices: cut off
+        await wait_until(lambda: a.router.serving == 0, 10)  # its renewal notices: cut off
     events = [e for e in a.channel.events if e[1] != "typing"]
     await redis.delete(Keys(prefix).lease(KEY))
     async with worker(prefix, private_store, second, tmp_path / "p", ttl=TTL) as b:
@@ -187,7 +187,7 @@ async def test_answer_waits_for_its_entries_and_goes_out_once_they_are_saved(
         held_back = finals(list(a.channel.events))
         await pg.start()
         await a.channel.wait_replies(1, timeout=60)
-        await wait_until(lambda: not a.router._workers, 30)
+        await wait_until(lambda: a.router.serving == 0, 30)
     assert held_back == []
     assert a.channel.replies == [("c", "finish", "the answer")]
     replay = await log_of(private_store, "c")
@@ -236,7 +236,7 @@ async def test_stale_holder_hands_the_conversation_back_instead_of_raising_its_t
         registry = ConversationRegistry(pg_store, Metrics())
         conv = await registry.get(KEY, CONTEXT, fence=claim.token)
         gated.go.set()
-        await wait_until(lambda: not a.router._workers, 10)
+        await wait_until(lambda: a.router.serving == 0, 10)
         called = list(provider.requests)
         holder = await redis.get(lease)
         await conv.receive({"role": "user", "content": "from b"}, {"sender": "u"})  # B writes
@@ -286,11 +286,11 @@ async def test_forget_reaches_a_worker_that_cached_the_conversation(
         # (Platform ids of our own: each memory channel counts from m1.)
         await b.channel.say("c", "my secret is 42", platform_id="p1")
         await b.channel.wait_replies(1)
-        await wait_until(lambda: not b.router._workers)  # B gave the lease up, cached it
+        await wait_until(lambda: b.router.serving == 0)  # B gave the lease up, cached it
         assert b.registry.peek(KEY) is not None
         await a.channel.say("c", "/forget confirm", platform_id="p2")
         [(_, _, done)] = await a.channel.wait_replies(1)
-        await wait_until(lambda: not a.router._workers)
+        await wait_until(lambda: a.router.serving == 0)
         await b.channel.say("c", "what is my secret?", platform_id="p3")
         await b.channel.wait_replies(2, timeout=20)
     assert persist_failures(b.router.metrics) == 0
@@ -315,10 +315,10 @@ async def test_new_served_elsewhere_is_not_undone_by_a_cached_copy(
             worker(prefix, pg_store, provider, tmp_path / "p", ttl=30) as b:
         await b.channel.say("c", "before", platform_id="p1")
         await b.channel.wait_replies(1)
-        await wait_until(lambda: not b.router._workers)
+        await wait_until(lambda: b.router.serving == 0)
         await a.channel.say("c", "/new", platform_id="p2")
         await a.channel.wait_replies(1)
-        await wait_until(lambda: not a.router._workers)
+        await wait_until(lambda: a.router.serving == 0)
         await b.channel.say("c", "after", platform_id="p3")
         await b.channel.wait_replies(2)
     assert b.channel.replies == [("c", "finish", "before"), ("c", "finish", "after")]
@@ -382,7 +382,7 @@ async def two_messages(a: Worker, provider: HeldFirst, queue: BetweenItems) -> N
         await provider.reached.wait()  # A holds the lease; the next message waits for it
     await a.channel.say("c", "second")
     provider.go.set()
-    await wait_until(lambda: queue.ran and not a.router._workers, 10)
+    await wait_until(lambda: queue.ran and a.router.serving == 0, 10)
 
 
 async def test_holder_whose_copy_is_behind_the_log_hands_the_item_back(
@@ -567,7 +567,7 @@ async def test_a_holder_cut_off_leaves_the_next_holder_of_its_worker_its_lease(
         holder = await redis.get(lease)
         provider.go.set()
         await a.channel.wait_replies(2, timeout=30)
-        await wait_until(lambda: not a.router._workers, 10)
+        await wait_until(lambda: a.router.serving == 0, 10)
     assert holder is not None  # the new holder's lease, still there
     assert holder.split("/")[0] == a.coordinator.worker
     assert finals(list(a.channel.events)) == [("c", "finish", "question"),
@@ -653,7 +653,7 @@ async def test_a_holder_whose_lease_passed_on_sends_no_apology(
     async with failing_once(where, prefix, redis, pg_store, tmp_path / "p",
                             passes_on=True) as a:
         await a.channel.say("c", "question")
-        await wait_until(lambda: not a.router._workers, 10)
+        await wait_until(lambda: a.router.serving == 0, 10)
     assert finals(list(a.channel.events)) == []
     await redis.delete(Keys(prefix).lease(KEY))  # the other worker let it go: adopted next
     second = ScriptedProvider()
@@ -677,6 +677,6 @@ async def test_a_holder_that_keeps_its_lease_sends_the_apology_once(
                             passes_on=False) as a:
         await a.channel.say("c", "question")
         await a.channel.wait_replies(1, timeout=30)
-        await wait_until(lambda: not a.router._workers, 10)
+        await wait_until(lambda: a.router.serving == 0, 10)
     assert finals(list(a.channel.events)) == [("c", "fail", APOLOGY)]
     assert await inbox.owed_conversations() == []

@@ -81,12 +81,11 @@ async def test_an_owe_that_cannot_be_written_records_nothing(tmp_path: Path) -> 
     """A failed ``owe`` raises and leaves nothing behind; a failed ``paid`` is kept and
     written by the next write (here a ``flush``), once the disk takes writes again."""
     path = tmp_path / "delivery.jsonl"
-    journal = FileJournal(path)
+    disk = RefusingDisk()
+    journal = FileJournal(path, write_file=disk.write)
     await journal.open()
     await journal.owe("i1", "c", "k1", "one")
-    fd = journal._fd
-    assert fd is not None
-    journal._fd = os.open(os.devnull, os.O_RDONLY)  # every write now fails (EBADF)
+    disk.refusing = True  # every write now fails (EBADF)
     with pytest.raises(OSError, match="Bad file descriptor") as failed:
         await journal.owe("i2", "c", "k2", "two")
     assert failed.value.errno == errno.EBADF
@@ -94,8 +93,7 @@ async def test_an_owe_that_cannot_be_written_records_nothing(tmp_path: Path) -> 
     await journal.paid("i1", "s1")  # never raises: kept for later
     assert journal.pending_bytes > 0
     assert not await journal.flush()
-    os.close(journal._fd)
-    journal._fd = fd
+    disk.refusing = False
     assert await journal.flush()
     journal.close()
     assert [line[0] for line in lines(path)] == ["owe", "paid"]
@@ -181,6 +179,18 @@ async def test_the_stop_writes_the_notes_of_answers_sent_into_the_reserve(
     reopened.close()
 
 
+class RefusingDisk:
+    """Appends that fail with EBADF while ``refusing`` (as on a descriptor gone bad)."""
+
+    def __init__(self) -> None:
+        self.refusing = False
+
+    def write(self, fd: int, data: memoryview) -> int:
+        if self.refusing:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return os.write(fd, data)
+
+
 class TornDisk:
     """Appends that stop half-way (ENOSPC after some bytes), and cut-backs that may fail."""
 
@@ -217,7 +227,7 @@ async def test_a_torn_append_is_cut_back_before_the_next_line(tmp_path: Path,
     await journal.open()
     await journal.owe("i1", "c", "k1", "one")
     await journal.paid("i1", "s1")
-    journal._rewrite()  # compaction: the file now holds one "seen" line
+    journal.compact_now()  # the file now holds one "seen" line
     whole = path.stat().st_size
     disk.tear, disk.cut_fails = True, cut_fails
     with pytest.raises(OSError, match="No space left"):

@@ -131,8 +131,8 @@ async def test_an_answer_noted_during_the_last_fsync_is_synced_in_the_new_file(
     assert synced == []
     rewrite.release()
     await asyncio.wait_for(late, WAIT)
-    assert journal._fd is not None
-    assert synced == [journal._fd]  # the new file, which holds its line
+    assert journal.fileno() is not None
+    assert synced == [journal.fileno()]  # the new file, which holds its line
     assert b'"late"' in path.read_bytes()
     journal.close()
 

@@ -36,6 +36,7 @@ from sessions.blobs import BlobStore
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionStore
 from tests.fakes.memory_channel import MemoryChannel
+from tests.waiting import WAIT
 
 
 @dataclass
@@ -47,11 +48,10 @@ class Core:
     store: SessionStore
     workspace: PersonaWorkspace
 
-    async def idle(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async def idle(self, timeout: float = WAIT) -> None:  # noqa: ASYNC109
         """Wait until no conversation has a worker task (all turns done)."""
         async with asyncio.timeout(timeout):
-            while self.router._workers:
-                await asyncio.wait(list(self.router._workers.values()))
+            await self.router.idle()
 
     async def replay(self, session_id: str, tenant: str = "default") -> Replay:
         return replay_bytes(await self.store.read_log(tenant, session_id))

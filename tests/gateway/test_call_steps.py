@@ -17,6 +17,7 @@ from gateway.edge.coordination import Claim, LeaseLostError
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
+from tests.waiting import WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,10 +77,9 @@ async def test_a_lapsed_lease_stops_the_call_before_the_provider(tmp_path: Path)
     queue = WatchedLease(seen, lost=True)
     async with running_core(store, provider, tmp_path / "p", conversations=queue) as core:
         accepted = await core.channel.say("c1", "hi")
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(WAIT):
             await queue.checked.wait()
-            while core.router._workers:  # noqa: ASYNC110 (the worker ends after the check)
-                await asyncio.sleep(0.01)
+        await core.idle()  # the worker ends after the check
         owed = [decode_item(o.item).item.inbound.text for o in queue.journal.owed()]
         assert accepted is not None
         assert accepted.session_id

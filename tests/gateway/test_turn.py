@@ -24,6 +24,7 @@ from tests.fakes.providers import content_text, system_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
+from tests.waiting import until
 
 
 def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
@@ -172,7 +173,8 @@ async def test_persist_failure_still_answers_and_warns_once(
             accepted = await core.channel.say("c1", "hi")
             replies = await core.channel.wait_replies(1)
         store.set_fault(None)
-        failures = core.metrics.persist_failures.labels(kind=kind)._value.get()
+        failures = core.metrics.registry.get_sample_value(
+            "gateway_persist_failures_total", {"kind": kind})
         assert accepted is not None
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
@@ -289,9 +291,8 @@ async def test_fenced_writer_ends_the_turn_before_the_provider_call(tmp_path: Pa
     async with running_core(store, provider, tmp_path / "p") as core:
         store.set_fault(Refuse("STALE_FENCE"), {"call"})
         await core.channel.say("c1", "hi")
-        async with asyncio.timeout(5):
-            while core.router._workers or not store.faults_raised:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+        await until(lambda: store.faults_raised)
+        await core.idle()
         queue = core.router.conversations
         assert isinstance(queue, LocalConversations)
         owed = [decode_item(o.item).item.inbound.text for o in queue.journal.owed()]
@@ -314,9 +315,8 @@ async def test_answer_fenced_off_after_the_call_is_not_delivered(tmp_path: Path)
     provider = FencedMeanwhile()
     async with running_core(store, provider, tmp_path / "p") as core:
         await core.channel.say("c1", "hi")
-        async with asyncio.timeout(5):
-            while core.router._workers or not store.faults_raised:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+        await until(lambda: store.faults_raised)
+        await core.idle()
         queue = core.router.conversations
         assert isinstance(queue, LocalConversations)
         owed = [decode_item(o.item).item.inbound.text for o in queue.journal.owed()]

@@ -202,7 +202,7 @@ async def settle(web: WebGateway, turns: float, timeout: float = WAIT) -> None: 
     def done() -> bool:
         counted = sum(s.value for f in gateway.metrics.registry.collect() for s in f.samples
                       if s.name == "gateway_turns_total")
-        return counted >= turns and not gateway.router._workers and gateway.router.queued == 0
+        return counted >= turns and gateway.router.serving == 0 and gateway.router.queued == 0
 
     await wait_until(done, timeout)
 

@@ -115,10 +115,10 @@ async def damage(blobs: BlobStore, tenant: str, digest: str, data: bytes) -> Non
         blobs.path_of(tenant, digest).write_bytes(data)
         return
     assert isinstance(blobs, PostgresBlobStore)
-    pool = await blobs._store.pool()
+    pool = await blobs.store.pool()
     async with pool.acquire() as conn:
         changed = await conn.execute(
-            f"UPDATE {blobs._store.quoted_schema}.blobs SET data = $3, size = $4"
+            f"UPDATE {blobs.store.quoted_schema}.blobs SET data = $3, size = $4"
             " WHERE tenant = $1 AND hash = $2", tenant, digest, data, len(data))
     assert changed == "UPDATE 1"
 
