@@ -28,7 +28,7 @@ from coordination.journal import JOURNAL_FILE, FileJournal
 from coordination.keys import decode_item, encode_item, key_of, member
 from gateway.edge.coordination import Claim, Entered, QueueItem
 from gateway.edge.episodes import Episode
-from gateway.edge.errors import UnavailableError, kind_of
+from gateway.edge.errors import Failure, UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey, deferred
 from gateway.edge.pairing import PairingState
 from sessions.reserve import Reserve
@@ -143,7 +143,7 @@ class LocalConversations:
             self._count_ahead(item, -1)
         await self.journal.paid(item.id, item.session)
         if self.journal.pending_bytes:
-            self._unwritten.failed("backlog")
+            self._unwritten.failed(Failure.BACKLOG)
         answered = self._answered.pop(item.id, None)
         if answered is not None and not answered.done():
             answered.set_result(item.session or "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import openai
 
-from gateway.edge.errors import TranscriptionError
+from gateway.edge.errors import Failure, TranscriptionError
 
 
 class OpenAITranscriber:
@@ -29,10 +29,10 @@ class OpenAITranscriber:
             result = await self._client.audio.transcriptions.create(
                 model=self.model, file=(name, audio, media_type), response_format="json")
         except openai.APITimeoutError as exc:
-            raise TranscriptionError("transcription timed out", kind="timeout") from exc
+            raise TranscriptionError("transcription timed out", kind=Failure.TIMEOUT) from exc
         except openai.APIConnectionError as exc:
             raise TranscriptionError("transcription server unreachable",
-                                     kind="unavailable") from exc
+                                     kind=Failure.UNAVAILABLE) from exc
         except openai.APIStatusError as exc:
             raise TranscriptionError(f"transcription: HTTP {exc.status_code}",
                                      kind=f"http_{exc.status_code}") from exc

@@ -79,7 +79,7 @@ from channels.streaming import TYPING_DELAY, EditStreamer
 from gateway.edge import commands
 from gateway.edge.channel import Deliver, ReplySink, RouterClosedError
 from gateway.edge.coordination import LeaderElector
-from gateway.edge.errors import RETRY_AFTER, ChannelError, ConfigError, UnavailableError
+from gateway.edge.errors import RETRY_AFTER, ChannelError, ConfigError, Failure, UnavailableError
 from gateway.edge.ids import InvalidIdError, valid_id
 from gateway.edge.messages import Attachment, Inbound, Sender
 from gateway.edge.metrics import Metrics
@@ -259,11 +259,11 @@ class SlackChannel:
             log.info("slack event not taken: the gateway is shutting down")
             return "shutting down"
         except UnavailableError as exc:  # logged once per episode by the router
-            self.metrics.channel_errors.labels(channel=CHANNEL, kind="unavailable").inc()
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind=Failure.UNAVAILABLE).inc()
             return exc.public
         except Exception:
             log.exception("slack: handing a message to the router failed; Slack will retry")
-            self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind=Failure.DELIVER).inc()
             return "not taken; retry later"
         return None
 
@@ -294,7 +294,7 @@ class SlackChannel:
             log.info("slack command not taken (the gateway is stopping or cannot record)")
         except Exception:
             log.exception("slack: handing a command to the router failed")
-            self.metrics.channel_errors.labels(channel=CHANNEL, kind="deliver").inc()
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind=Failure.DELIVER).inc()
 
     async def _accept(self, inbound: Inbound, deliver: Deliver,
                       files: list[SlackFile | Attachment] | None = None) -> None:
@@ -302,7 +302,7 @@ class SlackChannel:
         if not _valid_ids(inbound):
             # Signed, so acknowledged (a retry would be as bad), but never recorded or logged
             # as given: an id with a newline would split a log line.
-            self.metrics.channel_errors.labels(channel=CHANNEL, kind="bad_id").inc()
+            self.metrics.channel_errors.labels(channel=CHANNEL, kind=Failure.BAD_ID).inc()
             log.warning("slack: event dropped: its channel, thread, ts or user id is not a "
                         "valid id")
             return

@@ -33,7 +33,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channels.slack.convert import CHANNEL, META_REPLY_THREAD, META_TS
 from channels.slack.render import render_chunks
-from gateway.edge.errors import ChannelError
+from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import Inbound, OutboundFile
 from gateway.edge.metrics import Metrics
 
@@ -65,12 +65,13 @@ class SlackCalls:
             # A non-JSON error page (a proxy's HTML, a plain-text 400) leaves ``data`` a str.
             data = exc.response.data if exc.response is not None else None
             code = data.get("error") if isinstance(data, dict) else None
-            kind = code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else "api_error"
+            kind = (code if isinstance(code, str) and _ERROR_CODE.fullmatch(code)
+                    else Failure.API_ERROR)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            kind = "network"
+            kind = Failure.NETWORK
             log.debug("slack %s: %s", method, type(exc).__name__)
         except SlackClientError as exc:
-            kind = "client"
+            kind = Failure.CLIENT
             log.debug("slack %s: %s", method, type(exc).__name__)
         self.record_error(method, kind, quiet=quiet)
         return None

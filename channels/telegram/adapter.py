@@ -75,7 +75,7 @@ from channels.telegram.webhook import MalformedUpdateError, WebhookEndpoint
 from gateway.edge import commands
 from gateway.edge.channel import Deliver, ReplySink, RouterClosedError
 from gateway.edge.coordination import LeaderElector
-from gateway.edge.errors import ChannelError, ConfigError, UnavailableError
+from gateway.edge.errors import ChannelError, ConfigError, Failure, UnavailableError
 from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 from gateway.edge.metrics import Metrics
 from gateway.edge.tasks import stop
@@ -284,12 +284,12 @@ class TelegramChannel:
                 # Its files, as references (see the module docstring).
                 result = with_files(update.message, result, self.options.max_attachment_bytes)
         except (TypeError, AttributeError, ValueError) as exc:
-            self.metrics.channel_errors.labels(channel=self.name, kind="malformed").inc()
+            self.metrics.channel_errors.labels(channel=self.name, kind=Failure.MALFORMED).inc()
             log.warning("telegram: update %d dropped: a field has the wrong type",
                         update.update_id)
             raise MalformedUpdateError(update.update_id) from exc
         if not _valid_ids(result):
-            self.metrics.channel_errors.labels(channel=self.name, kind="bad_id").inc()
+            self.metrics.channel_errors.labels(channel=self.name, kind=Failure.BAD_ID).inc()
             log.warning("telegram: update %d dropped: its chat, topic or user id is not an "
                         "integer", update.update_id)
             return
@@ -303,7 +303,7 @@ class TelegramChannel:
         except (RouterClosedError, UnavailableError):
             raise  # not recorded: left to Telegram (polling holds its offset, a webhook 503s)
         except Exception as exc:  # dropped (at most once), see the module docstring
-            self.metrics.channel_errors.labels(channel=self.name, kind="deliver").inc()
+            self.metrics.channel_errors.labels(channel=self.name, kind=Failure.DELIVER).inc()
             log.error("telegram: update %d could not be delivered (%s)",
                       update.update_id, self.api.describe(exc))
 

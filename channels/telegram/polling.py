@@ -41,7 +41,7 @@ from telegram.error import Conflict, RetryAfter
 
 from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
 from gateway.edge.channel import RouterClosedError
-from gateway.edge.errors import UnavailableError
+from gateway.edge.errors import Failure, UnavailableError
 
 log = logging.getLogger("channels.telegram")
 
@@ -78,7 +78,7 @@ class Poller:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            self._fail("crashed")
+            self._fail(Failure.CRASHED)
             log.error("telegram polling stopped (%s)",
                       self.api.describe(task.exception() or RuntimeError()))
 
@@ -115,13 +115,13 @@ class Poller:
                 updates = await self._fetch()
             except TimeoutError:  # the watchdog: this cycle hung
                 self.stalls += 1
-                self._fail("stall")
-                self.api.metrics.channel_errors.labels(channel="telegram", kind="stall").inc()
+                self._fail(Failure.STALL)
+                self.api.metrics.channel_errors.labels(channel="telegram", kind=Failure.STALL).inc()
                 log.warning("telegram: getUpdates stalled for %.0f s; polling again",
                             self.stall_seconds)
                 continue
             except RetryAfter as exc:
-                self._fail("rate_limited")
+                self._fail(Failure.RATE_LIMITED)
                 self.api.failed("getUpdates", exc)
                 await asyncio.sleep(retry_after_seconds(exc))
                 continue
@@ -199,10 +199,10 @@ class Poller:
             log.info("telegram: stopping; update %d is left to the next start", update.update_id)
             return None
         except UnavailableError:
-            self._fail("unavailable")  # logged once per episode by the router
+            self._fail(Failure.UNAVAILABLE)  # logged once per episode by the router
             return False
         except Exception as exc:  # one bad update must not wedge the poll: log, count, move on
-            self.api.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
+            self.api.metrics.channel_errors.labels(channel="telegram", kind=Failure.DELIVER).inc()
             log.error("telegram: update %d could not be delivered (%s)", update.update_id,
                       self.api.describe(exc))
         finally:

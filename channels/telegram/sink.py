@@ -44,7 +44,7 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from channels.telegram.render import TelegramChunk, render_chunks
-from gateway.edge.errors import ChannelError
+from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import OutboundFile
 from gateway.edge.metrics import Metrics
 
@@ -62,22 +62,22 @@ MAX_RETRY_AFTER: Final = 60.0
 def error_kind(exc: BaseException) -> str:
     """A short, secret-free name for a Bot API failure (for logs, metrics and health)."""
     if isinstance(exc, RetryAfter):
-        return "rate_limited"
+        return Failure.RATE_LIMITED
     if isinstance(exc, Conflict):
-        return "conflict"
+        return Failure.CONFLICT
     if isinstance(exc, InvalidToken):
-        return "unauthorized"
+        return Failure.UNAUTHORIZED
     if isinstance(exc, Forbidden):
-        return "forbidden"
+        return Failure.FORBIDDEN
     if isinstance(exc, BadRequest):  # before NetworkError: PTB derives it from NetworkError
-        return "bad_request"
+        return Failure.BAD_REQUEST
     if isinstance(exc, TimedOut):
-        return "timeout"
+        return Failure.TIMEOUT
     if isinstance(exc, NetworkError):
-        return "network"
+        return Failure.NETWORK
     if isinstance(exc, TelegramError):
-        return "telegram"
-    return "error"
+        return Failure.TELEGRAM
+    return Failure.ERROR
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:
@@ -117,7 +117,7 @@ class BotApi:
             wait = retry_after_seconds(exc)
             if not self.retry_429 or wait > MAX_RETRY_AFTER:
                 raise
-            self.metrics.channel_errors.labels(channel="telegram", kind="rate_limited").inc()
+            self.metrics.channel_errors.labels(channel="telegram", kind=Failure.RATE_LIMITED).inc()
             log.info("telegram: flood control, retrying in %.1f s", wait)
             await asyncio.sleep(wait)
         return await make()
@@ -255,7 +255,7 @@ class TelegramTarget:
                     log.warning("telegram: HTML refused (%s); sending plain text",
                                 self.api.describe(exc))
                     self.api.metrics.channel_errors.labels(channel="telegram",
-                                                           kind="html_refused").inc()
+                                                           kind=Failure.HTML_REFUSED).inc()
                     continue
                 self.api.failed("editMessageText (final)", exc)
                 return False
@@ -281,7 +281,8 @@ class TelegramTarget:
                 return None
             log.warning("telegram: HTML refused (%s); sending plain text",
                         self.api.describe(exc))
-            self.api.metrics.channel_errors.labels(channel="telegram", kind="html_refused").inc()
+            self.api.metrics.channel_errors.labels(channel="telegram",
+                                                   kind=Failure.HTML_REFUSED).inc()
             return await self._send(plain, None, what=what)
         except Exception as exc:  # delivery problems are logged, never raised into a turn
             self.api.failed(f"sendMessage ({what})", exc)

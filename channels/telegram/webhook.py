@@ -26,7 +26,7 @@ from aiohttp import web
 from telegram import Update
 
 from gateway.edge.channel import RouterClosedError
-from gateway.edge.errors import RETRY_AFTER, ChannelError, UnavailableError
+from gateway.edge.errors import RETRY_AFTER, ChannelError, Failure, UnavailableError
 from gateway.edge.http_limits import BodyRefused, read_body
 from gateway.edge.metrics import Metrics
 from gateway.edge.refusals import RefusalLog
@@ -62,7 +62,8 @@ class WebhookEndpoint:
             return _error(503, "not running", retry=True)
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
-            self.metrics.channel_errors.labels(channel="telegram", kind="webhook_secret").inc()
+            self.metrics.channel_errors.labels(channel="telegram",
+                                               kind=Failure.WEBHOOK_SECRET).inc()
             self.refusals.refused("wrong-secret")
             return _error(403, "forbidden")
         try:
@@ -85,12 +86,12 @@ class WebhookEndpoint:
         except MalformedUpdateError:
             return _error(400, "body is not a Telegram Update")
         except UnavailableError as exc:  # not recorded: Telegram delivers it again
-            self.metrics.channel_errors.labels(channel="telegram", kind="unavailable").inc()
+            self.metrics.channel_errors.labels(channel="telegram", kind=Failure.UNAVAILABLE).inc()
             return _error(503, exc.public, retry=True)
         except RouterClosedError:
             return _error(503, "shutting down", retry=True)
         except Exception as exc:  # not recorded: a 500 makes Telegram deliver it again
-            self.metrics.channel_errors.labels(channel="telegram", kind="deliver").inc()
+            self.metrics.channel_errors.labels(channel="telegram", kind=Failure.DELIVER).inc()
             log.error("telegram webhook: update %d failed (%s)", update.update_id,
                       type(exc).__name__)
             return _error(500, "internal error")

@@ -31,7 +31,7 @@ from gateway.agent.conversation import Conversation
 from gateway.agent.recorder import CallRecorder, PersistResult, SessionRecorder
 from gateway.edge import logctx
 from gateway.edge.coordination import LeaseCheck
-from gateway.edge.errors import FENCED, NotRecordedError, ProviderError, ProviderUnavailable
+from gateway.edge.errors import Failure, NotRecordedError, ProviderError, ProviderUnavailable
 from gateway.edge.metrics import Metrics
 from gateway.edge.observe import CallInfo, CallResult, TurnHandle
 from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
@@ -168,7 +168,7 @@ class Caller:
         with logctx.bound(call=number):
             persisted = await self.recorder.record_call(conv.recorder, request)
             if persisted.fenced:
-                raise NotRecordedError(conv.session_id, persisted.failure or FENCED)
+                raise NotRecordedError(conv.session_id, persisted.failure or Failure.FENCED)
             if self.hooks:
                 context = CallContext(conv.recorder, request, persisted)
                 for hook in self.hooks:

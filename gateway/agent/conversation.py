@@ -21,7 +21,7 @@ from typing import Any
 
 from gateway.agent.recorder import SessionRecorder, Written
 from gateway.agent.window import ConversationOrder, estimate_tokens, has_tool_use, is_plain_user
-from gateway.edge.errors import FENCED, NotRecordedError
+from gateway.edge.errors import Failure, NotRecordedError
 from gateway.edge.messages import ChannelContext, ConversationKey
 from sessions import entries
 from sessions.records import Injected, MessageDict, Outcome, Window
@@ -92,7 +92,7 @@ class Conversation:
         self.last_active = self.clock()
         index, written = await self._record(message, [entries.message(message, meta)])
         if index is None:
-            raise NotRecordedError(self.session_id, written.failure or "?")
+            raise NotRecordedError(self.session_id, written.failure or Failure.UNKNOWN)
         # In the log (not only accepted) before the caller acknowledges it.
         await self.recorder.flush()
         return index
@@ -159,8 +159,8 @@ def _not_fenced(session_id: str, written: Written) -> None:
     once the item counts as answered, leave the answer the person got out of the log (the
     several-worker outage trials found both when Redis lost its leases mid-turn).
     """
-    if not written.accepted and written.failure == FENCED:
-        raise NotRecordedError(session_id, FENCED)
+    if not written.accepted and written.failure == Failure.FENCED:
+        raise NotRecordedError(session_id, Failure.FENCED)
 
 
 def conversation_order(messages: list[MessageDict]) -> list[int]:

@@ -37,7 +37,7 @@ from gateway.agent.window import estimate_tokens
 from gateway.edge import logctx
 from gateway.edge.channel import ReplySink
 from gateway.edge.coordination import LeaseCheck
-from gateway.edge.errors import FENCED, NotRecordedError, ProviderError
+from gateway.edge.errors import Failure, NotRecordedError, ProviderError
 from gateway.edge.metrics import Metrics, tenant_label
 from gateway.edge.observe import (
     NO_OBSERVER,
@@ -217,10 +217,10 @@ class AgentLoop:
         make it durable (``sync``) while the reply is sent, so no fsync delays the reply.
         ``not_recorded``: the log refused the answer or its tool results, and the turn stops
         with what was said so far."""
-        if (await conv.recorder.flush()).failure == FENCED:
+        if (await conv.recorder.flush()).failure == Failure.FENCED:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
-            raise NotRecordedError(conv.session_id, FENCED)
+            raise NotRecordedError(conv.session_id, Failure.FENCED)
         # The fsync starts now, in its thread, and runs while the reply is sent (the reply
         # never waits for it); the conversation's next message then waits only for what of it
         # the send did not cover.

@@ -25,7 +25,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.edge.errors import FENCED
+from gateway.edge.errors import Failure
 from gateway.edge.metrics import Metrics
 from sessions import entries
 from sessions.errors import SessionWriteError, StaleWriterError
@@ -36,9 +36,6 @@ from sessions.store import SessionWriter
 
 log = logging.getLogger("gateway.persist")
 
-TIMEOUT = "timeout"
-ENCODE = "ENCODE"
-"""An entry the log's encoder refused (a store bug: encoding is total by contract)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +69,7 @@ class PersistResult:
 
     @property
     def fenced(self) -> bool:
-        return self.failure == FENCED
+        return self.failure == Failure.FENCED
 
 
 class CallRecorder(Protocol):
@@ -173,8 +170,8 @@ class SessionRecorder:
         if written.accepted:
             return
         # Refused: the gaps it carried wait for the next append, with one for this batch.
-        self._gaps[:0] = [*lead, entries.gap(written.failure or "?", written.at or utc_now_iso(),
-                                             batch)]
+        self._gaps[:0] = [*lead, entries.gap(written.failure or Failure.UNKNOWN,
+                                             written.at or utc_now_iso(), batch)]
 
     async def _guard(self, work: Coroutine[Any, Any, Any],
                      inline: bool | None = None) -> tuple[Written, Any]:
@@ -194,16 +191,16 @@ class SessionRecorder:
                 async with asyncio.timeout(self._timeout):
                     result = await work
         except TimeoutError:
-            return self._failed(TIMEOUT, accepted=True), None
+            return self._failed(Failure.TIMEOUT, accepted=True), None
         except StaleWriterError:
-            return self._failed(FENCED, accepted=False), None
+            return self._failed(Failure.FENCED, accepted=False), None
         except SessionWriteError as exc:
             return self._failed(exc.kind, accepted=exc.accepted), None
         except OSError as exc:  # a backend that did not translate its error
             return self._failed(errno.errorcode.get(exc.errno or 0, type(exc).__name__),
                                 accepted=False), None
         except Exception as exc:  # isolation by design: any store bug must not end the turn
-            kind = ENCODE if isinstance(exc, TypeError | ValueError) else type(exc).__name__
+            kind = Failure.ENCODE if isinstance(exc, TypeError | ValueError) else type(exc).__name__
             return self._failed(kind, accepted=False), None
         if self._failing:
             self._failing = False

@@ -38,7 +38,7 @@ from gateway.edge.channel import ReplySink, RetractSink
 from gateway.edge.commands import CommandCall, CommandHandler
 from gateway.edge.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
 from gateway.edge.episodes import Episode
-from gateway.edge.errors import NotRecordedError, kind_of
+from gateway.edge.errors import Failure, NotRecordedError, kind_of
 from gateway.edge.messages import SCHEDULED, ChannelContext, Inbound, answerable
 from gateway.edge.metrics import Metrics
 from gateway.media.notice import with_notice
@@ -53,8 +53,6 @@ NOT_HERE = "That command is not available here."
 
 STORE_FAULTS: tuple[type[Exception], ...] = (OSError, SessionError, NotRecordedError)
 """What opening, reading or writing a session raises when the store is down or refuses."""
-GONE = "NOT_FOUND"
-"""The kind of a write refused because the session was deleted (erased) meanwhile."""
 RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 10.0
 """Backoff (seconds) while the store cannot take an item's writes: doubled up to this."""
@@ -109,7 +107,7 @@ class ItemServer:
         except NotRecordedError as exc:
             if exc.fenced:
                 raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off") from exc
-            if exc.kind == GONE:
+            if exc.kind == Failure.GONE:
                 # Erased under this holder (an erasure that did not reach it): the retry
                 # opens the conversation from the store again, not this copy.
                 await self.registry.forget(item.inbound.key)

@@ -18,12 +18,83 @@
                                 coordination down): not acknowledged, the platform retries
 
 Third-party exceptions are translated at the seam with ``raise ... from exc``.
+
+Every failure has a short **kind**, safe to log, to count (a metric label) and to record in
+the log: one of :class:`Failure` (the fixed ones, all here), or a name the failure brings
+with it (an errno name such as ``ENOSPC``, a PostgreSQL SQLSTATE, an exception's type name:
+:func:`kind_of`).
 """
 
 from __future__ import annotations
 
 import errno
+from enum import StrEnum
 from typing import Literal
+
+
+class Failure(StrEnum):
+    """The fixed failure kinds. Each member *is* its string (a :class:`~enum.StrEnum`), so
+    logs, metric labels, session logs and journals carry exactly the strings they always did,
+    and a kind read back from them compares equal to its member."""
+
+    # A session write (gateway_persist_failures_total{kind}, a ``gap`` entry, a
+    # NotRecordedError). sessions/ depends on nothing of ours, so its stores spell these
+    # themselves; tests/gateway/test_failures.py checks that each is a member.
+    FENCED = "STALE_FENCE"
+    """The writer's fencing token was superseded: another worker owns the session now."""
+    GONE = "NOT_FOUND"
+    """The session was deleted (erased) under its writer."""
+    CLOSED = "CLOSED"
+    BROKEN = "BROKEN"
+    """Earlier entries were lost, so nothing after them may be written."""
+    BACKLOG_FULL = "BACKLOG_FULL"
+    STALLED = "STALLED"
+    """The disk has not finished a write within the persist timeout (appends go on)."""
+    SEQ_CONFLICT = "SEQ_CONFLICT"
+    CONNECTION = "CONNECTION"
+    """The database could not be reached."""
+    POSTGRES = "POSTGRES"
+    """The database refused without a SQLSTATE."""
+    ENCODE = "ENCODE"
+    """An entry the log's encoder refused (a store bug: encoding is total by contract)."""
+    TIMEOUT = "timeout"
+    """A bound ran out: a session write, a provider call, a transcription, a platform call."""
+    UNKNOWN = "?"
+
+    # A provider call (ProviderError.kind, an ``outcome`` entry's error), a transcription.
+    PROVIDER_ERROR = "provider_error"
+    RATE_LIMITED = "rate_limited"
+    """429 from a provider or a platform."""
+    UNAVAILABLE = "unavailable"
+    """5xx, 529 or no connection; a platform update the store could not record."""
+    STREAM_CUT = "stream_cut"
+    TRANSCRIPTION_ERROR = "transcription_error"
+
+    # A platform (gateway_channel_errors_total{kind}, a channel's health).
+    CONFLICT = "conflict"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    BAD_REQUEST = "bad_request"
+    NETWORK = "network"
+    TELEGRAM = "telegram"
+    """Any other Telegram Bot API error."""
+    ERROR = "error"
+    """Anything else a platform call raised."""
+    API_ERROR = "api_error"
+    """A Slack Web API error without a well-formed error code."""
+    CLIENT = "client"
+    HTML_REFUSED = "html_refused"
+    WEBHOOK_SECRET = "webhook_secret"
+    DELIVER = "deliver"
+    """Handing a platform update to the gateway raised."""
+    STALL = "stall"
+    CRASHED = "crashed"
+    BAD_ID = "bad_id"
+    MALFORMED = "malformed"
+
+    # Coordination.
+    BACKLOG = "backlog"
+    """The owed journal's unwritten lines passed their bound."""
 
 
 class GatewayError(Exception):
@@ -37,7 +108,7 @@ class ConfigError(GatewayError):
 class ProviderError(GatewayError):
     """A provider call failed. ``kind`` is short and safe to log and to record in the log."""
 
-    kind = "provider_error"
+    kind: str = Failure.PROVIDER_ERROR
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -45,25 +116,25 @@ class ProviderError(GatewayError):
 
 
 class ProviderTimeout(ProviderError):
-    kind = "timeout"
+    kind = Failure.TIMEOUT
 
 
 class ProviderRateLimited(ProviderError):
-    kind = "rate_limited"
+    kind = Failure.RATE_LIMITED
 
 
 class ProviderUnavailable(ProviderError):
-    kind = "unavailable"
+    kind = Failure.UNAVAILABLE
 
 
 class ProviderStreamCut(ProviderError):
-    kind = "stream_cut"
+    kind = Failure.STREAM_CUT
 
 
 class TranscriptionError(GatewayError):
     """Transcription failed. ``kind`` is short and safe to log; never the audio or its text."""
 
-    def __init__(self, message: str, *, kind: str = "transcription_error") -> None:
+    def __init__(self, message: str, *, kind: str = Failure.TRANSCRIPTION_ERROR) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -74,11 +145,6 @@ class ToolError(GatewayError):
 
 class ChannelError(GatewayError):
     """A channel failed to start or to deliver a reply."""
-
-
-FENCED = "STALE_FENCE"
-"""The write-failure kind of a writer whose fencing token was superseded (as
-:class:`sessions.errors.StaleWriterError` reports it): another worker owns the session now."""
 
 
 class NotRecordedError(GatewayError):
@@ -96,7 +162,7 @@ class NotRecordedError(GatewayError):
 
     @property
     def fenced(self) -> bool:
-        return self.kind == FENCED
+        return self.kind == Failure.FENCED
 
 
 RETRY_AFTER = 5
