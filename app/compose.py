@@ -166,9 +166,29 @@ def schedule_settings(settings: Settings) -> ScheduleSettings:
 def heartbeats(settings: Settings) -> list[heartbeat.Heartbeat]:
     """``GATEWAY_HEARTBEATS`` read; :class:`ConfigError` naming what is wrong."""
     try:
-        return heartbeat.parse(settings.heartbeats)
+        beats = heartbeat.parse(settings.heartbeats)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    for n, beat in enumerate(beats, 1):
+        problem = schedule_tenant_problem(beat.channel, beat.tenant)
+        if problem is not None:
+            raise ConfigError(f"GATEWAY_HEARTBEATS item {n}: {problem} (\"tenant\": \"T0123\")")
+    return beats
+
+
+def schedule_tenant_problem(channel: str, tenant: str) -> str | None:
+    """Why an operator's schedule (or heartbeat) speaking in ``channel`` cannot belong to
+    ``tenant``, or None. A Slack workspace is its own tenant (its team id): a Slack schedule
+    filed under any other would speak in a conversation of a tenant no Slack message reaches
+    (its own session, memory and budgets)."""
+    if channel != "slack":
+        return None
+    from channels.slack.convert import team_id
+
+    if team_id(tenant) is None:
+        return (f"a Slack schedule belongs to its workspace: the tenant is its team id "
+                f"(T...), not {tenant!r}")
+    return None
 
 
 def build_transcriber(settings: Settings, provider: Provider) -> Transcriber | None:
@@ -546,7 +566,7 @@ def build_gateway(
         ledger=ledger, ready=router.channels_ready,
         heartbeats=lambda: heartbeat.ensure(schedule_store, beats, schedules.clock.now(),
                                             settings.timezone),
-        woken=schedule_woken)
+        woken=schedule_woken, metrics=metrics)
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)

@@ -93,6 +93,10 @@ class ScheduleRecord:
     skipped: int = 0
     held_until: float | None = None
     """Not delivered before this (a rate limit or an outage held the claimed occurrence)."""
+    held: int = 0
+    """How many times a delivery of this schedule was put off (a rate limit, an outage)."""
+    held_reason: str | None = None
+    """Why the claimed occurrence waits until ``held_until``."""
     history: tuple[Outcome, ...] = field(default=())
 
     @property
@@ -127,7 +131,8 @@ def to_json(record: ScheduleRecord) -> dict[str, Any]:
         "instruction": record.instruction, "created_by": record.created_by,
         "created_at": record.created_at, "state": record.state, "next_at": record.next_at,
         "firing": record.firing, "start": record.start, "fired": record.fired,
-        "skipped": record.skipped, "held_until": record.held_until,
+        "skipped": record.skipped, "held_until": record.held_until, "held": record.held,
+        "held_reason": record.held_reason,
         "history": [{"occurrence": o.occurrence, "outcome": o.outcome, "at": o.at,
                      "reason": o.reason} for o in record.history],
     }
@@ -151,6 +156,7 @@ def from_json(body: Mapping[str, Any]) -> ScheduleRecord:
             next_at=_time(body.get("next_at")), firing=_time(body.get("firing")),
             start=_time(body.get("start")), fired=int(body.get("fired") or 0),
             skipped=int(body.get("skipped") or 0), held_until=_time(body.get("held_until")),
+            held=int(body.get("held") or 0), held_reason=_text(body.get("held_reason")),
             history=tuple(Outcome(float(o["occurrence"]), str(o["outcome"]), float(o["at"]),
                                   _text(o.get("reason")))
                           for o in body.get("history") or ()),

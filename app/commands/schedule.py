@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("id")
     cancel = sub.add_parser("cancel", help="cancel a schedule")
     cancel.add_argument("id")
+    for action in (listing, add, show, cancel):  # before or after the action, as people type it
+        action.add_argument("--tenant", default=argparse.SUPPRESS,
+                            help="tenant (a Slack workspace: its team id, T...)")
 
 
 async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
@@ -104,17 +107,25 @@ async def _list(args: argparse.Namespace, schedules: Schedules, out: TextIO) -> 
     for r in found:
         out.write(f"{r.id}  {r.tenant}  {r.state}  {r.target.label()}  owner {r.owner}  by "
                   f"{r.created_by}  fired {r.fired}  skipped {r.skipped}\n"
-                  f"    {triggers.describe(r, now)}\n    {r.instruction}\n")
+                  f"    {triggers.describe(r, now)}\n")
+        if r.firing is not None and r.held_until is not None:
+            out.write(f"    held until {triggers.local_words(r.held_until, triggers.zone(r.zone))}"
+                      f" ({r.zone}): {r.held_reason or 'held'}\n")
+        out.write(f"    {r.instruction}\n")
     return EXIT_OK
 
 
 async def _add(args: argparse.Namespace, schedules: Schedules, out: TextIO) -> int:
+    from app.compose import schedule_tenant_problem
     from gateway.schedule.service import OPERATOR, TENANT_OWNER
     from gateway.schedule.triggers import TriggerError
     from sessions.schedules import ScheduleLimitError
 
     tenant = args.tenant or "default"
     target = _target(args.chat, args.to)
+    problem = schedule_tenant_problem(target.channel, tenant)
+    if problem is not None:
+        raise CommandError(f"{problem}: add --tenant T0123")
     zone = args.zone or await schedules.zone_for(tenant, None)
     try:
         record = await schedules.create(

@@ -89,6 +89,14 @@ class Metrics:
             "gateway_requests_refused_total",
             "HTTP requests refused before reaching a handler's work (signature, secret, token, "
             "size, time)", ["endpoint", "reason"], registry=r)
+        self.schedule_occurrences = Counter(
+            "gateway_schedule_occurrences_total", "Scheduled occurrences by what became of "
+            "them: fired (owed to their conversation) or skipped (late, or unreachable)",
+            ["outcome"], registry=r)
+        self.schedule_held = Counter(
+            "gateway_schedule_held_total", "Deliveries of scheduled occurrences put off for "
+            "later, by reason: rate_limit (the tenant's GATEWAY_SCHEDULE_PER_MINUTE) or "
+            "unavailable (the router could not take it)", ["reason"], registry=r)
         self.channel_errors = Counter("gateway_channel_errors_total",
                                       "Errors talking to a platform", ["channel", "kind"],
                                       registry=r)

@@ -14,11 +14,20 @@ do too, but a killed leader's lock lapses only after its TTL (every schedule wai
 and it lives in Redis, which the outage trials flush; PostgreSQL's row locks are released
 the moment the killed worker's connection drops, and every worker shares the load.
 
-A delivery is held (``held_until``) and tried again later when the tenant's proactive rate
-limit is reached (``GATEWAY_SCHEDULE_PER_MINUTE``) or the router cannot take it (the store
-is down, the gateway is stopping). A target that cannot be reached (a Telegram chat that
-never talked to the bot, a channel not running) is recorded as skipped. Budgets apply as to
-any turn (:mod:`gateway.usage.limits`): the person whose schedule it is pays for it.
+A delivery is held (``held_until``, ``held_reason``, the record's ``held`` count) and
+tried again later when the tenant's proactive rate limit is reached
+(``GATEWAY_SCHEDULE_PER_MINUTE``) or the router cannot take it (the store is down, the
+gateway is stopping): it is deferred, never dropped, and delivered once its turn comes,
+however late (the grace period applies at the claim only). The limit counts the tenant's
+deliveries over the last minute in the usage ledger (shared by the workers over Redis) and is
+checked before anything else, so a held delivery costs no platform call (Slack's
+``conversations.open``). The occurrences held in one round wait in their order: the first
+``limit`` until a place frees up, the next ``limit`` a minute after that, and so on (not all
+of them again at the same instant). Each hold is counted (``gateway_schedule_held_total``)
+and each round's holds are logged in one line per tenant. A target that cannot be reached (a
+Telegram chat that never talked to the bot, a channel not running, a Slack person whose DM
+Slack would not open) is recorded as skipped. Budgets apply as to any turn
+(:mod:`gateway.usage.limits`): the person whose schedule it is pays for it.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from gateway.edge.episodes import Episode
 from gateway.edge.errors import UnavailableError
 from gateway.edge.ledger import UsageLedger
 from gateway.edge.messages import Inbound
+from gateway.edge.metrics import Metrics
 from gateway.schedule import fire, triggers
 from gateway.schedule.clock import Clock
 from gateway.schedule.service import ScheduleSettings
@@ -66,7 +76,8 @@ class Scheduler:
                  deliver: Deliverer, reach: fire.Reach, ledger: UsageLedger | None = None,
                  ready: asyncio.Event | None = None,
                  heartbeats: Callable[[], Awaitable[None]] | None = None,
-                 woken: asyncio.Event | None = None) -> None:
+                 woken: asyncio.Event | None = None,
+                 metrics: Metrics | None = None) -> None:
         """``ready``: set once the channels run (nothing is delivered before);
         ``heartbeats``: puts the configured heartbeats in the store, once, before the first
         round (:func:`gateway.schedule.heartbeat.ensure`); ``woken``: the event that makes it
@@ -83,8 +94,15 @@ class Scheduler:
         self._wake = woken if woken is not None else asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._down = Episode(log, "firing schedules (schedule store)")
+        self.metrics = metrics
         self.fired = 0
         self.skipped = 0
+        self.held = 0
+        self._waiting: dict[str, list[float]] = {}
+        """Per tenant, the ``held_until`` of deliveries this process held by the rate limit
+        that have not come round yet: a new one waits behind them."""
+        self._held_now: dict[str, list[float]] = {}
+        """This round's holds by the rate limit, per tenant (logged once per round)."""
 
     def wake(self) -> None:
         """Look at the store now (a schedule was set that may be due sooner)."""
@@ -132,14 +150,23 @@ class Scheduler:
         """Claim, then deliver; True when a batch was full (go again at once)."""
         batch = self.settings.batch
         claimed = await self.store.claim(now, self._plan, batch)
-        delivered = await self.store.deliver(now, self._deliver, batch)
+        self._held_now = {}
+        self._waiting = {tenant: kept for tenant, until in self._waiting.items()
+                         if (kept := [t for t in until if t > now])}
+        try:
+            delivered = await self.store.deliver(now, self._deliver, batch)
+        finally:
+            for tenant, until in sorted(self._held_now.items()):
+                log.info("tenant %s: %d scheduled deliveries held by the proactive rate limit "
+                         "(%d per minute), the first until %s", tenant, len(until),
+                         self.settings.proactive_per_minute, iso_time(min(until)))
         return claimed >= batch or delivered >= batch
 
     def _plan(self, record: ScheduleRecord, now: float) -> ScheduleRecord:
         claimed = triggers.plan(record, now, self.settings.grace)
         if claimed.skipped > record.skipped:
             newest = claimed.history[-1]
-            self.skipped += claimed.skipped - record.skipped
+            self._count_skipped(claimed.skipped - record.skipped)
             log.warning("schedule %s (tenant %s): skipped the occurrence of %s (%s)",
                         record.id, record.tenant, iso_time(newest.occurrence),
                         newest.reason)
@@ -150,28 +177,50 @@ class Scheduler:
         for a later try."""
         assert record.firing is not None
         now = self.clock.now()
+        limit = self.settings.proactive_per_minute
+        if limit and self.ledger is not None:
+            wait = await self.ledger.hit(f"proactive:{record.tenant}", now, limit, RATE_WINDOW)
+            if wait > 0:
+                # Those held before it go first: a window later for every `limit` of them.
+                waiting = [t for t in self._waiting.get(record.tenant, ()) if t > now]
+                until = now + wait + len(waiting) // limit * RATE_WINDOW
+                self._waiting[record.tenant] = [*waiting, until]
+                self._held_now.setdefault(record.tenant, []).append(until)
+                return self._hold(record, until, "rate_limit",
+                                  f"the tenant's proactive rate limit ({limit} per minute)")
         key = await self.reach.key_of(record)
         if isinstance(key, str):
             log.warning("schedule %s (tenant %s): skipped, cannot write there: %s",
                         record.id, record.tenant, key)
-            self.skipped += 1
+            self._count_skipped(1)
             return _settle(record, Outcome(record.firing, "skipped", now, key))
-        if self.settings.proactive_per_minute and self.ledger is not None:
-            wait = await self.ledger.hit(f"proactive:{record.tenant}", now,
-                                         self.settings.proactive_per_minute, RATE_WINDOW)
-            if wait > 0:
-                return dataclasses.replace(record, held_until=now + wait)
         try:
             await self.deliver(fire.inbound_for(record, key, record.firing, now))
         except (UnavailableError, RouterClosedError) as exc:
             log.info("schedule %s: delivery held (%s)", record.id, type(exc).__name__)
-            return dataclasses.replace(record, held_until=now + HOLD)
+            return self._hold(record, now + HOLD, "unavailable",
+                              f"the gateway could not take it ({type(exc).__name__})")
         self.fired += 1
+        if self.metrics is not None:
+            self.metrics.schedule_occurrences.labels(outcome="fired").inc()
         log.info("schedule %s (tenant %s): fired the occurrence of %s in %s", record.id,
                  record.tenant, iso_time(record.firing), key.label())
         return _settle(record, Outcome(record.firing, "fired", now))
 
+    def _hold(self, record: ScheduleRecord, until: float, reason: str,
+              words: str) -> ScheduleRecord:
+        self.held += 1
+        if self.metrics is not None:
+            self.metrics.schedule_held.labels(reason=reason).inc()
+        return dataclasses.replace(record, held_until=until, held=record.held + 1,
+                                   held_reason=words)
+
+    def _count_skipped(self, count: int) -> None:
+        self.skipped += count
+        if self.metrics is not None:
+            self.metrics.schedule_occurrences.labels(outcome="skipped").inc(count)
+
 
 def _settle(record: ScheduleRecord, outcome: Outcome) -> ScheduleRecord:
-    done = dataclasses.replace(record, firing=None, held_until=None)
+    done = dataclasses.replace(record, firing=None, held_until=None, held_reason=None)
     return done.with_outcome(outcome).settled()

@@ -178,7 +178,7 @@ def plan(record: ScheduleRecord, now: float, grace: float) -> ScheduleRecord:
     if now - occurrence > grace:
         late = Outcome(occurrence, "skipped", now, f"late by {words_span(now - occurrence)}")
         return claimed.with_outcome(late).settled()
-    return dataclasses.replace(claimed, firing=occurrence, held_until=None)
+    return dataclasses.replace(claimed, firing=occurrence, held_until=None, held_reason=None)
 
 
 def min_gap(record: ScheduleRecord, now: float, samples: int = 6) -> float:

@@ -19,7 +19,7 @@ from app.server import Gateway
 from gateway.edge.provider import ProviderRequest
 from sessions.scan import message_text
 from sessions.schedule_file import FileScheduleStore
-from sessions.schedules import ScheduleRecord
+from sessions.schedules import ScheduleRecord, Target
 from tests.channels.test_telegram_harness import (
     ALICE,
     BOB,
@@ -184,3 +184,33 @@ async def test_reminders_command_and_erasure_remove_only_the_persons_schedules(
     assert replies[6].startswith("Done: I erased")
     assert [(r.id, r.state) for r in left] == [(bobs, "active")]
     assert zone is None
+
+
+async def test_telegram_is_written_to_only_where_the_person_talked_first(
+        fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """Operators' schedules to Alice (who talked to the bot) and to Bob (who never did), due
+    at once: Alice's DM gets hers; Bob is sent nothing, and his is recorded skipped, saying
+    why."""
+    clock = FakeClock(START)
+    settings = telegram_settings(fake, tmp_path)
+    async with running(settings, ScriptedProvider(responder=answers), clock) as gateway:
+        fake.user_message(ALICE, "hello")
+        await settled(gateway, 1)
+        store = FileScheduleStore(tmp_path / "state")
+        for person in (ALICE, BOB):
+            await store.put(ScheduleRecord(
+                id=f"s{person}", tenant="default", owner="tenant",
+                target=Target("telegram", "", "private", None, str(person)), trigger="at",
+                spec=repr(START + 60), zone="UTC", instruction="say hello",
+                created_by="operator", created_at=START, next_at=START + 60))
+        clock.advance(60)
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 2)
+        await settled(gateway, 2)
+        rounds = clock.rounds
+        clock.advance(60)  # a round later: nothing more
+        await clock.idle_after(rounds)
+        done = {r.id: r for r in await gateway_schedules(tmp_path, active_only=False)}
+    assert fake.texts_to(ALICE) == ["ok", REMINDER]
+    assert fake.texts_to(BOB) == []
+    assert (done[f"s{ALICE}"].fired, done[f"s{BOB}"].fired, done[f"s{BOB}"].skipped) == (1, 0, 1)
+    assert done[f"s{BOB}"].history[-1].reason == f"telegram:{BOB} has never talked to the bot"

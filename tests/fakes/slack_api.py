@@ -145,6 +145,11 @@ class FakeSlackServer:
         register them) or ``channel_not_found``/``user_not_found`` is answered;
         ``strict_channels=False`` registers unknown channel ids on first use;
       * ``chat.postMessage`` to a user id opens (and answers with) that user's IM "D..." id;
+      * ``conversations.open`` with one user answers the bot's IM with them (``{"id": "D..."}``,
+        ``already_open``/``no_op`` when it existed; the full IM with ``return_im``); several
+        users open a multi-person DM; unknown or deactivated users, a missing ``users``, a
+        ``channel`` that is not an IM, more than 8 users are Slack's errors; every call is
+        in ``calls`` (:meth:`opened` lists whom a DM was opened with, and where);
       * event builders return full ``event_callback`` envelopes, so re-delivering the
         same dict is a faithful Slack retry (same ``event_id``);
       * messages from builders are stored, so ``reactions.add`` on a user's ts works.
@@ -227,6 +232,7 @@ class FakeSlackServer:
             "reactions.remove": self._reactions_remove,
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
+            "conversations.open": self._conversations_open,
             "apps.connections.open": self._apps_connections_open,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
@@ -614,6 +620,57 @@ class FakeSlackServer:
         if channel is None:
             raise SlackError("channel_not_found")
         return {"channel": channel}
+
+    async def _conversations_open(self, params: JSONDict) -> JSONDict:
+        """Slack's ``conversations.open``: ``users`` (comma-separated ids; one user opens the
+        1:1 IM, 2 to 8 a multi-person DM) or ``channel`` (an IM or MPIM id, resumed)."""
+        channel_id = str(params.get("channel") or "")
+        names = [u.strip() for u in str(params.get("users") or "").split(",") if u.strip()]
+        if channel_id and not names:
+            found = self.channels.get(channel_id)
+            if found is None:
+                raise SlackError("channel_not_found")
+            if not (found.get("is_im") or found.get("is_mpim")):
+                raise SlackError("method_not_supported_for_channel_type")
+            return self._opened(found, params, existed=True)
+        if not names:
+            raise SlackError("users_list_not_supplied")
+        if len(names) > 8:
+            raise SlackError("too_many_users")
+        for user in names:
+            known = self.users.get(user)
+            if known is None:
+                raise SlackError("user_not_found")
+            if known.get("deleted"):
+                raise SlackError("user_disabled")
+        if len(names) == 1:
+            existed = any(c.get("is_im") and c.get("user") == names[0]
+                          for c in self.channels.values())
+            return self._opened(self.channels[self.im_channel_for(names[0])], params,
+                                existed=existed)
+        members = sorted({*names, self.bot_user_id})
+        for channel in self.channels.values():
+            if channel.get("is_mpim") and channel.get("members") == members:
+                return self._opened(channel, params, existed=True)
+        mpim_id = "G" + hashlib.sha256(",".join(members).encode()).hexdigest()[:10].upper()
+        name = "mpdm-" + "--".join(self.users[m]["name"] for m in members) + "-1"
+        channel = self.add_channel(mpim_id, name=name, is_private=True)
+        channel.update({"is_group": False, "is_mpim": True, "members": members})
+        return self._opened(channel, params, existed=False)
+
+    @staticmethod
+    def _opened(channel: JSONDict, params: JSONDict, *, existed: bool) -> JSONDict:
+        full = str(params.get("return_im") or "").lower() in ("1", "true")
+        body: JSONDict = {"channel": dict(channel) if full else {"id": channel["id"]}}
+        if existed:
+            body.update(no_op=True, already_open=True)
+        return body
+
+    def opened(self) -> list[tuple[str, str]]:
+        """(users asked for, channel id answered) of every successful ``conversations.open``."""
+        return [(str(call.params.get("users") or call.params.get("channel")),
+                 str(call.response["channel"]["id"]))
+                for call in self.calls_of("conversations.open") if call.ok]
 
     async def _apps_connections_open(self, params: JSONDict) -> JSONDict:
         ticket = secrets.token_hex(8)

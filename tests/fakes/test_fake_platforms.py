@@ -407,6 +407,51 @@ async def test_slack_misc_methods(slack: FakeSlackServer, web_client: AsyncWebCl
     assert eph["message_ts"]
 
 
+async def test_slack_conversations_open_answers_the_dm_channel(
+        slack: FakeSlackServer, web_client: AsyncWebClient) -> None:
+    """conversations.open with one user answers the bot's IM with them (the same id again,
+    then marked already open), and a message posted there is recorded in that channel."""
+    slack.add_user("U0ALICE")
+    opened = await web_client.conversations_open(users="U0ALICE")
+    dm = opened["channel"]["id"]
+    assert (dm.startswith("D"), opened.get("already_open")) == (True, None)
+    again = await web_client.conversations_open(users="U0ALICE", return_im=True)
+    assert (again["channel"]["id"], again["already_open"], again["no_op"]) == (dm, True, True)
+    assert (again["channel"]["is_im"], again["channel"]["user"]) == (True, "U0ALICE")
+    assert slack.dm_event("U0ALICE", "hi")["event"]["channel"] == dm  # the one IM
+    await web_client.chat_postMessage(channel=dm, text="ping")
+    assert [(c.channel, c.text) for c in slack.posts()] == [(dm, "ping")]
+    assert slack.opened() == [("U0ALICE", dm), ("U0ALICE", dm)]
+
+
+async def test_slack_conversations_open_refuses_as_slack_does(
+        slack: FakeSlackServer, web_client: AsyncWebClient) -> None:
+    """Unknown and deactivated users, no users, a channel that is not an IM and more than
+    8 users are refused with Slack's error codes; several users open one MPIM."""
+    slack.add_user("U0BOB")
+    slack.add_user("U0GONE")["deleted"] = True
+    slack.add_channel("C0TEAM")
+    refusals = [({"users": "U0NOBODY"}, "user_not_found"),
+                ({"users": "U0GONE"}, "user_disabled"),
+                ({"users": ""}, "users_list_not_supplied"),
+                ({"channel": "C0TEAM"}, "method_not_supported_for_channel_type"),
+                ({"channel": "D0NOTHING"}, "channel_not_found"),
+                ({"users": ",".join(f"U0X{n}" for n in range(9))}, "too_many_users")]
+    for n in range(9):
+        slack.add_user(f"U0X{n}")
+    for params, error in refusals:
+        with pytest.raises(SlackApiError) as caught:
+            await web_client.conversations_open(**params)
+        assert caught.value.response["error"] == error, params
+    group = await web_client.conversations_open(users="U0BOB,U0X1")
+    assert (await web_client.conversations_open(users="U0X1,U0BOB"))["channel"]["id"] == \
+        group["channel"]["id"]
+    info = await web_client.conversations_info(channel=group["channel"]["id"])
+    assert (info["channel"]["is_mpim"], info["channel"]["is_im"]) == (True, False)
+    assert slack.opened() == [("U0BOB,U0X1", group["channel"]["id"]),
+                              ("U0X1,U0BOB", group["channel"]["id"])]
+
+
 def test_slack_signature_verifies(slack: FakeSlackServer) -> None:
     """Headers from server.sign pass slack_sdk's SignatureVerifier; tampering fails."""
     body = orjson.dumps(slack.dm_event("U0BOB", "hello"))

@@ -29,8 +29,8 @@ def _zone(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_add_list_show_cancel(tmp_path: Path) -> None:
     """An operator's schedule in a group and one to a person: listed with their times in
     words, shown as JSON, cancelled once."""
-    code, out, _ = cli(tmp_path, "add", "--chat", "slack:C0123", "--cron", "0 9 * * 1-5",
-                       "--say", "post the stand-up reminder")
+    code, out, _ = cli(tmp_path, "add", "--tenant", "T0123", "--chat", "slack:C0123",
+                       "--cron", "0 9 * * 1-5", "--say", "post the stand-up reminder")
     assert code == 0
     ident = out.split()[1].rstrip(":")
     assert "at 09:00 on Monday through Friday (Europe/Berlin, cron 0 9 * * 1-5)" in out
@@ -42,15 +42,15 @@ def test_add_list_show_cancel(tmp_path: Path) -> None:
     assert code == 0
     assert out.count("  active  ") == 2
     assert "slack:C0123  owner tenant  by operator" in out
-    code, out, _ = cli(tmp_path, "show", ident)
+    code, out, _ = cli(tmp_path, "--tenant", "T0123", "show", ident)  # before the action too
     shown = orjson.loads(out)
     assert (shown["trigger"], shown["spec"], shown["created_by"]) == ("cron", "0 9 * * 1-5",
                                                                       "operator")
-    assert cli(tmp_path, "cancel", ident)[:2] == (0, f"cancelled {ident}: post the stand-up "
-                                                     "reminder\n")
-    code, _, err = cli(tmp_path, "cancel", ident)
+    assert cli(tmp_path, "cancel", "--tenant", "T0123", ident)[:2] == (
+        0, f"cancelled {ident}: post the stand-up reminder\n")
+    code, _, err = cli(tmp_path, "cancel", "--tenant", "T0123", ident)
     assert (code, err) == (2, f"gateway schedule: no active schedule {ident!r} in tenant "
-                              "default\n")
+                              "T0123\n")
     code, out, _ = cli(tmp_path, "list", "--all", "--json")
     assert sorted(orjson.loads(line)["state"] for line in out.splitlines()) == \
         ["active", "cancelled"]
@@ -64,8 +64,21 @@ def test_add_list_show_cancel(tmp_path: Path) -> None:
 ])
 def test_bad_triggers_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     """A trigger that cannot be read is refused in one line, and nothing is stored."""
-    code, _, err = cli(tmp_path, "add", "--chat", "slack:C1", "--say", "x", *args)
+    code, _, err = cli(tmp_path, "add", "--tenant", "T1", "--chat", "slack:C1", "--say", "x",
+                       *args)
     assert code == 2
     assert message in err
+    assert err.count("\n") == 1
+    assert cli(tmp_path, "list")[1] == "(no schedules)\n"
+
+
+@pytest.mark.parametrize("tenant", [[], ["--tenant", "default"], ["--tenant", "web"]])
+def test_a_slack_schedule_names_its_workspace(tmp_path: Path, tenant: list[str]) -> None:
+    """A Slack workspace is its own tenant: a Slack schedule filed under another tenant (the
+    default one when --tenant is left out) is refused in one line, and nothing is stored."""
+    code, _, err = cli(tmp_path, "add", *tenant, "--to", "slack:U0123", "--when", "in 1h",
+                       "--say", "x")
+    assert code == 2
+    assert "a Slack schedule belongs to its workspace: the tenant is its team id" in err
     assert err.count("\n") == 1
     assert cli(tmp_path, "list")[1] == "(no schedules)\n"
