@@ -330,6 +330,9 @@ def build_toolbox(settings: Settings) -> ToolSource | None:
             max_result_chars=settings.mcp_max_result_chars,
             connect_timeout=settings.mcp_start_timeout,
             log_dir=settings.data_dir / MCP_LOGS_DIR,
+            # The result's text JSON-escaped at worst, and one attachment's worth of files.
+            max_message_bytes=(6 * settings.mcp_max_result_chars
+                               + settings.max_attachment_bytes * 4 // 3 + 64 * 1024),
         ),
         start_timeout=settings.mcp_start_timeout,
     ))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,19 @@ def load_settings(**overrides: Any) -> Settings:
         raise CommandError(f"invalid setting {where}: {first['msg']}", EXIT_USAGE) from exc
 
 
+def shared_env_file(path: Path) -> str | None:
+    """The warning for a settings file other users may read (it holds every key and token),
+    or None when it is private or absent."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (f"{path} can be read by other users of this machine (mode {mode:04o}) and holds "
+            f"the gateway's keys and tokens: chmod 600 {path}")
+
+
 async def run(args: argparse.Namespace) -> int:
     from app import logs
     from app.compose import build_gateway, tool_secrets
@@ -59,6 +74,9 @@ async def run(args: argparse.Namespace) -> int:
     settings = load_settings(GATEWAY_HOST=args.host, GATEWAY_PORT=args.port,
                              GATEWAY_DATA_DIR=args.data_dir)
     logs.configure_from(settings, secrets=tool_secrets(settings))
+    warning = await asyncio.to_thread(shared_env_file, Path(".env"))
+    if warning is not None:
+        logging.getLogger("gateway.app").warning("%s", warning)
     # Private whichever store keeps the sessions (the JSONL store tightens it itself; with
     # PostgreSQL the MCP logs, persona and owed journal live in it all the same).
     await asyncio.to_thread(ensure_private_dir, settings.data_dir)

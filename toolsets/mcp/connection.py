@@ -10,25 +10,34 @@ of an older server fails; the supervisor then reconnects after 1, 2, 4... second
 Tools of a server that was up stay offered while it restarts (a call answers "not available
 right now"), so the tool set the model sees does not flap; a server that never came up offers
 none. A failure is logged once per new reason (repeats at debug level): one clear line, never
-a failed gateway. Stdio servers' stderr goes to ``<log_dir>/<server>.log`` (0600).
+a failed gateway.
+
+A stdio server runs with the gateway's user rights, so where it starts is chosen for it: a
+private working directory of its own (``mkdtemp``: 0700, outside the checkout and the data
+folder, removed when the gateway stops), which is also its ``HOME``, unless its entry sets
+``cwd`` or ``env.HOME``; its environment is the SDK's short list (``PATH``, ``USER``...) and
+what its entry sets, never the gateway's secrets. Its stderr goes to a capped, rotated log
+(:mod:`toolsets.mcp.logs`), and each message it answers is read only up to
+:attr:`ConnectionSettings.max_message_bytes` (:mod:`toolsets.mcp.stdio`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -43,10 +52,11 @@ from pydantic import ValidationError
 from gateway.edge.messages import ChannelContext
 from gateway.edge.tasks import stop
 from gateway.edge.tools import ToolResult
-from sessions.files import ensure_private_dir
 from toolsets.mcp.config import ServerConfig
+from toolsets.mcp.logs import stderr_pipe
 from toolsets.mcp.names import tool_name
 from toolsets.mcp.results import to_tool_result
+from toolsets.mcp.stdio import Launch, stdio_transport
 
 log = logging.getLogger("gateway.mcp")
 
@@ -75,6 +85,9 @@ class ConnectionSettings:
     stream (pre-2026 protocol)."""
     backoff: Backoff = field(default_factory=Backoff)
     log_dir: Path | None = None
+    max_message_bytes: int = 32 * 1024 * 1024
+    """The most of one message read from a stdio server (its result's text and files, JSON-
+    encoded); the composition root sizes it from the result and attachment caps."""
 
 
 class McpTool:
@@ -119,6 +132,7 @@ class ServerConnection:
         self._scope: anyio.CancelScope | None = None
         self._streaming = False
         self._closed = False
+        self._private: str | None = None
 
     @property
     def timeout(self) -> float:
@@ -145,6 +159,9 @@ class ServerConnection:
             await stop(self._task)  # a no-op unless the graceful close hung
         self._client = None
         self.status = "stopped"
+        private, self._private = self._private, None
+        if private is not None:
+            await asyncio.to_thread(shutil.rmtree, private, True)
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -252,9 +269,12 @@ class ServerConnection:
         config = self.config
         transport: Any
         if config.command is not None:
-            params = StdioServerParameters(command=config.command, args=list(config.args),
-                                           env=dict(config.env) or None, cwd=config.cwd)
-            transport = stdio_client(params, errlog=stack.enter_context(self._errlog()))
+            home = await self._home()
+            env = {**get_default_environment(), "HOME": home, **config.env}
+            transport = stdio_transport(Launch(
+                command=config.command, args=config.args, cwd=config.cwd or home, env=env,
+                stderr=stack.enter_context(stderr_pipe(self.settings.log_dir, config.name)),
+                max_message_bytes=self.settings.max_message_bytes))
         else:
             assert config.url is not None
             http = await stack.enter_async_context(httpx2.AsyncClient(
@@ -265,14 +285,13 @@ class ServerConnection:
         return Client(transport, mode="legacy" if config.protocol == "legacy" else "auto",
                       cache=None, client_info=CLIENT_INFO, message_handler=self._on_message)
 
-    def _errlog(self) -> TextIO:
-        folder = self.settings.log_dir
-        if folder is None:
-            return open(os.devnull, "w", encoding="utf-8")
-        ensure_private_dir(folder)  # the data folder too, when this makes it
-        path = folder / f"{self.config.name.replace('/', '_')}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return open(fd, "a", encoding="utf-8")
+    async def _home(self) -> str:
+        """The server's private directory, made on its first start (module docstring)."""
+        if self._private is None:
+            safe = self.config.name.replace("/", "_")
+            self._private = await asyncio.to_thread(tempfile.mkdtemp,
+                                                    prefix=f"gateway-mcp-{safe}-")
+        return self._private
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, ToolListChangedNotification):
