@@ -17,13 +17,13 @@ import shlex
 import sys
 import time
 from collections.abc import Collection, Sequence
-from importlib import metadata
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import argcomplete
 
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
+from app.version import version
 from sessions.errors import SessionError
 
 if TYPE_CHECKING:
@@ -81,13 +81,6 @@ STORE_READERS = ("replay", "drift", "export", "viewer", "usage", "forget", "sche
 def command(name: str) -> ModuleType:
     """The module of subcommand ``name`` (imported now, if it was not yet)."""
     return importlib.import_module(f"app.commands.{name}")
-
-
-def version() -> str:
-    try:
-        return metadata.version("gateway")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def build_parser(defined: Collection[str] | None = None) -> argparse.ArgumentParser:
@@ -216,7 +209,8 @@ async def _with_store(args: argparse.Namespace, settings: Settings) -> int:
         if args.command == "export":
             from app.commands import export as export_cmd
 
-            return await export_cmd.run(args, store)
+            return await export_cmd.run(args, store,
+                                        capture_content=settings.otel_capture_content)
         if args.command == "usage":
             from app.commands import usage as usage_cmd
 

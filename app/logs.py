@@ -6,7 +6,8 @@ channel, conversation, session, call), bound by the agent loop for the duration 
 JSON line carries them as top-level keys, a text line as ``key=value`` pairs at its end.
 
 JSON lines: ``ts`` (ISO 8601, UTC, milliseconds, ``Z``), ``level``, ``logger``, ``message``,
-the context fields that are bound, and ``exc`` for a traceback.
+the context fields that are bound, ``trace_id`` and ``span_id`` while a turn runs (the ids its
+trace has, live or exported: :mod:`sessions.traces`), and ``exc`` for a traceback.
 
 Client libraries (HTTP clients, the provider and platform SDKs, database drivers, the
 OpenTelemetry exporter) are held at WARNING whatever ``GATEWAY_LOG_LEVEL`` says: at DEBUG they
@@ -95,7 +96,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         context = _context(record)
-        for name in logctx.FIELDS:
+        for name in (*logctx.FIELDS, *logctx.TRACE_FIELDS):
             if name in context:
                 body[name] = context[name]
         if record.exc_info:

@@ -93,6 +93,8 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
     endpoint = origin(request.endpoint)  # scheme, host and port: never a key, path or query
     if endpoint is not None:
         body["endpoint"] = endpoint
+    if request.inbound is not None:
+        body["inbound"] = request.inbound
     return body
 
 

@@ -192,3 +192,49 @@ def as_json(value: Any) -> str:
 
 def tool_definitions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [tool_definition(t) for t in tools]
+
+
+# -- how much content a span carries -----------------------------------------------------------
+
+CONTENT_LEVELS = ("none", "metadata", "full")
+"""What of the conversation a span (live or exported) carries: ``full``, every prompt,
+message, tool definition, argument and result; ``metadata``, the tool definitions (the
+operator's) and the messages' shape (roles, part types, tool names and ids, file types and
+sizes) without anything a person, the persona or the model wrote; ``none``, nothing of it."""
+
+_KEPT = {"tool_call": ("type", "id", "name"), "tool_call_response": ("type", "id", "is_error"),
+         "file": ("type", "modality", "mime_type", "size")}
+
+
+def metadata_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """GenAI messages with their content taken out (see :data:`CONTENT_LEVELS`)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        parts = [{k: part[k] for k in _KEPT.get(str(part.get("type")), ("type",)) if k in part}
+                 for part in message.get("parts", ())]
+        out.append({**{k: v for k, v in message.items() if k != "parts"}, "parts": parts})
+    return out
+
+
+def call_content(level: str, system: str | None, sent: Sequence[Mapping[str, Any]] | None,
+                 tools: Sequence[Mapping[str, Any]] | None,
+                 answer: tuple[Mapping[str, Any], str] | None) -> dict[str, Any]:
+    """The content attributes of a chat span at ``level``: the system instructions, the
+    messages sent (stored form), the tool definitions and the answer with its finish reason;
+    each when known."""
+    if level not in ("metadata", "full"):
+        return {}
+    full = level == "full"
+    attrs: dict[str, Any] = {}
+    if full and system is not None:
+        attrs["gen_ai.system_instructions"] = as_json(system_instructions(system))
+    if sent is not None:
+        inputs = [m for message in sent for m in genai_messages(message)]
+        attrs["gen_ai.input.messages"] = as_json(inputs if full else metadata_messages(inputs))
+    if answer is not None:
+        outputs = output_messages(*answer)
+        attrs["gen_ai.output.messages"] = as_json(outputs if full
+                                                  else metadata_messages(outputs))
+    if tools:
+        attrs["gen_ai.tool.definitions"] = as_json(tool_definitions(tools))
+    return attrs

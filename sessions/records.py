@@ -172,6 +172,9 @@ class CallRequest:
     endpoint: str | None = None
     """Where the call goes (the provider's base URL, or just its origin); recorded beside the
     request as its origin only (:func:`sessions.endpoint.origin`), never part of the body."""
+    inbound: int | None = None
+    """The index of the message whose turn makes the call (the turn's trace is derived from
+    it: :mod:`sessions.traces`); None outside a turn (a rerun)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -285,6 +285,8 @@ class _Builder:
             cache=CachePlan.from_json(entry.get("cache")),
             lineage=Lineage.from_json(entry),
             endpoint=_str_or_none(entry.get("endpoint")),
+            inbound=inbound if type(inbound := entry.get("inbound")) is int and inbound >= 0
+            else None,
         )
         self.pending["prompt_fp"] = fp if isinstance(fp, str) else None
         if injected is None:
@@ -345,7 +347,7 @@ class _Builder:
                               d["prompt_notice"], d["window"], d["injected"], d["assistant"],
                               d["call"], d["provider"], d["model"], d["params"],
                               d["tools_fingerprint"], status, why, tuple(d["notes"]), d["cache"],
-                              d["lineage"], d["endpoint"]))
+                              d["lineage"], d["endpoint"], d["inbound"]))
         notice = None
         if self.version < 2:
             notice = NOTICE_V1
@@ -449,13 +451,14 @@ def _call_draft(
     cache: CachePlan | None = None,
     lineage: Lineage | None = None,
     endpoint: str | None = None,
+    inbound: int | None = None,
 ) -> dict[str, Any]:
     return {
         "line": line, "ts": ts, "prompt": prompt, "prompt_notice": notice, "window": window,
         "injected": injected, "assistant": assistant, "call": call, "provider": provider,
         "model": model, "params": params, "tools_fingerprint": tools, "status": None,
         "notes": [], "prompt_fp": None, "cache": cache,
-        "lineage": lineage, "endpoint": endpoint,
+        "lineage": lineage, "endpoint": endpoint, "inbound": inbound,
     }
 
 

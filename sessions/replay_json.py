@@ -112,6 +112,7 @@ def replay_json(replay: Replay) -> dict[str, Any]:
                 "injected": [{"position": i.position, "message": i.message} for i in t.injected],
                 "assistant": t.assistant,
                 "call": t.entry_number,
+                "inbound": t.inbound,
                 "provider": t.provider,
                 "model": t.model,
                 "endpoint": endpoint_json(t),

@@ -117,6 +117,9 @@ class Call:
     endpoint: str | None = None
     """Where the call went, ``scheme://host:port`` (logs written before it was recorded, and
     calls to an in-process provider, have none)."""
+    inbound: int | None = None
+    """The index of the message whose turn made the call, as its entry records it (logs
+    written before it was recorded, and reruns, have none)."""
 
     @property
     def rebuildable(self) -> bool:

@@ -1,10 +1,13 @@
-"""``gateway export``: every provider call of a session as OTLP/JSON traces or JSONL.
+"""``gateway export``: a session as OTLP/JSON traces (one per turn, with the ids the live
+tracer sent) or as JSONL (one request/response record per provider call).
 
 ``gateway export ID --format otlp-json|jsonl [--out FILE]`` exports one session (an id, or a
 path to a ``.jsonl`` file; with ``--tenant T`` only a log whose header names tenant T); ``--all``
 exports every session (every tenant unless ``--tenant``), oldest first, optionally only those
 started at or after ``--since DATE`` (``YYYY-MM-DD`` or ISO 8601; a session whose start time is
-unknown is left out). Record shapes: :mod:`sessions.export`.
+unknown is left out). Record shapes: :mod:`sessions.export`. ``--content none|metadata|full``
+says how much of the conversation they carry; by default as much as live traces do (``full``
+with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, else ``none``).
 
 Read-only for sessions. ``FILE`` and its checkpoint are created 0600 (they hold whole
 transcripts, as the logs do). Errors are one line starting ``gateway export:``; exit 2 for usage
@@ -37,6 +40,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO, cast
@@ -46,20 +50,23 @@ import orjson
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
 from app.commands.progress import progress
 from app.commands.replay import load
+from app.version import version
 from sessions.errors import InvalidNameError, SessionError
 from sessions.export import EXPORT_FORMATS, records, tenant_of
 from sessions.files import FILE_MODE
+from sessions.genai import CONTENT_LEVELS
 from sessions.names import DEFAULT_TENANT
 from sessions.replay import Replay, replay_bytes
 from sessions.store import SessionInfo, SessionStore
 
 PROG = "gateway export"
 DESCRIPTION = """\
-Every provider call of a session (or of every session, --all) as OTLP/JSON traces that an
-OpenTelemetry collector's file receiver reads, or as self-contained request/response JSONL.
-Read-only. --all --out FILE is resumable: rerun the same command after an interruption."""
+A session (or every session, --all) as OTLP/JSON traces that an OpenTelemetry collector's
+file receiver reads (one per turn, with the ids the live traces had), or as self-contained
+request/response JSONL (one per provider call). Read-only. --all --out FILE is resumable:
+rerun the same command after an interruption."""
 PROGRESS_SUFFIX = ".progress"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: the options name the content level
 
 SessionHook = Callable[[str], None]
 """Called with ``<tenant>/<id>`` after a session's records are written, before its checkpoint
@@ -73,9 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", metavar="DATE",
                         help="with --all: sessions started at/after DATE (YYYY-MM-DD or ISO)")
     parser.add_argument("--format", choices=tuple(EXPORT_FORMATS), required=True,
-                        help="otlp-json: OpenTelemetry traces (one TracesData per line, GenAI "
-                             "conventions) for a collector's file receiver; jsonl: one "
-                             "request/response record per call")
+                        help="otlp-json: OpenTelemetry traces (one TracesData per turn and "
+                             "line, GenAI conventions) for a collector's file receiver; jsonl: "
+                             "one request/response record per call")
+    parser.add_argument("--content", choices=CONTENT_LEVELS, default=None,
+                        help="how much of the conversation the records carry: full, metadata "
+                             "(tool definitions and the messages' shape, no text) or none "
+                             "(default: full when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_"
+                             "CONTENT=true, as for live traces, else none)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here (default: stdout)")
     parser.add_argument("--tenant", default=None,
                         help=f"tenant (default: {DEFAULT_TENANT}; with --all: every tenant)")
@@ -112,9 +124,14 @@ async def run(
     err: TextIO | None = None,
     *,
     on_session_written: SessionHook | None = None,
+    capture_content: bool = False,
 ) -> int:
+    """Export as ``args`` say; ``capture_content``: the live traces' content setting, which
+    ``--content`` defaults to (``full`` when on, else ``none``)."""
     out = out or sys.stdout  # looked up per call, so redirect_stdout works
     err = err or sys.stderr
+    shape = Shape(args.format, args.content or ("full" if capture_content else "none"),
+                  version())
     if args.all == bool(args.session):
         raise CommandError("give a session id or --all (not both)")
     if args.since is not None and not args.all:
@@ -127,15 +144,15 @@ async def run(
             # (its records would carry the wrong tenant, and it is not this tenant's to give).
             raise CommandError(f"{args.session} belongs to tenant {owner!r}, not {args.tenant!r}")
         with _sink(args.out, out) as write:
-            _write_session(replay, args.format, args.tenant, write)
+            _write_session(replay, shape, args.tenant, write)
         return EXIT_OK
     since = parse_since(args.since) if args.since is not None else None
     todo = await _select(store, args.tenant, since, err)
     if args.out is None:
-        return await _export_all(store, todo, args.format, _text_writer(out), None, err,
+        return await _export_all(store, todo, shape, _text_writer(out), None, err,
                                  on_session_written)
     options = {"version": CHECKPOINT_VERSION, "format": args.format, "since": args.since,
-               "tenant": args.tenant}
+               "tenant": args.tenant, "content": shape.content}
     checkpoint = Checkpoint(args.out, options)
     done = checkpoint.start()
     try:
@@ -143,7 +160,7 @@ async def run(
         if done:
             err.write(f"{PROG}: resuming: {len(todo) - len(pending)} of {len(todo)} sessions "
                       f"already in {args.out}\n")
-        code = await _export_all(store, pending, args.format, checkpoint.write, checkpoint,
+        code = await _export_all(store, pending, shape, checkpoint.write, checkpoint,
                                  err, on_session_written)
     finally:
         checkpoint.close()
@@ -178,7 +195,7 @@ async def _select(
 async def _export_all(
     store: SessionStore,
     infos: list[SessionInfo],
-    fmt: str,
+    shape: Shape,
     write: Callable[[bytes], None],
     checkpoint: Checkpoint | None,
     err: TextIO,
@@ -196,7 +213,7 @@ async def _export_all(
                 code = EXIT_UNREADABLE
                 ticker.advance()
                 continue
-            _write_session(replay, fmt, info.tenant, write)
+            _write_session(replay, shape, info.tenant, write)
             if checkpoint is not None:
                 checkpoint.flush()
             if hook is not None:
@@ -207,10 +224,20 @@ async def _export_all(
     return code
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the records look like: the format, how much content, the exporter's version."""
+
+    format: str
+    content: str
+    version: str
+
+
 def _write_session(
-    replay: Replay, fmt: str, tenant: str | None, write: Callable[[bytes], None]
+    replay: Replay, shape: Shape, tenant: str | None, write: Callable[[bytes], None]
 ) -> None:
-    for record in records(replay, fmt, tenant):
+    for record in records(replay, shape.format, tenant, content=shape.content,
+                          service_version=shape.version):
         write(orjson.dumps(record) + b"\n")
 
 

@@ -151,8 +151,9 @@ def _uses(message: Mapping[str, Any], number: int) -> list[RecordedUse]:
 
 def _results(replay: Replay, after: int, uses: Sequence[RecordedUse]
              ) -> dict[str, tuple[int, Any, bool]]:
-    """The results of ``uses`` in the messages after ``after``: id -> (message index,
-    content, is_error), the first result of each id (ids may repeat in other turns)."""
+    """The results of ``uses`` in the messages after ``after``, before the next answer (one
+    turn at a time: its results come first): id -> (message index, content, is_error), the
+    first result of each id (ids may repeat in other turns)."""
     wanted = {use.id for use in uses}
     found: dict[str, tuple[int, Any, bool]] = {}
     for index in range(after + 1, len(replay.messages)):
@@ -160,6 +161,8 @@ def _results(replay: Replay, after: int, uses: Sequence[RecordedUse]
             break
         message = replay.messages[index]
         content = message.get("content")
+        if message.get("role") == "assistant":
+            break
         if message.get("role") != "user" or not isinstance(content, list):
             continue
         for block in content:

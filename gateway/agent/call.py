@@ -36,6 +36,7 @@ from gateway.edge.metrics import Metrics
 from gateway.edge.observe import CallInfo, CallResult, TurnHandle
 from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
 from gateway.usage.accounting import Accounting
+from sessions import traces
 from sessions.records import (
     NO_LINEAGE,
     CachePlan,
@@ -162,13 +163,16 @@ class Caller:
         request = CallRequest(
             prompt=spec.prompt, reason=spec.reason, tools=spec.tools, provider=provider.name,
             model=provider.model, params=params, window=spec.window, injected=spec.injected,
-            cache=cache, lineage=lineage, endpoint=provider.endpoint,
+            cache=cache, lineage=lineage, endpoint=provider.endpoint, inbound=conv.inbound,
         )
         number = conv.recorder.next_call + 1  # 1-based, as the log will number it
         with logctx.bound(call=number):
             persisted = await self.recorder.record_call(conv.recorder, request)
             if persisted.fenced:
                 raise NotRecordedError(conv.session_id, persisted.failure or Failure.FENCED)
+            if persisted.call is not None:  # the call's span, as its trace names it
+                logctx.extend(span_id=traces.call_span_id(conv.key.tenant, conv.session_id,
+                                                          persisted.call))
             if self.hooks:
                 context = CallContext(conv.recorder, request, persisted)
                 for hook in self.hooks:
@@ -181,7 +185,8 @@ class Caller:
             )
             observed = turn.call_started(CallInfo(
                 index=number, provider=provider.name, model=sent.model, params=params,
-                system=sent.system, messages=sent.messages, tools=sent.tools))
+                system=sent.system, messages=sent.messages, tools=sent.tools,
+                entry=persisted.call))
             started = time.perf_counter()
             try:
                 response = await provider.complete(sent, on_text=on_text)

@@ -68,6 +68,9 @@ class Conversation:
         self.last_active = 0.0
         """Wall-clock time of the last inbound message (for idle rotation)."""
         self.clock: Callable[[], float] = time.time
+        self.inbound: int | None = None
+        """The index of the message whose turn runs (or ran last): recorded with each call
+        of that turn, and what its trace is derived from (:mod:`sessions.traces`)."""
 
     @property
     def session_id(self) -> str:
@@ -100,6 +103,7 @@ class Conversation:
     def begin(self, index: int, context: ChannelContext | None = None) -> None:
         """Start the turn of the inbound message recorded at ``index`` (already part of the
         conversation when its turn is finished after a takeover: then it stays where it is)."""
+        self.inbound = index
         if index not in self.order:
             self.order.append(index, self.costs[index])
         if context is not None and context != self.context:

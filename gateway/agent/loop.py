@@ -10,7 +10,8 @@ platforms or files: channel sink, store (through the conversation's recorder), p
 source and tools are all injected. What tracers see goes through the observer seam
 (:mod:`gateway.edge.observe`); the log context (:mod:`gateway.edge.logctx`) names the tenant,
 channel,
-conversation and session for the whole turn and the call number during each call.
+conversation and session for the whole turn and the call number during each call, with the
+``trace_id`` and ``span_id`` its trace has (:mod:`sessions.traces`).
 
 Streamed text and the final reply agree: the final joins the calls' texts with a blank line,
 so a call whose text follows an earlier call's text streams that blank line first.
@@ -48,7 +49,7 @@ from gateway.edge.observe import (
 from gateway.edge.provider import Provider, TextSink
 from gateway.usage.accounting import Accounting
 from gateway.usage.limits import Limits, Refusal, iso_time
-from sessions import entries
+from sessions import entries, traces
 from sessions.attachments import needed
 from sessions.blobs import BlobStore, load
 from sessions.errors import BlobCorruptError
@@ -137,9 +138,12 @@ class AgentLoop:
         """
         key = conv.key
         info = TurnInfo(tenant=key.tenant, channel=key.channel, conversation=key.label(),
-                        session=conv.session_id)
+                        session=conv.session_id, inbound=inbound_index)
         with logctx.bound(tenant=info.tenant, channel=info.channel,
-                          conversation=info.conversation, session=info.session):
+                          conversation=info.conversation, session=info.session,
+                          trace_id=traces.trace_id(key.tenant, conv.session_id, inbound_index),
+                          span_id=traces.turn_span_id(key.tenant, conv.session_id,
+                                                      inbound_index)):
             turn = self.observer.turn_started(info)
             started = time.perf_counter()
             status = "error"

@@ -29,6 +29,9 @@ class TurnInfo:
     channel: str
     conversation: str
     session: str
+    inbound: int | None = None
+    """The index of the message the turn answers: its trace's ids are derived from it
+    (:mod:`sessions.traces`), so an export of the log gives the same ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class CallInfo:
     system: str
     messages: Sequence[MessageDict]
     tools: Sequence[ToolSchema]
+    entry: int | None = None
+    """The number of the ``call`` entry recorded for it (its span id is derived from it);
+    None when the log refused the call."""
 
 
 @dataclass(frozen=True, slots=True)

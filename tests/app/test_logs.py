@@ -13,7 +13,10 @@ import pytest
 
 from app import logs
 from gateway.edge import logctx
+from gateway.edge.errors import ProviderUnavailable
+from sessions.export import records
 from sessions.jsonl import JsonlSessionStore
+from sessions.replay import replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
 
@@ -114,3 +117,35 @@ async def test_a_turn_logs_no_message_text_at_info(captured: Captured, tmp_path:
     for line in written:
         assert secret_text not in str(line).lower()
     assert any(line.get("session") == accepted.session_id for line in written)
+
+
+async def test_lines_inside_a_turn_carry_its_trace_and_span_ids(
+    captured: Captured, tmp_path: Path
+) -> None:
+    """JSON lines written while a turn runs carry trace_id and the span_id of what runs (the
+    call, during it; else the turn), the very ids `gateway export` gives that turn's spans;
+    text lines do not grow them, and lines outside a turn have none."""
+    logs.configure("json", "DEBUG", [])
+    provider = ScriptedProvider()
+    provider.script(ProviderUnavailable("scripted: HTTP 529 overloaded_error", status=529))
+    store = JsonlSessionStore(tmp_path / "d")
+    async with running_core(store, provider, tmp_path / "p") as core:
+        accepted = await core.channel.say("c1", "hello?")
+        await core.channel.wait_replies(1)
+        await core.idle()
+        assert accepted is not None
+        assert accepted.session_id is not None
+        log = await store.read_log("default", accepted.session_id)
+    written = lines(captured)
+    (record,) = records(replay_bytes(log), "otlp-json")
+    turn, call = record["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    failed = [line for line in written if str(line["message"]).startswith("provider call")]
+    ended = [line for line in written if str(line["message"]).startswith("turn apologised")]
+    assert [(line["trace_id"], line["span_id"]) for line in failed + ended] == [
+        (call["traceId"], call["spanId"]), (turn["traceId"], turn["spanId"])]
+    assert call["parentSpanId"] == turn["spanId"]
+    assert all("trace_id" not in line for line in written if "session" not in line)
+    logs.configure("text", "DEBUG", [])
+    with logctx.bound(session="s1", trace_id="ab" * 16, span_id="cd" * 8):
+        logging.getLogger("gateway.test").warning("a text line")
+    assert captured.getvalue().strip().endswith("gateway.test: a text line  session=s1")

@@ -1,15 +1,19 @@
 """Live traces: a gateway with OTEL_EXPORTER_OTLP_ENDPOINT set sends a span per turn, a child
-span per provider call and per tool call to an OTLP/HTTP receiver on loopback (a small aiohttp
-server decoding the protobuf, as a collector would)."""
+span per provider call and, under its call, per tool call to an OTLP/HTTP receiver on loopback
+(a small aiohttp server decoding the protobuf, as a collector would); `gateway export` of the
+same session gives every span the ids the receiver got."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -18,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from app.cli import main
 from app.compose import build_gateway
 from app.config import Settings
 from gateway.edge.observe import NO_OBSERVER
@@ -80,21 +85,60 @@ def settings(tmp_path: Path, endpoint: str | None, **extra: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]  # pydantic-settings init
 
 
-async def chat(tmp_path: Path, endpoint: str, **extra: Any) -> str:
-    """One turn with a tool round over the web API; returns the session id. The gateway is
-    closed before returning, which flushes the batch processor to the receiver."""
+async def chat(tmp_path: Path, endpoint: str, *texts: str, **extra: Any) -> str:
+    """One turn per text (by default one with a tool round) over the web API; returns the
+    session id. The gateway is closed before returning, which flushes the batch processor to
+    the receiver."""
     gateway = build_gateway(settings(tmp_path, endpoint, **extra))
     await gateway.start()
     try:
         async with aiohttp.ClientSession() as client:
             url = f"http://127.0.0.1:{gateway.bound_port}/api/chat"
-            async with client.post(url, json={"conversation": "tea",
-                                              "text": "remember that I like tea"}) as response:
-                assert response.status == 200
-                body = await response.json()
+            for text in texts or ("remember that I like tea",):
+                async with client.post(url, json={"conversation": "tea",
+                                                  "text": text}) as response:
+                    assert response.status == 200
+                    body = await response.json()
     finally:
         await gateway.aclose()
     return str(body["session"])
+
+
+def exported(tmp_path: Path, session: str, *options: str) -> list[dict[str, Any]]:
+    """``gateway export SESSION --format otlp-json OPTIONS``: its lines, parsed."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["export", "--data-dir", str(tmp_path), session, "--format", "otlp-json",
+                     *options]) == 0
+    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+
+
+async def test_export_gives_every_span_the_ids_it_had_live(
+    receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    """Two turns (the first with a tool round) traced live, then the session exported: the
+    export has exactly the spans the receiver got, each with the same trace id, span id,
+    parent and name; a trace per turn; every parent link resolves within its trace; both
+    name the gateway's version."""
+    got, endpoint = receiver
+    session = await chat(tmp_path, endpoint, "remember that I like tea", "thanks")
+    live = {(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name)
+            for s in got.spans}
+    lines = await asyncio.to_thread(exported, tmp_path, session, "--content", "full")
+    export = {(s["traceId"], s["spanId"], s.get("parentSpanId", ""), s["name"])
+              for line in lines for s in line["resourceSpans"][0]["scopeSpans"][0]["spans"]}
+    assert export == live
+    assert len(live) == 6  # turn, chat, execute_tool, chat; turn, chat
+    assert len(lines) == len({trace for trace, _, _, _ in live}) == 2
+    for trace in {trace for trace, _, _, _ in live}:
+        spans = {span for span in live if span[0] == trace}
+        ids = {span_id for _, span_id, _, _ in spans}
+        assert [parent for _, _, parent, _ in spans if parent not in ids] == [""]  # the root
+    version = got.resources[0]["service.version"]
+    assert version
+    assert {a["key"]: a["value"]["stringValue"]
+            for a in lines[0]["resourceSpans"][0]["resource"]["attributes"]} == {
+        "service.name": "gateway", "service.version": version}
 
 
 async def test_a_turn_is_a_root_span_with_call_and_tool_children(
@@ -112,7 +156,8 @@ async def test_a_turn_is_a_root_span_with_call_and_tool_children(
     turn, first, tool, second = spans
     assert turn.parent_span_id == b""
     assert {s.trace_id for s in spans} == {turn.trace_id}
-    assert [s.parent_span_id for s in (first, tool, second)] == [turn.span_id] * 3
+    assert [s.parent_span_id for s in (first, second)] == [turn.span_id] * 2
+    assert tool.parent_span_id == first.span_id  # the call whose answer asked for it
     assert [s.kind for s in spans] == [Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT,
                                        Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT]
     assert all(s.end_time_unix_nano >= s.start_time_unix_nano > 0 for s in spans)
@@ -184,6 +229,7 @@ async def test_a_failed_call_is_an_error_span(
     turn, call = sorted(got.spans, key=lambda s: s.start_time_unix_nano)
     assert (call.status.code, attrs(call)["error.type"]) == (Status.STATUS_CODE_ERROR,
                                                             "unavailable")
+    assert "gen_ai.response.finish_reasons" not in attrs(call)  # no response came back
     assert (attrs(call)["server.address"], attrs(call)["server.port"]) == ("127.0.0.1", closed)
     assert turn.status.code == Status.STATUS_CODE_ERROR
 

@@ -22,6 +22,7 @@ from app.server import Gateway
 from gateway.edge.provider import Provider
 from providers.anthropic import AnthropicProvider
 from providers.openai import OpenAIProvider
+from sessions.otlp import SPAN_KIND_CLIENT
 from tests.e2e.replaying import assert_shows_what_was_read, replay_cli, system_read
 from tests.fakes.providers import FakeProviderServer, RecordedRequest, Reply
 
@@ -147,7 +148,8 @@ async def test_endpoint_recorded_beside_the_body_and_exported(tmp_path: Path, ap
     assert code == 0
     spans = [span for line in out.getvalue().splitlines()
              for resource in orjson.loads(line)["resourceSpans"]
-             for scope in resource["scopeSpans"] for span in scope["spans"]]
+             for scope in resource["scopeSpans"] for span in scope["spans"]
+             if span["kind"] == SPAN_KIND_CLIENT]  # the calls (not their turn's span)
     servers = [{a["key"]: a["value"] for a in span["attributes"]
                 if a["key"].startswith("server.")} for span in spans]
     assert servers == [{"server.address": {"stringValue": "127.0.0.1"},

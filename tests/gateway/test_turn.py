@@ -16,6 +16,7 @@ import pytest
 from coordination.keys import decode_item
 from coordination.local import LocalConversations
 from gateway.edge.errors import ProviderRateLimited, UnavailableError
+from sessions import traces
 from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
 from sessions.replay import NotRebuildableError, Replay
@@ -355,7 +356,8 @@ async def test_streamed_text_equals_the_final_reply_in_a_tool_round(tmp_path: Pa
 
 async def test_observer_sees_the_turn_its_calls_and_tools_in_order(tmp_path: Path) -> None:
     """The observer hears turn, call 1, tool, call 2 and their ends in order, inside the
-    turn's log context (session bound for the turn, call number bound for each call)."""
+    turn's log context (session and the turn's trace ids bound for the turn, call number
+    bound for each call)."""
     observer = RecordingObserver()
     provider = ScriptedProvider()
     provider.script(tool_use("memory_write", {"text": "likes tea"}, "t1"), "noted")
@@ -368,7 +370,9 @@ async def test_observer_sees_the_turn_its_calls_and_tools_in_order(tmp_path: Pat
     session = accepted.session_id
     assert observer.events == [
         ("turn", session, {"tenant": "default", "channel": "memory",
-                           "conversation": "memory:c1", "session": session}),
+                           "conversation": "memory:c1", "session": session,
+                           "trace_id": traces.trace_id("default", session, 0),
+                           "span_id": traces.turn_span_id("default", session, 0)}),
         ("call", 1, "1"), ("call end", 1, None),
         ("tool", "memory_write", "t1"), ("tool end", "memory_write", False),
         ("call", 2, "2"), ("call end", 2, None),

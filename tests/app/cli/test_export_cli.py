@@ -15,8 +15,10 @@ import pytest
 
 from app.cli import build_parser, main
 from app.commands import export as export_cmd
+from app.version import version
 from sessions.export import records
 from sessions.jsonl import JsonlSessionStore
+from sessions.otlp import SPAN_KIND_CLIENT
 from sessions.replay import replay_bytes
 from tests.sessions.helpers import SEED_DIR
 from tests.sessions.test_export import build_export_session
@@ -66,14 +68,18 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def attributes(traces_data: dict[str, Any]) -> dict[str, Any]:
-    """The attributes of the one span of an OTLP/JSON line, as plain values."""
-    (span,) = traces_data["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    values = {}
-    for item in span["attributes"]:
-        (kind, value), = item["value"].items()
-        values[item["key"]] = int(value) if kind == "intValue" else value
-    return values
+def call_attributes(traces_data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attributes of the call (CLIENT) spans of an OTLP/JSON line, as plain values."""
+    found = []
+    for span in traces_data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        if span["kind"] != SPAN_KIND_CLIENT:
+            continue
+        values = {}
+        for item in span["attributes"]:
+            (kind, value), = item["value"].items()
+            values[item["key"]] = int(value) if kind == "intValue" else value
+        found.append(values)
+    return found
 
 
 def keys(rows: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
@@ -89,13 +95,25 @@ def session_path(root: Path, tenant: str, sid: str) -> Path:
     return base / "sessions" / f"{sid}.jsonl"
 
 
-def test_one_session_to_stdout_as_otlp_json(cli: Callable[..., Result], root: Path) -> None:
-    """ID --format otlp-json prints one span per call, equal to the library's records."""
+def test_one_session_to_stdout_as_otlp_json(cli: Callable[..., Result], root: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """ID --format otlp-json prints a trace per turn, equal to the library's records: without
+    content, as live traces have none unless their opt-in is on; with it, full content."""
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    replay = replay_bytes(session_path(root, "default", "s1").read_bytes())
     result = cli("s1", "--format", "otlp-json")
     assert (result.code, result.err) == (0, "")
-    replay = replay_bytes(session_path(root, "default", "s1").read_bytes())
     assert [orjson.loads(line) for line in result.out.splitlines()] == list(
-        records(replay, "otlp-json"))
+        records(replay, "otlp-json", content="none", service_version=version()))
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    full = cli("s1", "--format", "otlp-json")
+    assert [orjson.loads(line) for line in full.out.splitlines()] == list(
+        records(replay, "otlp-json", content="full", service_version=version()))
+    metadata = cli("s1", "--format", "otlp-json", "--content", "metadata")
+    assert [orjson.loads(line) for line in metadata.out.splitlines()] == list(
+        records(replay, "otlp-json", content="metadata", service_version=version()))
+    assert "what time is it?" in full.out
+    assert "what time is it?" not in metadata.out + result.out
 
 
 def test_one_session_to_a_file_as_jsonl(cli: Callable[..., Result], root: Path,
@@ -133,7 +151,7 @@ def test_all_to_a_file(cli: Callable[..., Result], tmp_path: Path) -> None:
     out = tmp_path / "all.jsonl"
     result = cli("--all", "--format", "otlp-json", "--out", str(out))
     assert (result.code, result.out) == (0, "")
-    spans = [attributes(line) for line in lines(out)]
+    spans = [span for line in lines(out) for span in call_attributes(line)]
     assert [(s["gateway.tenant"], s["gen_ai.conversation.id"], s["gateway.call"])
             for s in spans] == expected_keys()
     assert not (tmp_path / "all.jsonl.progress").exists()

@@ -106,13 +106,15 @@ def test_damaged_blob_is_refused_not_served(tmp_path: Path) -> None:
 def export(data_dir: Path, fmt: str) -> str:
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["export", "s1", "--format", fmt, "--data-dir", str(data_dir)]) == 0
+        assert main(["export", "s1", "--format", fmt, "--content", "full",
+                     "--data-dir", str(data_dir)]) == 0
     return out.getvalue()
 
 
 @pytest.mark.parametrize("fmt", ["otlp-json", "jsonl"])
 def test_export_refers_to_blobs_by_hash(tmp_path: Path, fmt: str) -> None:
-    """Exported records name each attachment by its hash and never carry its bytes."""
+    """Exported records, with their content, name each attachment by its hash and never
+    carry its bytes."""
     digest, _ = asyncio.run(_session(tmp_path, "default"))
     text = export(tmp_path, fmt)
     assert digest in text
