@@ -61,6 +61,13 @@ def until_sync(predicate: Callable[[], object], timeout: float = WAIT,
         step = min(step * 2, _MAX_STEP)
 
 
+async def next_millisecond() -> None:
+    """Return once the wall clock has moved past the current millisecond: records stamped
+    from now on (``startedAt`` has millisecond precision) sort after those stamped before."""
+    now = time.time_ns() // 1_000_000
+    await until(lambda: time.time_ns() // 1_000_000 > now, what="the next millisecond")
+
+
 def _name(predicate: Callable[[], object]) -> str:
     code = getattr(predicate, "__code__", None)
     if code is None:

@@ -3,7 +3,6 @@ and the tests of the channel's own plumbing: health, start-up failures, closing,
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -12,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import telegram
 
 from app.compose import build_gateway
 from app.config import Settings
@@ -213,5 +213,7 @@ async def test_aclose_is_idempotent_and_stops_polling(
         await wait_until(lambda: fake.get_updates_active == 0)
         assert channel.health()["ok"] is False
         calls = fake.get_updates_calls
-        await asyncio.sleep(0.2)
+        # A poll sent before now would be in by the time the fake has answered a later call.
+        async with telegram.Bot(fake.token, base_url=fake.base_url) as probe:
+            await probe.get_me()
         assert fake.get_updates_calls == calls

@@ -29,6 +29,7 @@ from gateway.edge.messages import Inbound
 from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
 from providers.offline import OfflineProvider
 from sessions.jsonl import JsonlSessionStore
+from tests.waiting import until
 
 TOKEN = "t0ken-for-the-tests"
 Events = list[tuple[str, dict[str, Any]]]
@@ -406,9 +407,7 @@ async def test_a_message_from_an_earlier_run_never_answers_into_a_live_request(
                 await run.start(deliver)
                 url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/chat"
                 posts.append(asyncio.create_task(_status(client, url, len(posts))))
-                async with asyncio.timeout(10):
-                    while len(held) < len(posts):  # noqa: ASYNC110 - deliver has no event
-                        await asyncio.sleep(0.01)
+                await until(lambda: len(held) >= len(posts))
             earlier, live = held
             sink = runs[1].reply_sink(live)
             assert runs[1].reply_sink(earlier) is not sink

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordination.journal import FileJournal
+from tests.waiting import until
 
 WAIT = 30.0  # seconds; only a broken test ever waits this long
 
@@ -197,10 +198,8 @@ async def test_a_close_during_a_rewrite_leaves_no_descriptor_and_no_temporary_fi
     journal.close()
     rewrite.release()
     await asyncio.wait([compaction], timeout=WAIT)
-    for _ in range(int(WAIT * 100)):  # the thread's end reaches the loop as a callback
-        if not tmp.exists() and not open_to(tmp):
-            break
-        await asyncio.sleep(0.01)
+    # The thread's end reaches the loop as a callback.
+    await until(lambda: not tmp.exists() and not open_to(tmp))
     assert not tmp.exists()
     assert open_to(tmp) == []
     again = FileJournal(path, fsync="none")

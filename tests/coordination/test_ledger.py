@@ -12,6 +12,7 @@ from coordination.memory_ledger import MemoryLedger
 from coordination.redis_ledger import RedisLedger
 from gateway.edge.ledger import NOTHING, SeedEntry, Spent, UsageLedger
 from tests.coordination.services import REDIS_URL, delete_prefix, new_prefix, redis_client
+from tests.waiting import until
 
 DAY = "2026-12-01"
 
@@ -67,15 +68,20 @@ async def test_redis_outage_lets_people_through() -> None:
 async def test_memory_ledger_seeds_each_day_once() -> None:
     """The seed runs once per day, concurrent first users wait for it, and its calls count."""
     asked: list[str] = []
+    release = asyncio.Event()
 
     async def seed(day: str) -> Iterable[SeedEntry]:
         asked.append(day)
-        await asyncio.sleep(0.01)
+        await release.wait()  # still seeding while the second user asks
         return [(["tenant:t", "user:t:web:ada"], 1000, 1.5)]
 
     ledger = MemoryLedger(seed)
-    first, second = await asyncio.gather(ledger.spent("tenant:t", DAY),
-                                         ledger.spent("user:t:web:ada", DAY))
+    both = asyncio.gather(ledger.spent("tenant:t", DAY), ledger.spent("user:t:web:ada", DAY))
+    await until(lambda: asked)
+    for _ in range(100):  # the second user's call runs as far as it goes on the loop
+        await asyncio.sleep(0)
+    release.set()
+    first, second = await both
     await ledger.add(["tenant:t"], DAY, 10, 0.5)
     assert (first, second) == (Spent(1, 1000, 1.5), Spent(1, 1000, 1.5))
     assert await ledger.spent("tenant:t", DAY) == Spent(2, 1010, 2.0)

@@ -62,6 +62,7 @@ from tests.coordination.burst import (
 )
 from tests.coordination.cluster import WorkerProcess, start_workers, stop_workers
 from tests.coordination.private_services import PrivatePostgres, PrivateRedis
+from tests.waiting import until
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
 
@@ -167,10 +168,12 @@ async def test_worker_paused_past_its_lease(
         victim, other = stage.workers[1], stage.workers[0]
         loop = asyncio.get_running_loop()
         async with _redis(stage.rds) as client:
-            async with asyncio.timeout(30):  # mid-burst it serves some conversation
-                while not held:
-                    held.update(await _leases_of(client, stage.prefix, victim))
-                    await asyncio.sleep(0.02)
+
+            async def holds_some() -> bool:  # mid-burst it serves some conversation
+                held.update(await _leases_of(client, stage.prefix, victim))
+                return bool(held)
+
+            await until(holds_some, what="the victim to hold a lease")
         stage.client.avoid.add(victim.name)  # a load balancer stops sending to it
         moments["stop"] = loop.time()
         os.kill(victim.proc.pid, signal.SIGSTOP)

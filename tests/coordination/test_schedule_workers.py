@@ -26,6 +26,7 @@ from tests.coordination.cluster import (
     stop_workers,
 )
 from tests.sessions.pg import PG_URL
+from tests.waiting import until
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
@@ -93,9 +94,7 @@ async def test_two_workers_fire_200_due_occurrences_exactly_once(
         for n in range(OCCURRENCES):
             await store.add(schedule(n, now), per_owner=0, per_tenant=0)
         if kill:
-            async with asyncio.timeout(120):
-                while not fired_in(victim):  # noqa: ASYNC110 - a log line is the sign
-                    await asyncio.sleep(0.01)
+            await until(lambda: fired_in(victim), 120, "the schedule to fire in the victim")
             victim.proc.kill()
             await victim.proc.wait()
         rows = await wait_all_answered(schema)

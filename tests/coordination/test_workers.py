@@ -103,11 +103,14 @@ async def test_platform_ids_are_deduplicated_across_workers(
         if keys:
             await redis.delete(*keys)  # Redis forgets everything in between
         second = await b.router.deliver(inbound("c", "hi", "T1:C1:100.1"))
-        await wait_until(lambda: len(a.channel.replies) + len(b.channel.replies) >= 1)
-        await asyncio.sleep(0.2)
+        # A later message in the conversation, answered: the conversation is served in order,
+        # so a second answer to "hi" would have come before it.
+        await b.router.deliver(inbound("c", "marker", "T1:C1:100.2"))
+        await wait_until(lambda: ("c", "finish", "re:marker")
+                         in a.channel.replies + b.channel.replies)
         replies = a.channel.replies + b.channel.replies
     assert (first.duplicate, second.duplicate) == (False, True)
-    assert replies == [("c", "finish", "re:hi")]
+    assert replies == [("c", "finish", "re:hi"), ("c", "finish", "re:marker")]
 
 
 async def test_new_command_waits_for_queued_turns_and_rotates_once(

@@ -37,6 +37,7 @@ from tests.e2e.replaying import assert_replay_shows_what_was_read, system_read
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.waiting import until
 
 TEAM_A, TEAM_B = "T0TEAMA", "T0TEAMB"
 GROUP = -100500
@@ -147,9 +148,7 @@ class World:
             envelope = in_team(envelope, actor.scope[0])
             status, _ = await self.slack.deliver_event(f"{self.base}/slack/events", envelope)
             assert status == 200
-        async with asyncio.timeout(20):
-            while self.turns() < done:  # noqa: ASYNC110 - the metric has no change event
-                await asyncio.sleep(0.01)
+        await until(lambda: self.turns() >= done)
         return label
 
 

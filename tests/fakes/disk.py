@@ -30,6 +30,9 @@ class FaultyDisk:
         self.failures = 0
         self.hung = threading.Event()
         """Set once a write has started to hang (tests wait for it)."""
+        self.events: list[str] = []
+        """What reached the disk, in order: "hung", "released", "close" (the order tells a
+        close that waited for a hung operation from one that went ahead of it)."""
 
     def fail(self, fault: OSError | str) -> None:
         self._fault = fault
@@ -47,8 +50,10 @@ class FaultyDisk:
     def _check(self) -> bool:
         """False when the process is dead (the operation must not touch the file)."""
         if self._fault == "hang" and not self.dead:
+            self.events.append("hung")
             self.hung.set()
             self._released.wait()
+            self.events.append("released")
         if self.dead:
             return False
         fault = self._fault
@@ -69,4 +74,5 @@ class FaultyDisk:
             os.ftruncate(fd, size)
 
     def close(self, fd: int) -> None:
+        self.events.append("close")
         os.close(fd)

@@ -24,6 +24,7 @@ from telegram.ext import ApplicationBuilder, ContextTypes, MessageHandler, filte
 
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer, parse_telegram_html
+from tests.waiting import until
 
 CHAT = 5551234
 
@@ -216,9 +217,8 @@ async def test_ptb_long_poll_and_offset_confirmation(
 ) -> None:
     """getUpdates waits for a pushed update, and a higher offset acknowledges it."""
     poll = asyncio.create_task(bot.get_updates(timeout=5))
-    await asyncio.sleep(0.2)
+    await until(lambda: tg.get_updates_active == 1)  # the fake holds the poll open
     assert not poll.done()  # genuinely long-polling
-    assert tg.get_updates_active == 1
     pushed = tg.user_message(CHAT, "/start", username="alice")
     updates = await asyncio.wait_for(poll, 3)
     assert [u.update_id for u in updates] == [pushed["update_id"]]
@@ -242,7 +242,7 @@ async def test_ptb_long_poll_and_offset_confirmation(
 async def test_ptb_concurrent_polls_conflict(tg: FakeTelegramServer, bot: telegram.Bot) -> None:
     """A second bot instance polling concurrently terminates the first with 409 Conflict."""
     first = asyncio.create_task(bot.get_updates(timeout=5))
-    await asyncio.sleep(0.2)
+    await until(lambda: tg.get_updates_active == 1)  # the first poll is held open
     # A separate Bot: one Bot's HTTP pool would serialise the two requests.
     async with telegram.Bot(tg.token, base_url=tg.base_url) as other:
         second = asyncio.create_task(other.get_updates(timeout=1))
@@ -271,11 +271,7 @@ async def test_webhook_push_and_manual_delivery(tg: FakeTelegramServer, bot: tel
         headers, body = receiver.requests[0]
         assert headers["X-Telegram-Bot-Api-Secret-Token"] == "s3cret"
         assert orjson.loads(body) == pushed
-        for _ in range(50):  # removal happens right after the 2xx answer
-            if not tg.pending_updates:
-                break
-            await asyncio.sleep(0.02)
-        assert tg.pending_updates == []
+        await until(lambda: not tg.pending_updates)  # removed right after the 2xx answer
 
         status, _ = await tg.deliver_webhook(receiver.url, {"message": pushed["message"]}, "x")
         assert status == 200

@@ -24,6 +24,7 @@ from sessions.jsonl import JsonlSessionStore
 from tests.fakes import media
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
+from tests.waiting import until
 
 PHOTO = media.jpeg(120, 90)
 KEY = ConversationKey("memory", "a")
@@ -100,9 +101,7 @@ async def test_accepted_before_the_fetch_and_recorded_once_taken_in(tmp_path: Pa
     async with running_core(store, provider, tmp_path / "p", blobs=FileBlobStore(tmp_path / "d"),
                             fetch=files.fetch, prompt_cache=False) as core:
         accepted = await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
-        async with asyncio.timeout(5):
-            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
-                await asyncio.sleep(0.01)
+        await until(lambda: files.fetched)
         conv = core.registry.peek(KEY)
         while_held = (list(conv.messages) if conv is not None else None,
                       list(core.channel.replies))
@@ -124,9 +123,7 @@ async def test_a_stop_before_the_fetch_fetches_on_the_next_start(tmp_path: Path)
     files.hold = asyncio.Event()
     async with durable_core(tmp_path, provider, files) as core:
         await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
-        async with asyncio.timeout(5):
-            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
-                await asyncio.sleep(0.01)
+        await until(lambda: files.fetched)
         await core.router.drain(0)
     assert core.channel.replies == []
     files.hold = None
@@ -200,9 +197,7 @@ async def test_a_message_behind_one_with_files_to_fetch_is_recorded_after_it(
     async with running_core(store, provider, tmp_path / "p", blobs=FileBlobStore(tmp_path / "d"),
                             fetch=files.fetch, prompt_cache=False) as core:
         await core.channel.say("a", "what is it?", attachments=(ref("cat.jpg"),))
-        async with asyncio.timeout(5):
-            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
-                await asyncio.sleep(0.01)
+        await until(lambda: files.fetched)
         behind = await core.channel.say("a", "and then this")
         files.hold.set()
         await core.channel.wait_replies(2)
@@ -235,11 +230,9 @@ async def test_downloads_wait_for_a_turn_slot_and_show_the_reply_coming(tmp_path
                             max_concurrent_turns=1) as core:
         for chat in ("a", "b"):
             await core.channel.say(chat, "what is it?", attachments=(ref(f"{chat}.jpg"),))
-        async with asyncio.timeout(5):
-            while not files.fetched:  # noqa: ASYNC110 - the fake has no notification
-                await asyncio.sleep(0.01)
-        for _ in range(50):  # room for a second download to start, were it allowed to
-            await asyncio.sleep(0.001)
+        await until(lambda: files.fetched)
+        for _ in range(100):  # room on the loop for a second download to start, were it
+            await asyncio.sleep(0)  # allowed to (starting one takes no thread, only the loop)
         while_held = (list(files.fetched), list(core.channel.events))
         files.hold.set()
         replies = await core.channel.wait_replies(2)

@@ -16,6 +16,7 @@ from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
+from tests.waiting import until
 
 KEY = ConversationKey("memory", "a")
 
@@ -55,9 +56,7 @@ async def test_queued_and_interrupted_messages_are_answered_after_a_restart(
         first = await core.channel.say("a", "one")
         await core.channel.say("a", "two")
         await core.channel.say("a", "three")
-        async with asyncio.timeout(5):
-            while not provider.calls:  # noqa: ASYNC110 - the fake has no notification
-                await asyncio.sleep(0.01)
+        await until(lambda: provider.calls)
         await core.router.drain(0)  # stopped: the turn is cut off, nothing else runs
     assert core.channel.replies == []
     provider.hold = None

@@ -93,7 +93,7 @@ async def test_duplicate_platform_id_dropped_before_session(tmp_path: Path) -> N
         first = await core.channel.say("a", "hello", platform_id="u1")
         second = await core.channel.say("a", "hello", platform_id="u1")
         await core.channel.wait_replies(1)
-        await asyncio.sleep(0.05)
+        await core.idle()  # every turn has ended: a second answer would be out by now
         assert first is not None
         assert first.session_id
         replay = await core.replay(first.session_id)

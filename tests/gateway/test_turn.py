@@ -16,6 +16,7 @@ import pytest
 from coordination.keys import decode_item
 from coordination.local import LocalConversations
 from gateway.edge.errors import ProviderRateLimited, UnavailableError
+from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions import traces
 from sessions.encoding import dumps
 from sessions.jsonl import JsonlSessionStore
@@ -25,7 +26,7 @@ from tests.fakes.providers import content_text, system_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore, Refuse
 from tests.gateway.harness import running_core
-from tests.waiting import until
+from tests.waiting import WAIT, until
 
 
 def tool_use(name: str, args: dict[str, Any], id_: str) -> dict[str, Any]:
@@ -112,15 +113,33 @@ async def test_small_budget_window_drops_old_messages_and_replays(tmp_path: Path
     assert_replay_equals(replay, provider.bodies)
 
 
+class FirstCallHeld(ScriptedProvider):
+    """The scripted provider whose first call waits for ``gate`` (``called`` says it began)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def complete(self, request: ProviderRequest,
+                       on_text: TextSink | None = None) -> ProviderResponse:
+        if not self.called.is_set():
+            self.called.set()
+            await self.gate.wait()
+        return await super().complete(request, on_text)
+
+
 async def test_message_during_tool_round_waits_and_windows_stay_exact(tmp_path: Path) -> None:
     """A message that arrives mid-turn is logged at once, answered next, windows stay exact."""
-    provider = ScriptedProvider(delay=0.05)
+    provider = FirstCallHeld()
     provider.script(tool_use("mood_set", {"mood": "cheerful"}, "t1"), "first answer",
                     "second answer")
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p") as core:
         first = await core.channel.say("c1", "be cheerful")
-        await asyncio.sleep(0.02)  # the first call is in flight
+        async with asyncio.timeout(WAIT):
+            await provider.called.wait()  # the first call is in flight, held there
         await core.channel.say("c1", "and another thing")
+        provider.gate.set()
         replies = await core.channel.wait_replies(2)
         assert first is not None
         assert first.session_id

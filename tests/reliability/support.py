@@ -73,12 +73,15 @@ class WebGateway:
                            **labels: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         """``/metrics`` once ``name`` (with ``labels``) reaches ``at_least``: a turn is counted
         just after its answer has gone out, so a read right after the answer can be early."""
-        async with asyncio.timeout(timeout):
-            while True:
-                samples = await self.metrics()
-                if total(samples, name, **labels) >= at_least:
-                    return samples
-                await asyncio.sleep(0.01)
+        found: list[dict[tuple[str, frozenset[tuple[str, str]]], float]] = []
+
+        async def reached() -> bool:
+            samples = await self.metrics()
+            found.append(samples)
+            return total(samples, name, **labels) >= at_least
+
+        await until(reached, timeout, f"{name} to reach {at_least}")
+        return found[-1]
 
 
 def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,

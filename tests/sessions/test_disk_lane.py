@@ -15,6 +15,7 @@ from sessions.jsonl_writer import BATCH_BYTES, STALLED
 from sessions.replay import replay_bytes
 from tests.fakes.disk import FaultyDisk
 from tests.sessions.helpers import add, log_entries, user
+from tests.waiting import WAIT
 
 STALL_AFTER = 0.2
 
@@ -89,11 +90,11 @@ async def test_close_waits_for_a_disk_that_comes_back(tmp_path: Path) -> None:
     disk.fail("hang")
     await add(writer, user("late"))
     closing = asyncio.create_task(writer.aclose())
-    assert await asyncio.to_thread(disk.hung.wait, 5)
-    await asyncio.sleep(0.05)
-    assert not closing.done()
+    assert await asyncio.to_thread(disk.hung.wait, WAIT)
     disk.recover()
-    await asyncio.wait_for(closing, 5)
+    await asyncio.wait_for(closing, WAIT)
+    # The close came after the hung operation returned: it waited for the disk.
+    assert disk.events[-3:] == ["hung", "released", "close"]
     assert list(replay_bytes(writer.path.read_bytes()).messages) == [user("late")]
     reopened = await store.open("default", "s1")  # the lock was released with the file
     await reopened.aclose()

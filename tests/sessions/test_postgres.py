@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 
 import orjson
 import pytest
@@ -21,6 +21,7 @@ from sessions.replay import replay_bytes
 from sessions.replay_json import replay_json
 from tests.sessions.helpers import PROMPT_A, SEED_DIR, add, assistant, call_request, user
 from tests.sessions.pg import PG_URL, connect, fresh_schema
+from tests.waiting import until
 
 pytestmark = pytest.mark.services
 
@@ -41,6 +42,35 @@ async def insert_line(schema: str, seq: int, line: bytes) -> None:
 
 def seqs(data: bytes) -> list[int]:
     return [orjson.loads(line)["seq"] for line in data.splitlines()]
+
+
+def committed_elsewhere(schema: str, session_id: str, expected: list[int]) -> None:
+    """Block the calling thread (and so its event loop) until another connection sees the
+    session's log at ``expected`` seqs: what the server committed, whoever has read it."""
+
+    async def seen() -> None:
+        other = await PostgresSessionStore.connect(PG_URL, schema=schema)
+        try:
+            async def there() -> bool:
+                return seqs(await other.read_log("default", session_id)) == expected
+
+            await until(there, what=f"seqs {expected} committed")
+        finally:
+            await other.aclose()
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(seen())
+        except BaseException as exc:  # raised again in the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="committed-elsewhere")
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
 
 
 # -- seq integrity -------------------------------------------------------------------------------
@@ -182,8 +212,9 @@ async def test_lost_reply_is_recognised_on_retry(pg_store: PostgresSessionStore)
     task = asyncio.create_task(add(writer, user("two")))
     for _ in range(20):  # let the task send its query
         await asyncio.sleep(0)
-    # Block the loop on purpose: the server commits meanwhile and its reply waits unread.
-    time.sleep(0.3)  # noqa: ASYNC251
+    # Block the loop on purpose until the server has committed (seen from a thread with a
+    # loop and a store of its own): the reply then waits unread.
+    committed_elsewhere(pg_store.schema, "s1", [0, 1, 2])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -44,6 +44,7 @@ from tests.sessions.helpers import (
     log_entries,
     user,
 )
+from tests.waiting import next_millisecond
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -466,12 +467,12 @@ async def test_list_sessions_newest_first_with_tenants_and_torn(
     first = await store.create(channel="console", conversation="c", session_id="older")
     await add(first, user("first question"))
     await first.aclose()
-    await asyncio.sleep(0.01)  # startedAt has millisecond precision
+    await next_millisecond()  # startedAt has millisecond precision
     second = await store.create(channel="web", conversation="c", session_id="newer")
     await second.aclose()
     with second.path.open("ab") as fh:
         fh.write(b'{"type":"mess')
-    await asyncio.sleep(0.01)
+    await next_millisecond()
     other = await store.create(tenant="acme", channel="slack", conversation="c", session_id="x1")
     await other.aclose()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from tests.sessions.helpers import (
     tool_use,
     user,
 )
+from tests.waiting import next_millisecond
 
 BAD_NAMES: list[Any] = ["..", "../x", "a/b", "", "a" * 200, ".hidden", "a\x00b", 5, b"s1"]
 
@@ -215,11 +215,11 @@ async def test_list_sessions_newest_first_per_tenant(store: SessionStore) -> Non
                                session_id="older")
     await add(first, assistant("hello there"), user("first question"), user("second"))
     await first.aclose()
-    await asyncio.sleep(0.01)  # startedAt has millisecond precision
+    await next_millisecond()  # startedAt has millisecond precision
     second = await store.create(tenant="default", channel="web", conversation="c",
                                 session_id="newer")
     await second.aclose()
-    await asyncio.sleep(0.01)
+    await next_millisecond()
     other = await store.create(tenant="acme", channel="slack", conversation="c", session_id="x1")
     await other.aclose()
 

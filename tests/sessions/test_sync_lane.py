@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from sessions.sync_lane import SyncLane
+from tests.waiting import until
 
 
 class HeldDisk:
@@ -95,10 +96,7 @@ async def test_the_thread_exits_when_idle_and_comes_back(monkeypatch: pytest.Mon
     disk = HeldDisk()
     lane = SyncLane(disk.fsync, name="fsync:test-idle")
     await asyncio.wait_for(lane.sync(1), 10)
-    for _ in range(1000):  # bounded: 10 s at most
-        if not any(t.name == "fsync:test-idle" for t in threading.enumerate()):
-            break
-        await asyncio.sleep(0.01)
-    assert not any(t.name == "fsync:test-idle" for t in threading.enumerate())
+    await until(lambda: not any(t.name == "fsync:test-idle" for t in threading.enumerate()),
+                what="the idle lane's thread to exit")
     await asyncio.wait_for(lane.sync(2), 10)
     assert disk.calls == [1, 2]

@@ -18,6 +18,7 @@ from sessions.replay import replay_bytes
 from tests.sessions.helpers import SEED_DIR
 from tests.sessions.test_cache_bust import NEW_SOUL, A, B, Log
 from tests.sessions.test_drift import VERSIONS, build_drift_session
+from tests.waiting import next_millisecond
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Data:
 
 async def _build(root: Path) -> Path:
     path = await build_drift_session(root, "drift")
-    await asyncio.sleep(0.01)  # distinct startedAt (millisecond precision): stable --all order
+    await next_millisecond()  # distinct startedAt (millisecond precision): stable --all order
     await build_drift_session(root, "other", tenant="acme")
     return path
 

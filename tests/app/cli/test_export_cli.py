@@ -22,6 +22,7 @@ from sessions.otlp import SPAN_KIND_CLIENT
 from sessions.replay import replay_bytes
 from tests.sessions.helpers import SEED_DIR
 from tests.sessions.test_export import build_export_session
+from tests.waiting import next_millisecond
 
 SESSIONS = [("default", "s1"), ("default", "s2"), ("acme", "t1"), ("default", "s3")]
 
@@ -40,7 +41,7 @@ class Interrupted(Exception):
 async def _build(root: Path) -> None:
     for tenant, sid in SESSIONS:  # oldest first, as --all exports them
         await build_export_session(root, sid, tenant)
-        await asyncio.sleep(0.01)  # distinct startedAt (millisecond precision)
+        await next_millisecond()  # distinct startedAt (millisecond precision)
 
 
 @pytest.fixture

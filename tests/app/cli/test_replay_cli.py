@@ -34,6 +34,7 @@ from tests.sessions.helpers import (
     tool_use,
     user,
 )
+from tests.waiting import next_millisecond
 
 ROOT = Path(__file__).resolve().parents[3]
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -101,7 +102,7 @@ async def _build(data_dir: Path) -> dict[tuple[int, str], dict[str, Any]]:
 
     # A session whose first call entry the writer refused (the gap names it) and whose second
     # call names a prompt (and a tool set) the log lacks: recorded, not rebuildable.
-    await asyncio.sleep(0.01)
+    await next_millisecond()
     other = JsonlSessionStore(data_dir.parent / "other", durability="none")
     gappy = await other.create(channel="web", conversation="w2", session_id="gappy")
     await add(gappy, Q)
@@ -112,14 +113,14 @@ async def _build(data_dir: Path) -> dict[tuple[int, str], dict[str, Any]]:
                          "prompt": PROMPT_A.fingerprint}])
     await gappy.aclose()
 
-    await asyncio.sleep(0.01)  # distinct startedAt (millisecond precision) for a stable listing
+    await next_millisecond()  # distinct startedAt (millisecond precision) for a stable listing
     torn = await store.create(channel="web", conversation="w1", session_id="torn")
     await add(torn, user("half"))
     await torn.aclose()
     with torn.path.open("ab") as fh:
         fh.write(b'{"type":"message","seq":2,"ts":"20')
 
-    await asyncio.sleep(0.01)
+    await next_millisecond()
     other = await store.create(tenant="acme", channel="slack", conversation="c9", session_id="t1")
     await add(other, user("acme question"))
     await other.aclose()
