@@ -31,7 +31,7 @@ import orjson
 
 from sessions.files import ensure_private_dir
 
-log = logging.getLogger("gateway.app.control")
+log = logging.getLogger(__name__)
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024

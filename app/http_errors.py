@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-log = logging.getLogger("gateway.http")
+log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 

@@ -13,7 +13,11 @@ Client libraries (HTTP clients, the provider and platform SDKs, database drivers
 OpenTelemetry exporter) are held at WARNING whatever ``GATEWAY_LOG_LEVEL`` says: at DEBUG they
 write whole request bodies (user text, memory) and URLs that carry the Telegram bot token.
 An operator who needs them names them in ``GATEWAY_LOG_LEVELS`` (``httpx2=DEBUG,openai=INFO``).
-The gateway's own loggers never write secrets or message content at INFO or above.
+The gateway's own loggers are named after their modules (``logging.getLogger(__name__)``:
+``gateway.*``, ``channels.*``, ``providers.*``, ``coordination.*``, ``toolsets.*``,
+``sessions.*``, ``app.*``), take the configured level from the root, and can be turned up by
+package or module the same way (``channels.telegram=DEBUG``). They never write secrets or
+message content at INFO or above.
 """
 
 from __future__ import annotations

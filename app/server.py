@@ -45,7 +45,7 @@ from gateway.edge.metrics import Metrics
 from gateway.edge.provider import Provider
 from sessions.store import SessionStore
 
-log = logging.getLogger("gateway.app")
+log = logging.getLogger(__name__)
 
 
 class Closes(Protocol):

@@ -22,7 +22,7 @@ from coordination import scripts
 from coordination.redis_queue import LEASE_SAFETY
 from gateway.edge.tasks import bounded, stop
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 RESTART_PAUSE = 1.0
 """Seconds before campaigning again after the job itself failed."""

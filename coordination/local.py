@@ -34,7 +34,7 @@ from gateway.edge.pairing import PairingState
 from sessions.reserve import Reserve
 from sessions.sync_lane import FileSyncer
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 
 class LocalConversations:

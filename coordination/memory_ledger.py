@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from gateway.edge.ledger import NOTHING, Seed, Spent
 
-log = logging.getLogger("gateway.edge.ledger")
+log = logging.getLogger(__name__)
 
 
 

@@ -30,7 +30,7 @@ from gateway.edge.errors import ConfigError
 from gateway.edge.pairing import PairingState
 from gateway.edge.tasks import bounded, stop
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_TTL = 15.0
 

@@ -35,7 +35,7 @@ from coordination.keys import Keys
 from gateway.edge.erasure import Changed, ErasureRefusedError, Hold, Holder
 from gateway.edge.tasks import stop
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 RELEASE_AFTER = 4.0
 """A worker waits at most this many times the hold's timeout for ``release``."""

@@ -22,7 +22,7 @@ from gateway.edge.episodes import Episode
 from gateway.edge.ledger import NOTHING, Spent
 from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.edge.ledger")
+log = logging.getLogger(__name__)
 
 KEEP_DAYS = 3 * 86_400
 # Drop what left the window; if the window is full, the seconds until its oldest leaves;

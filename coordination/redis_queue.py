@@ -50,7 +50,7 @@ from gateway.edge.errors import UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey
 from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

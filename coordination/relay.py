@@ -29,7 +29,7 @@ from coordination.keys import Keys
 from gateway.edge.channel import ReplySink, RetractSink
 from gateway.edge.tasks import bounded
 
-log = logging.getLogger("gateway.edge.coordination")
+log = logging.getLogger(__name__)
 
 DELTA_INTERVAL = 0.05
 INBOX_TTL = 600

@@ -38,7 +38,7 @@ from sessions.endpoint import origin
 from sessions.records import MessageDict
 from sessions.shapes import Shape
 
-log = logging.getLogger("providers.openai")
+log = logging.getLogger(__name__)
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 _PATH = "/chat/completions"

@@ -38,7 +38,7 @@ from sessions.reserve import FULL_KINDS, Reserve
 from sessions.store import Durability, SessionState
 from sessions.sync_lane import FileSyncer
 
-log = logging.getLogger("sessions.jsonl")
+log = logging.getLogger(__name__)
 
 MAX_BACKLOG_BYTES = 16 * 1024 * 1024
 """Accepted-but-unwritten bytes a writer holds while its disk fails, before it gives up."""

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from sessions.files import FILE_MODE, ensure_private_dir, sync_dir
 
-log = logging.getLogger("sessions.reserve")
+log = logging.getLogger(__name__)
 
 RESERVE_FILE = "reserve"
 DEFAULT_SIZE = 4 * 1024 * 1024

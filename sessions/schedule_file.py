@@ -40,7 +40,7 @@ from sessions.schedules import (
     to_json,
 )
 
-log = logging.getLogger("sessions.schedule_file")
+log = logging.getLogger(__name__)
 
 SCHEDULES_FILE = "schedules.jsonl"
 LOCK_FILE = "schedules.lock"

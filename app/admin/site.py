@@ -75,7 +75,7 @@ from sessions.replay import replay_bytes
 from sessions.store import SessionInfo
 from sessions.usage import aggregate, calls_of
 
-log = logging.getLogger("gateway.admin")
+log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace) -> int:
     logs.configure_from(settings, secrets=tool_secrets(settings))
     warning = await asyncio.to_thread(shared_env_file, Path(".env"))
     if warning is not None:
-        logging.getLogger("gateway.app").warning("%s", warning)
+        logging.getLogger(__name__).warning("%s", warning)
     # Private whichever store keeps the sessions (the JSONL store tightens it itself; with
     # PostgreSQL the MCP logs, persona and owed journal live in it all the same).
     await asyncio.to_thread(ensure_private_dir, settings.data_dir)

@@ -39,7 +39,7 @@ from gateway.edge.history import History
 from gateway.edge.ids import DEFAULT_TENANT, valid_id
 from gateway.edge.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
-log = logging.getLogger("channels.console")
+log = logging.getLogger(__name__)
 
 CHANNEL = "console"
 SENDER_ID = "console-user"

@@ -85,7 +85,7 @@ from gateway.edge.messages import Attachment, Inbound, Sender
 from gateway.edge.metrics import Metrics
 from gateway.edge.tasks import stop
 
-log = logging.getLogger("channels.slack")
+log = logging.getLogger(__name__)
 
 NAME_LOOKUP_TIMEOUT: Final = 2.0
 NAME_WAIT: Final = 1.5

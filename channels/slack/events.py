@@ -45,7 +45,7 @@ from gateway.edge.http_limits import BodyRefused, read_body
 from gateway.edge.metrics import Metrics
 from gateway.edge.refusals import RefusalLog
 
-log = logging.getLogger("channels.slack")
+log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 MAX_BODY: Final = 512 * 1024
@@ -83,7 +83,7 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
     ``verify_requests`` is False only for Socket Mode, where nothing comes in over HTTP (bolt
     skips verification for socket requests anyway).
     """
-    bolt_log = logging.getLogger("channels.slack.bolt")
+    bolt_log = log.getChild("bolt")  # the SDK's records, under this module's name
     if not any(isinstance(f, _ClientTokenNotice) for f in bolt_log.filters):
         bolt_log.addFilter(_ClientTokenNotice())
     app = AsyncApp(
@@ -92,7 +92,7 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
         signing_secret=signing_secret or "",
         process_before_response=True,
         request_verification_enabled=verify_requests,
-        logger=logging.getLogger("channels.slack.bolt"),
+        logger=bolt_log,
         name="gateway",
     )
 

@@ -30,7 +30,7 @@ import aiohttp
 from channels.slack.convert import SlackFile, token_allowed
 from gateway.edge.messages import Attachment, Inbound
 
-log = logging.getLogger("channels.slack")
+log = logging.getLogger(__name__)
 
 DOWNLOAD_TIMEOUT: Final = 60.0
 _CHUNK: Final = 256 * 1024

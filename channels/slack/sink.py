@@ -37,7 +37,7 @@ from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import Inbound, OutboundFile
 from gateway.edge.metrics import Metrics
 
-log = logging.getLogger("channels.slack")
+log = logging.getLogger(__name__)
 
 TYPING_REACTION: Final = "eyes"
 EMPTY_REPLY: Final = "_(no reply)_"

@@ -19,7 +19,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-log = logging.getLogger("channels.slack")
+log = logging.getLogger(__name__)
 
 CLOSE_WAIT = 2.0
 """Seconds :meth:`SocketMode.aclose` waits for the client's own tasks to end."""
@@ -40,7 +40,7 @@ class SocketMode:
         # it is built here, in the running loop, not in the channel's constructor.
         self._handler = AsyncSocketModeHandler(self._app, self._app_token,
                                                web_client=self._client,
-                                               logger=logging.getLogger("channels.slack.socket"))
+                                               logger=log.getChild("sdk"))
         self._connect = group.create_task(self._run_connect(self._handler))
 
     @staticmethod

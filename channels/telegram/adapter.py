@@ -80,7 +80,7 @@ from gateway.edge.messages import Attachment, ConversationKey, Inbound, Sender
 from gateway.edge.metrics import Metrics
 from gateway.edge.tasks import stop
 
-log = logging.getLogger("channels.telegram")
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "https://api.telegram.org/bot"
 RATE_LIMIT_RETRIES: Final = 3

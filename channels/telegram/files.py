@@ -37,7 +37,7 @@ from channels.telegram.request import AiohttpRequest
 from channels.telegram.sink import BotApi
 from gateway.edge.messages import Attachment, Inbound
 
-log = logging.getLogger("channels.telegram")
+log = logging.getLogger(__name__)
 
 DEFAULT_FILE_BASE_URL: Final = "https://api.telegram.org/file/bot"
 DOWNLOAD_TIMEOUT: Final = 60.0

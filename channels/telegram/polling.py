@@ -43,7 +43,7 @@ from channels.telegram.sink import BotApi, error_kind, retry_after_seconds
 from gateway.edge.channel import RouterClosedError
 from gateway.edge.errors import Failure, UnavailableError
 
-log = logging.getLogger("channels.telegram")
+log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES: Final = ("message",)
 """Only messages: edits, reactions and member updates are never asked for."""

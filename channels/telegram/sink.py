@@ -48,7 +48,7 @@ from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import OutboundFile
 from gateway.edge.metrics import Metrics
 
-log = logging.getLogger("channels.telegram")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TelegramBot = ExtBot[int]

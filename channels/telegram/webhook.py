@@ -31,7 +31,7 @@ from gateway.edge.http_limits import BodyRefused, read_body
 from gateway.edge.metrics import Metrics
 from gateway.edge.refusals import RefusalLog
 
-log = logging.getLogger("channels.telegram")
+log = logging.getLogger(__name__)
 
 PATH: Final = "/telegram/webhook"
 SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"

@@ -91,7 +91,7 @@ from gateway.edge.http_limits import body_timeout
 from gateway.edge.ids import DEFAULT_TENANT
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 
-log = logging.getLogger("channels.web")
+log = logging.getLogger(__name__)
 
 CHANNEL = "web"
 MAX_HISTORY_PAGE = 200

@@ -28,7 +28,7 @@ from gateway.edge.channel import Deliver, ReplySink
 from gateway.edge.messages import Inbound
 from gateway.edge.metrics import Metrics
 
-log = logging.getLogger("gateway.access.gate")
+log = logging.getLogger(__name__)
 
 PAIRING_TEXT = (
     "Hi! I don't know you yet. To talk to me, ask my operator to run:\n\n"

@@ -33,7 +33,7 @@ from typing import Any, Final, Self, TypeVar
 from gateway.edge.pairing import PairingState, PairingStore
 from gateway.edge.tasks import stop
 
-log = logging.getLogger("gateway.access.gate")
+log = logging.getLogger(__name__)
 
 REFRESH: Final = 1.0
 """Seconds between reads of the real state (how soon an approval made elsewhere applies)."""

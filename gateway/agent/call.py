@@ -50,7 +50,7 @@ from sessions.records import (
     Window,
 )
 
-log = logging.getLogger("gateway.agent.loop")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

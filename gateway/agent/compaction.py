@@ -31,7 +31,7 @@ from gateway.edge.observe import TurnHandle
 from sessions.records import Injected, Lineage, MessageDict, Prompt, Section, Window
 from sessions.scan import message_text
 
-log = logging.getLogger("gateway.agent.compaction")
+log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
 You keep the memory of a long conversation between a user and an assistant. You are given the \

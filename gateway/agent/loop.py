@@ -56,7 +56,7 @@ from sessions.errors import BlobCorruptError
 from sessions.records import NO_LINEAGE, Injected, Lineage, window_messages
 from sessions.scan import message_text
 
-log = logging.getLogger("gateway.agent.loop")
+log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I couldn't reach my language model just now. Please try again in a moment."
 CAPPED = "I stopped after too many steps without a final answer."

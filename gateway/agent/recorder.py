@@ -34,7 +34,7 @@ from sessions.persist import PersistReport, persist_call
 from sessions.records import CallRequest
 from sessions.store import SessionWriter
 
-log = logging.getLogger("gateway.persist")
+log = logging.getLogger(__name__)
 
 
 

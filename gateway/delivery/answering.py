@@ -22,7 +22,7 @@ from gateway.edge.channel import FileSink, ReplySink, RetractSink
 from gateway.edge.errors import ChannelError
 from gateway.edge.messages import OutboundFile
 
-log = logging.getLogger("gateway.delivery.answering")
+log = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 """Runs a coroutine in a task of its own, owned by the caller (the router's task group)."""

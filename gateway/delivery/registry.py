@@ -47,7 +47,7 @@ from sessions.store import SessionStore, SessionWriter
 if TYPE_CHECKING:
     from gateway.edge.coordination import FencedStore, FencedWriter
 
-log = logging.getLogger("gateway.delivery.registry")
+log = logging.getLogger(__name__)
 
 
 class ConversationRegistry:

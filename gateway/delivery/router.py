@@ -69,7 +69,7 @@ from gateway.edge.errors import UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey, Inbound
 from gateway.edge.metrics import Metrics
 
-log = logging.getLogger("gateway.delivery.router")
+log = logging.getLogger(__name__)
 
 class Router:
     """Routes inbound messages to turns. Use as an async context manager (owns its tasks)."""

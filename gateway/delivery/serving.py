@@ -44,7 +44,7 @@ from gateway.edge.metrics import Metrics
 from gateway.media.notice import with_notice
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 
-log = logging.getLogger("gateway.delivery.router")
+log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[Inbound], ReplySink]
 TakeIn = Callable[[Inbound], Awaitable[Inbound]]

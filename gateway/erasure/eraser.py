@@ -46,7 +46,7 @@ from sessions.scan import split_lines
 from sessions.store import SessionInfo, SessionStore
 from sessions.tombstones import subject_hash, tombstone
 
-log = logging.getLogger("gateway.erasure.eraser")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

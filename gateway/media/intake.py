@@ -57,7 +57,7 @@ from sessions.attachments import BlobRef, category, ref_block
 from sessions.blobs import BlobStore
 from sessions.errors import BlobWriteError
 
-log = logging.getLogger("gateway.media")
+log = logging.getLogger(__name__)
 
 _AUDIO_KINDS = frozenset({"voice", "audio", "video_note"})
 _FALLBACK_NAMES = {"photo": "photo.jpg", "voice": "voice.ogg", "audio": "audio",

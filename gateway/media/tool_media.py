@@ -31,7 +31,7 @@ from gateway.media.sniff import sniff
 from sessions.attachments import PDF, category
 from sessions.blobs import BlobStore
 
-log = logging.getLogger("gateway.media")
+log = logging.getLogger(__name__)
 
 
 class ToolMediaKeeper:

@@ -20,7 +20,7 @@ from typing import TypeAlias
 
 from sessions.files import ensure_private_dir
 
-log = logging.getLogger("gateway.persona.workspace")
+log = logging.getLogger(__name__)
 
 Stamp: TypeAlias = tuple[int, int, int]
 """``(st_mtime_ns, st_size, st_ino)`` of a file: what tells a change without reading it."""

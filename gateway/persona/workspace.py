@@ -60,7 +60,7 @@ from gateway.persona.sections import (
 )
 from sessions.records import Prompt, Section
 
-log = logging.getLogger("gateway.persona.workspace")
+log = logging.getLogger(__name__)
 
 __all__ = ["KB_HEADER", "OPERATOR_SECTIONS", "SECTION_ORDER", "PersonaWorkspace",
            "channel_section"]

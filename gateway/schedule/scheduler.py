@@ -53,7 +53,7 @@ from gateway.usage.limits import iso_time
 from sessions.errors import SessionError
 from sessions.schedules import Outcome, ScheduleRecord
 
-log = logging.getLogger("gateway.schedule")
+log = logging.getLogger(__name__)
 
 HOLD = 5.0
 """Seconds before a delivery the router could not take is tried again."""

@@ -23,7 +23,7 @@ from gateway.schedule.clock import Clock
 from gateway.schedule.store import ScheduleStore
 from sessions.schedules import ScheduleRecord, Target, TriggerKind
 
-log = logging.getLogger("gateway.schedule")
+log = logging.getLogger(__name__)
 
 MAX_INSTRUCTION_CHARS = 2000
 OPERATOR = "operator"

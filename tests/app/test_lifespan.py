@@ -109,7 +109,7 @@ async def test_parts_start_in_order_and_stop_in_reverse(
                                        started("b", Step("b", events, fail=True)),
                                        started("c", Step("c", events))])
     client.gateway = gateway
-    with caplog.at_level(logging.WARNING, logger="gateway.app"):
+    with caplog.at_level(logging.WARNING, logger="app.server"):
         async with gateway.lifespan():
             events.append("serving")
         await gateway.aclose()  # a second stop is a no-op

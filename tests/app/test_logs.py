@@ -3,6 +3,7 @@ libraries unless the operator names them, secrets redacted, no message text at I
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 from collections.abc import Iterator
@@ -149,3 +150,36 @@ async def test_lines_inside_a_turn_carry_its_trace_and_span_ids(
     with logctx.bound(session="s1", trace_id="ab" * 16, span_id="cd" * 8):
         logging.getLogger("gateway.test").warning("a text line")
     assert captured.getvalue().strip().endswith("gateway.test: a text line  session=s1")
+
+
+def test_one_of_our_packages_can_be_turned_up_on_its_own(captured: Captured) -> None:
+    """Our loggers are named by their modules, so GATEWAY_LOG_LEVELS opens one package (the
+    Telegram channel) at DEBUG while the rest stays at the configured level."""
+    from channels.telegram import polling
+    from gateway.agent import recorder
+
+    try:
+        logs.configure("json", "INFO", [], logs.parse_levels("channels.telegram=DEBUG"))
+        polling.log.debug("getUpdates")
+        recorder.log.debug("hidden")
+        recorder.log.info("shown")
+    finally:
+        logging.getLogger("channels.telegram").setLevel(logging.NOTSET)
+    assert [(line["logger"], line["level"]) for line in lines(captured)] == [
+        ("channels.telegram.polling", "debug"), ("gateway.agent.recorder", "info")]
+
+
+def test_no_logger_of_ours_is_named_by_hand() -> None:
+    """Every logger in the product is ``logging.getLogger(__name__)`` (or a child of one): no
+    string names, which drift from the modules they log for."""
+    root = Path(__file__).resolve().parents[2]
+    named: list[str] = []
+    for package in ("gateway", "channels", "providers", "coordination", "toolsets", "sessions",
+                    "app"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "getLogger" and node.args
+                        and isinstance(node.args[0], ast.Constant)):
+                    named.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert named == []

@@ -130,7 +130,7 @@ async def test_codes_survive_a_failing_state_and_are_written_once_it_recovers(
 ) -> None:
     """Codes given while the real state fails stay in memory, are written once it works again,
     and the failure episode is logged once."""
-    caplog.set_level(logging.INFO, logger="gateway.access.gate")
+    caplog.set_level(logging.INFO, logger="gateway.access.pairing_live")
     path = tmp_path / "pairing.json"
     flaky = Flaky(path, failures=2)
     on_file = PairingStore(FilePairingState(path))
@@ -142,7 +142,7 @@ async def test_codes_survive_a_failing_state_and_are_written_once_it_recovers(
         await wait_until(lambda: len(on_file.listing()["pending"]) == 2)
         assert live.memory.queued == []
     assert sorted(on_file.listing()["pending"]) == sorted(c for c in codes if c is not None)
-    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access.gate"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.access.pairing_live"]
     assert [line.split(":")[0] for line in lines] == ["pairing state", "pairing state"]
     assert "cannot write or read it (OSError)" in lines[0]
     assert "recovered" in lines[1]

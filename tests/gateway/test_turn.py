@@ -189,7 +189,7 @@ async def test_persist_failure_still_answers_and_warns_once(
     provider.script("answer one")
     async with running_core(store, provider, tmp_path / "p", persist_timeout=0.2) as core:
         store.set_fault(fault, {"call"})  # only the persist step's batch fails
-        with caplog.at_level(logging.WARNING, logger="gateway.persist"):
+        with caplog.at_level(logging.WARNING, logger="gateway.agent.recorder"):
             accepted = await core.channel.say("c1", "hi")
             replies = await core.channel.wait_replies(1)
         store.set_fault(None)
@@ -198,7 +198,7 @@ async def test_persist_failure_still_answers_and_warns_once(
         assert accepted is not None
         assert accepted.session_id
         replay = await core.replay(accepted.session_id)
-    warnings = [r for r in caplog.records if r.name == "gateway.persist"]
+    warnings = [r for r in caplog.records if r.name == "gateway.agent.recorder"]
     assert [r.levelno for r in warnings] == [logging.WARNING]
     assert kind in warnings[0].getMessage()
     assert accepted.session_id in warnings[0].getMessage()

@@ -295,7 +295,7 @@ async def test_wrong_admin_tokens_are_throttled_and_logged_without_the_guess(
     """After a few wrong tokens a client's next wrong ones get 429 with Retry-After; Bearer
     guesses count the same; the right token still signs in (an attacker cannot lock the
     operator out); every failure is logged with the client and the count, never the guess."""
-    caplog.set_level(logging.INFO, logger="gateway.admin")
+    caplog.set_level(logging.INFO, logger="app.admin.site")
     guesses = [f"guess-number-{n}" for n in range(FREE_FAILURES)]
     statuses = [(await sign_in(stack, guess))[0] for guess in guesses]
     assert statuses == [401] * FREE_FAILURES
@@ -308,7 +308,7 @@ async def test_wrong_admin_tokens_are_throttled_and_logged_without_the_guess(
     async with stack.http.get(stack.base + "/admin/", headers={
             "Authorization": f"Bearer {ADMIN_TOKEN}"}) as response:
         assert response.status == 200
-    lines = [r.getMessage() for r in caplog.records if r.name == "gateway.admin"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.admin.site"]
     assert len(lines) == FREE_FAILURES
     assert all("127.0.0.1" in line for line in lines)
     assert not any(guess in line for guess in guesses for line in lines)

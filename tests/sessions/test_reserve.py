@@ -101,7 +101,7 @@ async def test_a_close_on_a_full_disk_writes_into_the_released_reserve(
     for text in ("answered 1", "answered 2"):
         await add(writer, user(text))  # accepted: the writer reports the failure, keeps it
     assert writer.pending_bytes > 0
-    with caplog.at_level(logging.WARNING, "sessions.jsonl"):
+    with caplog.at_level(logging.WARNING, "sessions.jsonl_writer"):
         await writer.aclose()
 
     texts = [m["content"] for m in replay_bytes(writer.path.read_bytes()).messages]

@@ -421,7 +421,7 @@ async def test_aclose_releases_even_when_final_sync_fails(
     writer, read_fd = pipe_writer("turn")
     try:
         await add(writer, user("a"))
-        with caplog.at_level(logging.WARNING, logger="sessions.jsonl"):
+        with caplog.at_level(logging.WARNING, logger="sessions.jsonl_writer"):
             await writer.aclose()
         assert [r.getMessage() for r in caplog.records] == [
             "session p1: final sync failed (EINVAL)"]

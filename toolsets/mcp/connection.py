@@ -58,7 +58,7 @@ from toolsets.mcp.names import tool_name
 from toolsets.mcp.results import to_tool_result
 from toolsets.mcp.stdio import Launch, stdio_transport
 
-log = logging.getLogger("gateway.mcp")
+log = logging.getLogger(__name__)
 
 CLIENT_INFO = Implementation(name="gateway", version="0.1.0")
 _PAGES = 100  # a server whose tools/list never ends cannot hang the supervisor

@@ -19,7 +19,7 @@ from toolsets.mcp.config import McpConfig
 from toolsets.mcp.connection import ConnectionSettings, McpTool, ServerConnection
 from toolsets.mcp.names import tool_name
 
-log = logging.getLogger("gateway.mcp")
+log = logging.getLogger(__name__)
 
 _HEALTH = {"connected": "up"}
 """A connection's status as ``/healthz`` words it (the others read the same)."""

@@ -105,7 +105,7 @@ async def test_server_that_cannot_start_is_one_log_line(
 ) -> None:
     """A server whose command does not exist: start returns, the other server's tools are
     offered, its own are absent, and retries do not repeat the warning."""
-    caplog.set_level(logging.DEBUG, logger="gateway.mcp")
+    caplog.set_level(logging.DEBUG, logger="toolsets.mcp")
     missing = str(tmp_path / "no-such-server")
     async with toolbox({"broken": {"command": missing}, "t": stdio_spec()}) as box:
         broken = box.server("broken")
