@@ -147,7 +147,7 @@ class StallsAfterADelta(ScriptedProvider):
         assert on_text is not None
         await on_text("half an answer")
         self.streamed.set()
-        await asyncio.sleep(120)  # bounded; the lease guard cancels it long before
+        await asyncio.get_running_loop().create_future()  # until the lease guard cancels it
         raise AssertionError("the call outlived the lease")
 
 
@@ -499,7 +499,7 @@ class CutOffThenHeld(Recalling):
         self.calls += 1
         if self.calls == 1:
             self.first.set()
-            await asyncio.sleep(120)  # bounded; the lease guard cancels it long before
+            await asyncio.get_running_loop().create_future()  # until the lease guard cancels it
             raise AssertionError("the call outlived the lease")
         if self.calls == 2:
             self.second.set()
