@@ -20,7 +20,7 @@ Spans (GenAI semantic conventions 1.37+, attribute builders shared with the file
 
 * a turn: ``invoke_agent gateway``, kind INTERNAL, ``gen_ai.operation.name=invoke_agent``,
   ``gen_ai.agent.name``, ``gen_ai.conversation.id`` (the session), ``gateway.tenant``,
-  ``gateway.edge.channel``, ``gateway.agent.conversation``, ``gateway.agent.loop.outcome``;
+  ``gateway.channel``, ``gateway.conversation``, ``gateway.turn.outcome``;
 * each provider call, a child: ``chat {model}``, kind CLIENT, ``gen_ai.provider.name`` (never
   the deprecated ``gen_ai.system``), ``gen_ai.request.*``, ``gen_ai.response.model``,
   ``gen_ai.response.id``, ``gen_ai.response.finish_reasons``, ``gen_ai.usage.*``,
@@ -129,8 +129,8 @@ class OtelObserver:
                     "gen_ai.agent.name": AGENT_NAME,
                     "gen_ai.conversation.id": turn.session,
                     "gateway.tenant": turn.tenant,
-                    "gateway.edge.channel": turn.channel,
-                    "gateway.agent.conversation": turn.conversation,
+                    "gateway.channel": turn.channel,
+                    "gateway.conversation": turn.conversation,
                 })
         return _TurnSpan(self, span, turn)
 
@@ -194,7 +194,7 @@ class _TurnSpan:
         return _ToolSpan(span, self.owner.options.capture_content)
 
     def finished(self, status: str, latency: float) -> None:
-        self.span.set_attribute("gateway.agent.loop.outcome", status)
+        self.span.set_attribute("gateway.turn.outcome", status)
         if status in ("error", "apologised"):
             self.span.set_status(Status(StatusCode.ERROR, status))
             self.span.set_attribute("error.type", status)

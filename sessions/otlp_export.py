@@ -8,8 +8,8 @@ GenAI semantic conventions (:mod:`sessions.genai`) and carry the ids the live tr
 
 * the turn: ``invoke_agent gateway``, kind INTERNAL, the root: ``gen_ai.operation.name``,
   ``gen_ai.agent.name``, ``gen_ai.conversation.id`` (the session), ``gateway.tenant``,
-  ``gateway.edge.channel``, ``gateway.agent.conversation`` and, when the log tells,
-  ``gateway.agent.loop.outcome`` (``answered``, ``apologised``, ``refused``; an apology is an
+  ``gateway.channel``, ``gateway.conversation`` and, when the log tells,
+  ``gateway.turn.outcome`` (``answered``, ``apologised``, ``refused``; an apology is an
   ERROR with ``error.type``);
 * each call, its child: ``chat {model}``, kind CLIENT, ``gen_ai.provider.name`` (``_OTHER``
   when the log does not say, as in v1/v2 logs: never guessed from the model name),
@@ -17,7 +17,7 @@ GenAI semantic conventions (:mod:`sessions.genai`) and carry the ids the live tr
   recorded, ``gen_ai.response.finish_reasons`` for an answer (the stop reason mapped, or
   inferred from the answer), ``server.address``/``server.port`` from the recorded endpoint,
   and ours: ``gateway.tenant``, ``gateway.call`` (its number in ``gateway replay``),
-  ``gateway.agent.prompt.fingerprint``. A failed call has ``error.type`` (the recorded error
+  ``gateway.prompt.fingerprint``. A failed call has ``error.type`` (the recorded error
   kind), an ERROR status and no finish reasons: no response came back;
 * each tool call, a child of the call that asked for it: ``execute_tool {name}``, kind
   INTERNAL, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``; a result the
@@ -83,13 +83,13 @@ def turn_spans(replay: Replay, turn: Turn, tenant: str, *, content: str = "full"
         "gen_ai.agent.name": AGENT_NAME,
         "gen_ai.conversation.id": session,
         "gateway.tenant": tenant,
-        "gateway.edge.channel": _header_str(replay, "channel"),
-        "gateway.agent.conversation": _header_str(replay, "conversation"),
+        "gateway.channel": _header_str(replay, "channel"),
+        "gateway.conversation": _header_str(replay, "conversation"),
     }
     outcome = _outcome(replay, turn)
     error = None
     if outcome is not None:
-        attrs["gateway.agent.loop.outcome"] = outcome
+        attrs["gateway.turn.outcome"] = outcome
         if outcome == "apologised":
             attrs["error.type"] = error = outcome
     starts: list[int | None] = [s.start_ns for s in children]
@@ -158,7 +158,7 @@ def call_span(replay: Replay, call: Call, tenant: str, *, content: str = "full",
     attrs["gateway.tenant"] = tenant
     attrs["gateway.call"] = call.index
     if call.prompt is not None:
-        attrs["gateway.agent.prompt.fingerprint"] = call.prompt.fingerprint
+        attrs["gateway.prompt.fingerprint"] = call.prompt.fingerprint
     start = _parse_ts(call.ts)
     latency = outcome.latency_ms if outcome is not None else None
     end = start + timedelta(milliseconds=latency) if start is not None and latency else None

@@ -164,8 +164,8 @@ async def test_a_turn_is_a_root_span_with_call_and_tool_children(
     assert attrs(turn) == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "gateway",
         "gen_ai.conversation.id": session, "gateway.tenant": "default",
-        "gateway.edge.channel": "web", "gateway.agent.conversation": "web:tea",
-        "gateway.agent.loop.outcome": "answered",
+        "gateway.channel": "web", "gateway.conversation": "web:tea",
+        "gateway.turn.outcome": "answered",
     }
     call = attrs(first)
     assert {k: call[k] for k in ("gen_ai.operation.name", "gen_ai.provider.name",

@@ -60,7 +60,7 @@ FULL_ATTRIBUTES = {
     "gen_ai.response.id", "gen_ai.response.model",
     "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.system_instructions",
     "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.response.finish_reasons",
-    "gen_ai.tool.definitions", "gateway.tenant", "gateway.call", "gateway.agent.prompt.fingerprint",
+    "gen_ai.tool.definitions", "gateway.tenant", "gateway.call", "gateway.prompt.fingerprint",
 }
 PART_KEYS = {
     "text": {"type", "content"},
@@ -230,13 +230,13 @@ async def test_a_turn_is_one_trace_whose_parent_links_resolve(replay: Replay) ->
     assert turn.attrs == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "gateway",
         "gen_ai.conversation.id": "s1", "gateway.tenant": "default",
-        "gateway.edge.channel": "telegram", "gateway.agent.conversation": "s1",
-        "gateway.agent.loop.outcome": "answered"}
+        "gateway.channel": "telegram", "gateway.conversation": "s1",
+        "gateway.turn.outcome": "answered"}
     assert turn.span.start_time_unix_nano == ask.span.start_time_unix_nano
     assert turn.span.end_time_unix_nano == max(s.span.end_time_unix_nano
                                                for s in (ask, tool, answer))
     (apology, failed) = second
-    assert (apology.attrs["gateway.agent.loop.outcome"], apology.attrs["error.type"],
+    assert (apology.attrs["gateway.turn.outcome"], apology.attrs["error.type"],
             apology.span.status.code) == ("apologised", "apologised",
                                           Status.StatusCode.STATUS_CODE_ERROR)
     assert failed.span.parent_span_id == apology.span.span_id
@@ -263,7 +263,7 @@ async def test_calls_recorded_with_their_turn_are_grouped_by_it(tmp_path: Path) 
     assert [(t.key, [c.index for c in t.calls], t.refusal is not None) for t in turns] == [
         (0, [1], False), (2, [], True), (3, [2, 3], False)]
     refused = parsed_spans(list(records(replay, "otlp-json"))[1])
-    assert [(s.span.name, s.attrs.get("gateway.agent.loop.outcome")) for s in refused] == [
+    assert [(s.span.name, s.attrs.get("gateway.turn.outcome")) for s in refused] == [
         ("invoke_agent gateway", "refused")]
     assert refused[0].span.trace_id.hex() == trace_id("default", "s1", 2)
 
@@ -333,7 +333,7 @@ async def test_span_fields_and_required_attributes(replay: Replay) -> None:
         "gen_ai.response.finish_reasons": ["stop"],
         "gateway.tenant": "default",
         "gateway.call": 2,
-        "gateway.agent.prompt.fingerprint": PROMPT_A.fingerprint,
+        "gateway.prompt.fingerprint": PROMPT_A.fingerprint,
     }
     assert content(attrs, "gen_ai.system_instructions") == [
         {"type": "text", "content": PROMPT_A.text}]
