@@ -1,7 +1,8 @@
-"""The composition root: the only module that picks concrete stores, providers and channels.
+"""The composition root: the only modules that pick concrete stores, providers and channels
+(this one, :mod:`app.compose_channels` and :mod:`app.compose_erasure`).
 
 ``gateway run``, ``gateway chat`` and the tests build a :class:`~app.server.Gateway` here from
-:class:`~gateway.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
+:class:`~app.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
 gateway is one stateless worker among several: see :mod:`gateway.edge.coordination`.
 """
 

@@ -1,11 +1,12 @@
 """Benchmark: what choosing a call's tool set costs, per tenant, with MCP-sized tool lists.
 
-Every provider call asks ``ToolRegistry.for_tenant(tenant)`` for its tools and the persist hook
+Every provider call asks ``ToolRegistry.for_tenant(tenant)`` for its tools and the persist step
 fingerprints that set. Five built-in tools plus 40 tools from a source, 100 tenants (half of
 them granted the source). Timed per call, medians of several rounds:
 
 - floor: one ``dict.get`` (the least any per-tenant lookup can cost)
-- hit: ``for_tenant`` when nothing changed, plus the hook's fingerprint lookup (the hot path)
+- hit: ``for_tenant`` when nothing changed, plus the persist step's fingerprint lookup (the
+  hot path)
 - change: the same right after the source changed (rebuild the tenant's set; fingerprint it)
 
 Target: the hot path (hit) under 10 us a call, i.e. well under 1 % of even the fastest

@@ -56,7 +56,7 @@ class FileTarget(Protocol):
 
 
 class EditStreamer:
-    """A :class:`channels.base.ReplySink` over an :class:`EditTarget`."""
+    """A :class:`gateway.edge.channel.ReplySink` over an :class:`EditTarget`."""
 
     def __init__(self, target: EditTarget, *, min_interval: float = 1.0,
                  typing_interval: float = 4.0, stream: bool = True,

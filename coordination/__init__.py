@@ -1,8 +1,8 @@
 """Coordination between gateway workers: one process, or several sharing Redis and PostgreSQL.
 
-The seam is :class:`gateway.edge.coordination.base.Coordinator`; the composition root picks
-:class:`~gateway.edge.coordination.local.InProcessCoordinator` (the default) or, with
-``GATEWAY_REDIS_URL``, :class:`~gateway.edge.coordination.redis_coordinator.RedisCoordinator`.
+The seam is :class:`gateway.edge.coordination.Coordinator`; the composition root picks
+:class:`~coordination.local.InProcessCoordinator` (the default) or, with
+``GATEWAY_REDIS_URL``, :class:`~coordination.redis_coordinator.RedisCoordinator`.
 Nothing outside the composition root imports a concrete coordinator (or ``redis``).
 
 Several workers, in short:

@@ -29,7 +29,7 @@ RESTART_PAUSE = 1.0
 
 
 class RedisLeaderElector:
-    """See :class:`gateway.edge.coordination.base.LeaderElector`."""
+    """See :class:`gateway.edge.coordination.LeaderElector`."""
 
     def __init__(self, redis: aioredis.Redis, key: str, owner: str, *, ttl: float,
                  name: str) -> None:

@@ -41,7 +41,7 @@ def new_worker_id() -> str:
 
 
 class RedisCoordinator:
-    """See :class:`gateway.edge.coordination.base.Coordinator` and the module docstring."""
+    """See :class:`gateway.edge.coordination.Coordinator` and the module docstring."""
 
     def __init__(self, url: str, inbox: SharedInbox, *, prefix: str = DEFAULT_PREFIX,
                  lease_ttl: float = DEFAULT_LEASE_TTL, worker: str | None = None) -> None:

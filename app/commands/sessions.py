@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--tenant", default=None, help="only this tenant (default: every tenant)")
         p.add_argument("--data-dir", type=Path, default=None,
                        help="where sessions live (GATEWAY_DATA_DIR)")
-    add_db_subcommands(sub)  # export-jsonl, import (gateway/edge/commands/sessions_db.py)
+    add_db_subcommands(sub)  # export-jsonl, import (app/commands/sessions_db.py)
 
 
 def parse_duration(text: str) -> int:

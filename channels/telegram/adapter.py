@@ -125,7 +125,7 @@ def build_bot(token: str, base_url: str | None, *, rate_limit: bool,
 
 
 class TelegramChannel:
-    """See the module docstring. Implements :class:`channels.base.Channel`,
+    """See the module docstring. Implements :class:`gateway.edge.channel.Channel`,
     :class:`gateway.edge.channel.FetchChannel` and, in webhook mode,
     :class:`gateway.edge.channel.HttpChannel`."""
 

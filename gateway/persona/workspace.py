@@ -125,8 +125,9 @@ class PersonaWorkspace:
         self.self_edit = self_edit
         self._counter = new_counter()
         # The operator's and tenants' files are edited by hand: scanned at most once in
-        # ``rescan_after`` seconds (persona_layer). A person's scope layer is scanned on every
-        # build, so an erasure done by another worker is never served from this cache.
+        # ``rescan_after`` seconds (gateway/persona/layer.py). A person's scope layer is
+        # scanned on every build, so an erasure done by another worker is never served from
+        # this cache.
         self.rescan_after = rescan_after
         self._clock = clock
         self._operator = Layer(self.root, OPERATOR_FILES, (SKILLS_DIR, KB_DIR), self._counter,

@@ -1,7 +1,7 @@
 """Import of JSONL session logs (any format version) into rows, line for line. Pure.
 
 :func:`plan_import` cuts a log's bytes into ``(seq, type, line)`` rows that
-:meth:`sessions.postgres.PostgresSessionStore.import_log` stores; reading them back gives the
+:meth:`sessions.postgres.store.PostgresSessionStore.import_log` stores; reading them back gives the
 same bytes, less a torn last line, so the import replays as the file does.
 """
 

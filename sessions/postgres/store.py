@@ -130,8 +130,8 @@ class PostgresSessionStore:
     """Sessions in PostgreSQL. See :class:`sessions.store.SessionStore` and the module doc.
 
     The connection pool is made on first use (or by :meth:`connect`), and the schema version
-    is checked then: a schema other than :data:`sessions.pg_schema.LATEST` raises
-    :class:`~sessions.pg_schema.SchemaVersionError` telling to run ``gateway db upgrade``.
+    is checked then: a schema other than :data:`sessions.postgres.schema.LATEST` raises
+    :class:`~sessions.postgres.schema.SchemaVersionError` telling to run ``gateway db upgrade``.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 ``FaultyStore()`` keeps each session's log as bytes, the same lines the real backends write
 (``entries.encode_line``, ``SessionState.advance``), and fails on demand the way the JSONL and
-PostgreSQL writers fail (``tests/sessions/test_fault_contract.py`` runs one fault suite on
+PostgreSQL writers fail (``tests/reliability/test_fault_contract.py`` runs one fault suite on
 all three):
 
 * an ``OSError`` (``ENOSPC``, ``EIO``...): the append is **accepted** (seq numbers given, state

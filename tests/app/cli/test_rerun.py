@@ -34,7 +34,7 @@ RERUN_TOOL = ("memory_write", {"text": "Ada hates tea"})
 
 
 class Recorded:
-    """A session recorded through a real gateway core (persona workspace, tools, persist hook)."""
+    """A session recorded through a real gateway core (persona, tools, the persist step)."""
 
     def __init__(self, data: Path, session: str) -> None:
         self.data = data
