@@ -1,11 +1,15 @@
 """A deterministic provider that needs no network and no API key: the default without one.
 
 It still drives the agent loop for real: a few phrasings of the last user message turn into
-persona tool calls, and "what time is it" into a call of the example MCP clock server's
-``clock__now`` (only for tools the request offers, and only when their schema's required
-fields can be filled), tool results are acknowledged in text, and anything else gets a reply
-that quotes the user and names the persona from the system prompt, so a broken prompt or
-window shows up even offline. Same request in, same answer out: no clocks, no randomness.
+persona tool calls, "remind me in 2 minutes to stretch" (or "remind me to call the bank
+tomorrow at 9", "remind me every 2 hours to drink water") into a ``schedule_create`` call, and
+"what time is it" into a call of the example MCP clock server's ``clock__now`` (only for
+tools the request offers, and only when their schema's required fields can be filled), tool
+results are acknowledged in text, a scheduled turn (``scheduled: <id> <instruction>``) is
+answered with the reminder, and anything else gets a reply that quotes the user and names the
+persona from the system prompt, so a broken prompt or window shows up even offline. Same
+request in, same answer out: no clocks, no randomness (the time is read by the tool, not
+here).
 
 It reads the messages as an Anthropic-shaped body would carry them (attachments expanded from
 the request's blobs, as a real provider would be sent them), says which images and documents
@@ -36,6 +40,25 @@ _SPEAKER = re.compile(r"^\[[^\[\]\n]*\]\s*")
 
 # (tool name, text before the call, input) for a user text, or None when the rule does not apply.
 _Intent = tuple[str, str, dict[str, str]]
+
+# When a reminder is for, as people say it (what the schedule tool reads): "in 2 minutes",
+# "in 1h 30m", "tomorrow at 9", "today 18:30", "on friday at 6pm", "at 9am", "every 2 hours".
+_CLOCK_TEXT = r"\d{1,2}(?:[:.]\d{2})?\s*(?:am|pm)?"
+_SPAN_TEXT = (r"\d+(?:\.\d+)?\s*(?:s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?"
+              r"|w|weeks?)")
+_DAY_TEXT = r"(?:today|tomorrow|monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_WHEN_TEXT = (rf"(?:in\s+{_SPAN_TEXT}(?:\s*(?:,|and)?\s*{_SPAN_TEXT})*"
+              rf"|every\s+{_SPAN_TEXT}"
+              rf"|(?:on\s+)?{_DAY_TEXT}(?:\s+(?:at\s+)?{_CLOCK_TEXT})?"
+              rf"|at\s+{_CLOCK_TEXT})")
+_REMIND = (re.compile(rf"^remind me\s+(?P<when>{_WHEN_TEXT})\s+to\s+(?P<what>.+?)[.!]*$",
+                      re.IGNORECASE | re.DOTALL),
+           re.compile(rf"^remind me\s+to\s+(?P<what>.+?)\s+(?P<when>{_WHEN_TEXT})[.!]*$",
+                      re.IGNORECASE | re.DOTALL))
+_REMINDER = "Remind them to "
+"""How the instructions this provider sets start; a scheduled turn of one is answered with
+the rest ("Reminder: stretch")."""
+_SCHEDULED = re.compile(r"^scheduled: (\S+) (.+)$", re.DOTALL)
 
 
 class OfflineProvider:
@@ -179,6 +202,21 @@ def _rename(text: str, system: str) -> _Intent | None:
     return "soul_patch", f"From now on I'm {new}.", wanted
 
 
+def _remind(text: str, system: str) -> _Intent | None:
+    for pattern in _REMIND:
+        found = pattern.match(" ".join(text.split()))
+        if found is None:
+            continue
+        when = found.group("when").lower()
+        what = found.group("what").strip()
+        instruction = {"instruction": f"{_REMINDER}{what}"}
+        if when.startswith("every "):
+            return "schedule_create", "Setting that up.", {**instruction, "every": when[6:]}
+        return ("schedule_create", "I'll remind you.",
+                {**instruction, "when": when.removeprefix("on ")})
+    return None
+
+
 def _time(text: str, system: str) -> _Intent | None:
     # The example MCP clock server's tool (mcp.example.json); absent unless it is configured.
     wanted = "what time is it" in text.lower() or "what's the time" in text.lower()
@@ -187,6 +225,7 @@ def _time(text: str, system: str) -> _Intent | None:
 
 _RULES: tuple[Callable[[str, str], _Intent | None], ...] = (
     _time,
+    _remind,
     _remember,
     _kb_note,
     _kb_search,
@@ -218,9 +257,15 @@ def _reply(request: ProviderRequest) -> str:
     results = _tool_results(last) if last is not None and last.get("role") == "user" else []
     if results:
         return "Done: " + "; ".join(results)
+    said = _user_text(last).strip() if last is not None and last.get("role") == "user" else ""
+    scheduled = _SCHEDULED.match(_SPEAKER.sub("", said, count=1))
+    if scheduled is not None:  # a reminder's time has come: say it
+        ident, instruction = scheduled.groups()
+        if instruction.startswith(_REMINDER):
+            return f"Reminder: {instruction.removeprefix(_REMINDER)}"
+        return f"Scheduled task {ident}: {instruction}"
     persona = _persona(request.system) or "your assistant"
     count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
-    said = _user_text(last).strip() if last is not None and last.get("role") == "user" else ""
     media = _media_note(last) if last is not None and last.get("role") == "user" else ""
     if not said:
         return f"{persona} here (offline mode). I can see {count}.{media}"

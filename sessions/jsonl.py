@@ -70,7 +70,14 @@ from sessions.order import (
 )
 from sessions.reserve import Reserve
 from sessions.scan import recover_state, split_lines, summarise
-from sessions.store import DURABILITY_LEVELS, Durability, MessagePage, SessionInfo, SessionState
+from sessions.store import (
+    DURABILITY_LEVELS,
+    Durability,
+    MessagePage,
+    SessionInfo,
+    SessionState,
+    page_item,
+)
 from sessions.sync_lane import FileSyncer, SyncLane
 from sessions.tombstones import ERASURES_FILE, decode_lines, encode
 
@@ -394,10 +401,7 @@ class JsonlSessionStore:
         for raw in lines[1:]:
             entry = loads_entry(raw)
             if entry is not None and entry.get("type") == "message":
-                messages.append(
-                    {"seq": entry.get("seq"), "ts": entry.get("ts"),
-                     "message": entry.get("message")}
-                )
+                messages.append(page_item(entry))
         return MessagePage(
             session_id=session_id,
             total=len(messages),

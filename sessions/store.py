@@ -70,12 +70,21 @@ class SessionInfo:
 
 @dataclass(frozen=True, slots=True)
 class MessagePage:
-    """A page of message entries (never prompt, section, tools, call or outcome entries)."""
+    """A page of message entries (never prompt, section, tools, call or outcome entries):
+    each ``seq``, ``ts`` and ``message``, and ``meta`` when the entry has one (what the
+    channel or the gateway noted with it: a scheduled turn's trigger says so there)."""
 
     session_id: str
     total: int
     offset: int
     messages: tuple[Mapping[str, Any], ...]
+
+
+def page_item(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A message entry as a :class:`MessagePage` holds it."""
+    item = {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry.get("message")}
+    meta = entry.get("meta")
+    return {**item, "meta": meta} if isinstance(meta, Mapping) and meta else item
 
 
 class SessionWriter(Protocol):

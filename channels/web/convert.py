@@ -165,10 +165,12 @@ def history_item(item: HistoryItem, conversation: str) -> dict[str, Any]:
     """One message of a history page as the API shows it.
 
     ``text`` is ``None`` for messages without text (tool calls and tool results); ``files``
-    lists the message's attachments (and files the agent sent), each with its download URL.
+    lists the message's attachments (and files the agent sent), each with its download URL;
+    ``"scheduled": true`` marks a scheduled turn's trigger (a reminder firing: nobody typed it).
     """
-    return {"seq": item.seq, "ts": item.ts, "role": item.role, "text": item.text,
-            "files": [file_json(f, conversation) for f in item.files]}
+    shown = {"seq": item.seq, "ts": item.ts, "role": item.role, "text": item.text,
+             "files": [file_json(f, conversation) for f in item.files]}
+    return {**shown, "scheduled": True} if item.scheduled else shown
 
 
 def file_json(file: HistoryFile, conversation: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.edge.history import HistoryFile, HistoryItem, HistoryPage, StoredFile
-from gateway.edge.messages import ConversationKey
+from gateway.edge.messages import SCHEDULED, ConversationKey
 from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore
 from sessions.errors import BlobMissingError, SessionNotFoundError
@@ -76,6 +76,7 @@ def _item(entry: Mapping[str, Any]) -> HistoryItem:
         text=message_text(message.get("content")),
         files=tuple(HistoryFile(ref.name, ref.media_type, ref.size, ref.hash, sent)
                     for ref, sent in iter_refs(message.get("content"))),
+        scheduled=isinstance(meta := entry.get("meta"), Mapping) and SCHEDULED in meta,
     )
 
 

@@ -36,13 +36,15 @@ class StoredFile:
 
 @dataclass(frozen=True, slots=True)
 class HistoryItem:
-    """One message as a person saw it; ``text`` is None for tool calls and tool results."""
+    """One message as a person saw it; ``text`` is None for tool calls and tool results.
+    ``scheduled``: the trigger of a scheduled turn (a reminder firing), which nobody typed."""
 
     seq: int | None
     ts: str | None
     role: str | None
     text: str | None
     files: tuple[HistoryFile, ...] = ()
+    scheduled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,7 @@ from sessions.postgres import schema as pg_schema
 from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
 from sessions.scan import SCHEDULED_MARK, recover_state, summarise
-from sessions.store import MessagePage, SessionInfo, SessionState
+from sessions.store import MessagePage, SessionInfo, SessionState, page_item
 from sessions.tombstones import decode_lines, encode
 
 if TYPE_CHECKING:
@@ -510,10 +510,7 @@ class PostgresSessionStore:
             )
         messages: list[dict[str, Any]] = []
         for r in rows:
-            entry = loads_entry(r["line"]) or {}
-            messages.append(
-                {"seq": entry.get("seq"), "ts": entry.get("ts"), "message": entry.get("message")}
-            )
+            messages.append(page_item(loads_entry(r["line"]) or {}))
         return MessagePage(session_id=session_id, total=int(total), offset=offset,
                            messages=tuple(messages))
 

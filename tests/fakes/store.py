@@ -50,7 +50,7 @@ from sessions.names import (
 )
 from sessions.order import generation_of, newest_first, session_key
 from sessions.scan import recover_state, split_lines, summarise
-from sessions.store import MessagePage, SessionInfo, SessionState
+from sessions.store import MessagePage, SessionInfo, SessionState, page_item
 
 
 @dataclass(frozen=True)
@@ -275,8 +275,7 @@ class FaultyStore:
         lines, _ = split_lines(await self.read_log(tenant, session_id))
         found = [e for e in map(orjson.loads, lines[1:]) if e.get("type") == "message"]
         return MessagePage(session_id, len(found), offset, tuple(
-            {"seq": e["seq"], "ts": e["ts"], "message": e["message"]}
-            for e in found[offset:offset + limit]))
+            page_item(e) for e in found[offset:offset + limit]))
 
     async def erase(self, tenant: str, session_ids: Sequence[str],
                     tombstone: Mapping[str, Any]) -> list[str]:

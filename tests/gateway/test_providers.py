@@ -17,6 +17,7 @@ from gateway.edge.errors import (
 )
 from gateway.edge.provider import ProviderRequest, ProviderResponse
 from gateway.persona.tools import KbSearch, KbWrite, MemoryWrite, MoodSet, SoulPatch
+from gateway.schedule.tools import ScheduleCreate
 from providers.anthropic import AnthropicProvider
 from providers.common import parse_tool_input
 from providers.offline import OfflineProvider
@@ -445,6 +446,66 @@ async def test_offline_plain_reply_uses_prompt_and_text() -> None:
     assert len(deltas.items) > 1
     assert response.stop_reason == "end_turn"
     assert provider.params() == {"max_tokens": 1024}
+
+
+SCHEDULE_TOOLS: list[ToolSchema] = [{"name": ScheduleCreate.name,
+                                     "description": ScheduleCreate.description,
+                                     "input_schema": dict(ScheduleCreate.input_schema)}]
+
+
+@pytest.mark.parametrize(
+    ("said", "args"),
+    [
+        ("remind me in 2 minutes to stretch",
+         {"instruction": "Remind them to stretch", "when": "in 2 minutes"}),
+        ("Remind me to call the bank tomorrow at 9.",
+         {"instruction": "Remind them to call the bank", "when": "tomorrow at 9"}),
+        ("remind me to sit in the sun in 1h 30m",
+         {"instruction": "Remind them to sit in the sun", "when": "in 1h 30m"}),
+        ("remind me on Friday at 6pm to call mum",
+         {"instruction": "Remind them to call mum", "when": "friday at 6pm"}),
+        ("remind me every 2 hours to drink water",
+         {"instruction": "Remind them to drink water", "every": "2 hours"}),
+        ("[Ada (1001)] remind me at 9am to water the plants",
+         {"instruction": "Remind them to water the plants", "when": "at 9am"}),
+    ],
+)
+async def test_offline_reminders_call_schedule_create(said: str, args: dict[str, str]) -> None:
+    """"Remind me <when> to <what>" (either order) becomes a schedule_create call with the
+    time as the person said it (the tool reads it) and the same call every time."""
+    provider = OfflineProvider()
+    request = ask(provider, user(said), [*PERSONA_TOOLS, *SCHEDULE_TOOLS], PERSONA_SYSTEM)
+    first, again = await provider.complete(request), await provider.complete(request)
+    call = first.message["content"][-1]
+    assert (call["type"], call["name"], call["input"]) == ("tool_use", "schedule_create", args)
+    assert first == again
+
+
+async def test_offline_reminder_without_a_time_or_the_tool_is_a_plain_reply() -> None:
+    """No time it can read, or no schedule tool offered: a text reply, no call."""
+    provider = OfflineProvider()
+    for said, tools in [("remind me to stretch", SCHEDULE_TOOLS),
+                        ("remind me in 2 minutes to stretch", PERSONA_TOOLS)]:
+        response = await provider.complete(ask(provider, user(said), tools, PERSONA_SYSTEM))
+        assert response.stop_reason == "end_turn", said
+        assert [b["type"] for b in response.message["content"]] == ["text"]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "answer"),
+    [
+        ("scheduled: s1a2b3c4 Remind them to stretch", "Reminder: stretch"),
+        ("[1001] scheduled: s1a2b3c4 Remind them to stretch", "Reminder: stretch"),
+        ("[operator] scheduled: hb-0123 Post the stand-up.",
+         "Scheduled task hb-0123: Post the stand-up."),
+    ],
+)
+async def test_offline_answers_a_scheduled_turn(trigger: str, answer: str) -> None:
+    """When a reminder fires, its turn is answered with the reminder itself."""
+    provider = OfflineProvider()
+    response = await provider.complete(ask(provider, user(trigger), SCHEDULE_TOOLS))
+    assert text_of(response) == answer
+    assert response.stop_reason == "end_turn"
 
 
 @pytest.mark.parametrize("stream", [True, False])

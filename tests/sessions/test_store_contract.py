@@ -209,6 +209,23 @@ async def test_message_page_holds_only_messages(store: SessionStore) -> None:
         await store.message_page("default", "s1", offset=-1)
 
 
+async def test_message_page_keeps_a_messages_meta(store: SessionStore) -> None:
+    """A message entry's meta (a scheduled turn's trigger notes its schedule there) is on its
+    page item; a message without one has none."""
+    writer = await store.create(tenant="default", channel="console", conversation="c",
+                                session_id="s1")
+    noted = {"scheduled": {"schedule": "s1a2b3c4", "occurrence": "2026-03-03T08:00:00.000Z",
+                           "created_by": "operator"}}
+    await writer.append([entries.message(user("scheduled: s1a2b3c4 say hi"), noted),
+                         entries.message(assistant("hi"))])
+    await writer.sync()
+    await writer.aclose()
+    page = await store.message_page("default", "s1")
+    assert [m.get("meta") for m in page.messages] == [noted, None]
+    assert [sorted(m) for m in page.messages] == [["message", "meta", "seq", "ts"],
+                                                  ["message", "seq", "ts"]]
+
+
 async def test_list_sessions_newest_first_per_tenant(store: SessionStore) -> None:
     """Listings are newest first, per tenant or all, with counts, first text and sizes."""
     first = await store.create(tenant="default", channel="console", conversation="c",

@@ -2,6 +2,7 @@
 // What people type goes into the page through textContent only; the agent's answers are
 // Markdown, rendered by markdown.js (raw HTML off, then sanitized) and nowhere else.
 // A message that could not reach the gateway stays on the page marked "not sent", with Retry.
+// Messages the agent writes unasked (a reminder firing) are picked up from the history.
 "use strict";
 
 (() => {
@@ -9,6 +10,7 @@
   const TOKEN_KEY = "gateway.token";
   const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
   const HISTORY_PAGE = 200;
+  const WATCH_MS = 5000; // how often an idle, visible page looks for messages sent unasked
 
   const $ = (id) => document.getElementById(id);
   const els = {
@@ -142,15 +144,46 @@
     els.session.hidden = false;
   }
 
+  // The history's length this view shows (its `data-total`), or null when not known.
+  let shown = null;
+  function setShown(total) {
+    shown = total;
+    if (total === null) delete els.messages.dataset.total;
+    else els.messages.dataset.total = String(total);
+  }
+
+  async function historyTotal() {
+    const conv = encodeURIComponent(conversation());
+    const head = await api(`/api/history?conversation=${conv}&limit=0`);
+    return head.ok ? (await head.json()).total : null;
+  }
+
+  // Idle (nothing being sent, nothing left unsent) and visible: a history that grew holds a
+  // message nobody asked for here, a reminder firing: the view is shown again from it.
+  async function watch() {
+    if (document.hidden || els.send.disabled || !els.tokenForm.hidden) return;
+    if (document.querySelector(".message.pending, .message.unsent")) return;
+    try {
+      const total = await historyTotal();
+      if (total === null || els.send.disabled) return;
+      if (shown === null) setShown(total);
+      else if (total > shown) await loadHistory();
+    } catch {
+      // Unreachable or signed out: the next look tries again; sending says what is wrong.
+    }
+  }
+
   async function loadHistory() {
     els.messages.replaceChildren();
     els.empty.hidden = false;
     showSession(null);
+    setShown(null);
     const conv = encodeURIComponent(conversation());
     try {
       const head = await api(`/api/history?conversation=${conv}&limit=0`);
       if (!head.ok) return setStatus(await errorOf(head));
       const { session, total } = await head.json();
+      setShown(total);
       if (!session) return;
       const offset = Math.max(0, total - HISTORY_PAGE);
       const page = await api(
@@ -162,7 +195,8 @@
         const own = (m.files || []).filter((f) => !f.sent);
         const sent = (m.files || []).filter((f) => f.sent); // files the agent sent
         if ((m.text || own.length) && (m.role === "user" || m.role === "assistant")) {
-          const item = addMessage(m.role, m.text || "");
+          // A scheduled turn's trigger was not typed by the person: shown as a note.
+          const item = addMessage(m.scheduled ? "scheduled" : m.role, m.text || "");
           if (own.length) files.showStored(item, own, api);
         }
         if (sent.length) files.showStored(addMessage("assistant", ""), sent, api);
@@ -310,6 +344,8 @@
     els.send.disabled = true;
     try {
       await send(text);
+      // What this view now shows includes the turn just answered: the history's length.
+      if (!document.querySelector(".message.unsent")) setShown(await historyTotal());
     } catch (err) {
       setStatus(err.message);
     } finally {
@@ -348,4 +384,5 @@
     button: $("attach"), input: $("files"), list: $("pending-files"), dropZone: els.composer,
   });
   loadHistory();
+  setInterval(watch, WATCH_MS);
 })();
