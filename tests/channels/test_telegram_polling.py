@@ -91,12 +91,17 @@ async def test_streaming_edits_are_throttled(fake: FakeTelegramServer, tmp_path:
     assert f'(offline mode). You said: "{words}"' in message["text"]
     assert message["text"].endswith("I can see 1 message.")
     edits = fake.calls("editMessageText")
-    previews = [fake.calls("sendMessage")[0], *edits[:-1]]
+    final = [c for c in edits if c.params.get("parse_mode") == "HTML"]
+    previews = [fake.calls("sendMessage")[0], *(c for c in edits if c not in final)]
     # The spacing of the edits is proven with a fake clock in tests/channels/test_streaming.py;
     # times seen here carry the machine's scheduling jitter, so only the shape is checked.
     assert len(previews) >= 2
     assert all(c.ok and c.params.get("parse_mode") is None for c in previews)
-    assert edits[-1].params["parse_mode"] == "HTML"
+    if final:  # made final by one HTML edit, the last one
+        assert final == edits[-1:]
+    else:  # the last preview already showed exactly the final text (it caught up with the
+        # whole reply on a busy machine), so no final edit was needed
+        assert edits[-1].params["text"] == message["text"]
 
 
 async def test_long_markdown_reply_split_into_valid_chunks(
