@@ -25,8 +25,9 @@ lint: $(STAMP)
 # The suite runs in parallel (pytest-xdist): every test has its own ports (bound to port 0),
 # data directory (tmp_path, per worker), PostgreSQL schema and Redis key prefix. Most tests
 # wait on I/O, so more workers than the 2 cores pay off; TEST_WORKERS=0 runs in one process.
+# The heavy trials take turns on one worker (loadgroup; see tests/conftest.py).
 TEST_WORKERS ?= 4
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 unit: $(STAMP)
 	$(PYTEST)

@@ -34,3 +34,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs"):
         if not mark.kwargs["present"]:
             missing(mark.kwargs["what"])
+
+
+# The trials that run `gateway run` subprocesses under load of their own (crash-kill, disk
+# faults, worker kills, outages) take turns on one pytest-xdist worker (``--dist loadgroup``):
+# side by side they would load the machine far past what each was written for, and a
+# subprocess that cannot start in time fails a trial for a reason that is not its subject.
+SOLO_TRIALS = frozenset({
+    "tests/reliability/test_crash_kill.py",
+    "tests/reliability/test_disk_faults.py",
+    "tests/reliability/test_load.py",
+    "tests/coordination/test_multi_worker.py",
+    "tests/coordination/test_outages.py",
+    "tests/coordination/test_schedule_workers.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the heavy trials in one ``xdist_group`` (see :data:`SOLO_TRIALS`)."""
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SOLO_TRIALS:
+            item.add_marker(pytest.mark.xdist_group("heavy-trials"))
