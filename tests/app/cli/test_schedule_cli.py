@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -82,3 +83,21 @@ def test_a_slack_schedule_names_its_workspace(tmp_path: Path, tenant: list[str])
     assert "a Slack schedule belongs to its workspace: the tenant is its team id" in err
     assert err.count("\n") == 1
     assert cli(tmp_path, "list")[1] == "(no schedules)\n"
+
+
+async def test_list_says_until_when_and_why_a_delivery_is_held(tmp_path: Path) -> None:
+    """A claimed occurrence held back (the tenant's proactive rate limit) is listed with the
+    time it waits for, in the schedule's zone, and the reason."""
+    from sessions.schedule_file import FileScheduleStore
+    from sessions.schedules import ScheduleRecord, Target
+
+    at = 1_790_000_000.0 + 86_400 * 365  # a year after the tests' usual instant: still ahead
+    await FileScheduleStore(tmp_path / "state").put(ScheduleRecord(
+        id="sheld", tenant="default", owner="tenant", target=Target("telegram", "-100", "group"),
+        trigger="at", spec=repr(at), zone="Europe/Berlin", instruction="say hello",
+        created_by="operator", created_at=at - 60, firing=at, held_until=at + 60, held=1,
+        held_reason="the tenant's proactive rate limit (2 per minute)"))
+    code, out, _ = await asyncio.to_thread(cli, tmp_path, "list")
+    assert code == 0
+    assert "    held until Tuesday 21 September 2027 at 16:14 (Europe/Berlin): the tenant's " \
+           "proactive rate limit (2 per minute)\n" in out
