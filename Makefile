@@ -6,13 +6,18 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test lint unit trials soak load floors bench clean
 
+# pip shows what it installs. setuptools' "Editable installation" banner (a reminder that a
+# folder named like a package in the working directory may shadow it) is silenced: here the
+# folders ARE the packages.
 $(STAMP): pyproject.toml
+	@echo "Setting up $(VENV): the gateway and its dependencies, then the test tools (the first time takes a few minutes; pip lists each package)."
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --upgrade pip
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
+	@echo "Starting the gateway: the web chat is ready when it logs 'gateway listening on http://...' (Ctrl-C stops it)."
 	$(PY) -m gateway run
 
 test: lint unit
@@ -50,7 +55,7 @@ load:
 	$(PYTHON) bench/load_machine.py --seconds $(LOAD_SECONDS)
 
 # The lowest versions pyproject.toml allows, installed in .venv-floors (once per pyproject),
-# then imports and the provider tests with them. CI runs it after `make test`.
+# then imports, the provider tests and the channel tests with them. CI runs it after `make test`.
 floors: $(STAMP)
 	$(PY) .ci/floors.py
 

@@ -1,8 +1,9 @@
 """Prometheus metrics of one gateway instance (own registry, so tests and workers don't share).
 
-Every family is named ``gateway_...``, the client library's process collector included
-(``gateway_process_cpu_seconds_total``, ``gateway_process_resident_memory_bytes``, open fds...:
-the standard process metrics under our prefix, so two programs on one host never collide).
+Every family of ours is named ``gateway_...``. The process metrics keep their standard names
+(``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ``process_open_fds``...,
+the client library's process collector), so stock dashboards and alerts find them; Prometheus
+tells two programs on one host apart by their ``job`` and ``instance`` labels.
 Words: a *turn* answers one inbound message, a *call* is one provider request.
 
 No label carries an id a platform chose: the ``tenant`` label is the tenant for the tenants
@@ -39,7 +40,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        ProcessCollector(namespace="gateway", registry=r)  # reads /proc on each scrape
+        ProcessCollector(registry=r)  # reads /proc on each scrape
         self.turns = Counter("gateway_turns_total", "Turns finished", ["channel", "outcome"],
                              registry=r)
         self.turn_latency = Histogram(

@@ -583,7 +583,8 @@ async def test_page_and_static_files(server: Server) -> None:
 
 
 async def test_healthz_and_metrics(server: Server) -> None:
-    """/healthz reports the web channel's request count; /metrics has the turn counters."""
+    """/healthz reports the web channel's request count; /metrics has the turn counters and
+    the process metrics under their standard names (process_*)."""
     await server.post({"conversation": "c1", "text": "hi"})
     status, health = await server.get("/healthz")
     assert status == 200
@@ -593,6 +594,10 @@ async def test_healthz_and_metrics(server: Server) -> None:
     assert resp.status == 200
     assert "gateway_turns_total" in text
     assert "gateway_persist_failures_total" in text
+    # The process metrics under the standard names stock dashboards look for.
+    assert "\nprocess_resident_memory_bytes " in text
+    assert "\nprocess_cpu_seconds_total " in text
+    assert "gateway_process_" not in text
 
 
 def test_gateway_run_refuses_non_loopback_without_token(tmp_path: Path) -> None:
