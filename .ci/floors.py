@@ -1,6 +1,6 @@
 """Install the lowest versions pyproject.toml allows, then import everything and run the
-provider and channel tests with them: a floor that cannot install or import fails here, not on a user's
-machine (``pip install --dry-run`` proves only that the pins resolve).
+provider and channel tests with them: a floor that cannot install or import fails here, not on
+a user's machine (``pip install --dry-run`` proves only that the pins resolve).
 
 Run by ``make floors`` (and CI): a second virtualenv, ``.venv-floors``, whose dependencies are
 installed once per list of pins (a stamp holds its hash); the project's own wheel is rebuilt
@@ -24,11 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-floors"
 STAMP = VENV / ".floors-stamp"
 TESTS = ["tests/gateway/test_providers.py", "tests/e2e/test_provider_replay.py",
-         "tests/app/test_telemetry.py", "tests/app/test_logs.py", "tests/channels"]
+         "tests/app/test_telemetry.py", "tests/app/test_logs.py",
+         "tests/app/test_provider_check.py", "tests/channels"]
 """The gateway's provider tests (through the SDKs, against the local fake servers), replay of
-their requests, live traces and logs, and the channel tests (Telegram through PTB, Slack
-through bolt and slack_sdk, Socket Mode included, against the local fake platforms). Not ``tests/fakes/test_fake_providers.py``: it checks the
-fakes against details of the newest SDKs (``api_message``; a cut OpenAI stream raised as
+their requests, the start-up check of their keys, live traces and logs, and the channel tests
+(Telegram through PTB, Slack through bolt and slack_sdk, Socket Mode included, against the
+local fake platforms). Not ``tests/fakes/test_fake_providers.py``: it checks the fakes against
+details of the newest SDKs (``api_message``; a cut OpenAI stream raised as
 ``APIConnectionError``, which openai 3.0 lets escape as an ``httpx2`` error: the provider
 translates both)."""
 TEST_TOOLS = ("pytest", "pytest-asyncio", "hypothesis", "opentelemetry-proto")

@@ -189,6 +189,9 @@ class Settings(BaseSettings):
     temperature: float | None = Field(None, validation_alias=_env("GATEWAY_TEMPERATURE"))
     provider_timeout: float = Field(60.0, gt=0, validation_alias=_env("GATEWAY_PROVIDER_TIMEOUT"))
     provider_retries: int = Field(2, ge=0, validation_alias=_env("GATEWAY_PROVIDER_RETRIES"))
+    # A provider whose key is refused or that cannot be reached at start: start anyway,
+    # degraded (/healthz says why), instead of exiting 2 (app/provider_check.py).
+    start_offline_ok: bool = Field(False, validation_alias=_env("GATEWAY_START_OFFLINE_OK"))
     stream: bool = Field(True, validation_alias=_env("GATEWAY_STREAM"))
     anthropic_api_key: SecretStr | None = Field(None, validation_alias=_env("ANTHROPIC_API_KEY"))
     anthropic_base_url: str | None = Field(None, validation_alias=_env("ANTHROPIC_BASE_URL"))

@@ -217,7 +217,11 @@ class Gateway:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         channels = {c.name: dict(c.health()) for c in self.channels}
-        ok = all(v.get("ok", True) for v in channels.values())
+        parts = {name: part() for name, part in self.health_parts.items()}
+        # A part that says "ok": false (the provider check, degraded) is as unhealthy as a
+        # channel; the MCP part never is (a tool server that is down costs its tools only).
+        ok = (all(v.get("ok", True) for v in channels.values())
+              and not any(isinstance(p, dict) and p.get("ok") is False for p in parts.values()))
         if self._internal.refusal(request) is not None:
             # Open to anyone (a load balancer's probe), so it says only whether we are up.
             return web.json_response({"ok": ok}, status=200 if ok else 503)
@@ -229,7 +233,7 @@ class Gateway:
             "queued": self.router.queued,
             "coordination": dict(self.coordinator.health()),
             **self.health_extra,
-            **{name: part() for name, part in self.health_parts.items()},
+            **parts,
         }
         return web.json_response(body, status=200 if ok else 503)
 

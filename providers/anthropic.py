@@ -18,6 +18,7 @@ from gateway.edge.errors import ConfigError, ProviderError, ProviderStreamCut
 from gateway.edge.provider import ProviderResponse, TextSink
 from providers.common import parse_tool_input
 from providers.sdk import (
+    CHECK_TIMEOUT,
     Event,
     SdkErrors,
     SdkProvider,
@@ -158,6 +159,12 @@ class AnthropicProvider(SdkProvider):
             response_id=response_id,
             response_model=response_model,
         )
+
+    async def _list_models(self) -> None:
+        await self._client.with_options(max_retries=0, timeout=CHECK_TIMEOUT).models.list(limit=1)
+
+    def _key(self) -> str | None:
+        return self._client.api_key
 
     async def _close(self) -> None:
         await self._client.close()

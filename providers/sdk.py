@@ -43,6 +43,7 @@ from gateway.edge.errors import (
     ProviderUnavailable,
 )
 from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
+from providers.check import check_error
 from providers.common import stream_transport_error
 from sessions.shapes import Shape, encode_body, request_body
 
@@ -51,6 +52,8 @@ Event = dict[str, Any]
 
 # Error types that mean "try later" even without a 5xx status: a 200 stream can carry them.
 _UNAVAILABLE_KINDS = frozenset({"overloaded_error", "api_error"})
+CHECK_TIMEOUT = 15.0
+"""Seconds the start-up check (:meth:`SdkProvider.check`) waits for the models list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,18 @@ class SdkProvider(ABC):
         async with result, aclosing(self._events(result)) as events:
             return await self._assemble(events, on_text)
 
+    async def check(self) -> None:
+        """One cheap authenticated request (the first page of the models list), so a wrong
+        key or an unreachable server is known at start, not at the first message. Raises a
+        :class:`ProviderError` carrying the status and the API's own message (never the key):
+        :func:`providers.check.check_error`. No retries, and a short timeout."""
+        try:
+            await self._list_models()
+        except self.errors.base as exc:
+            raise check_error(self.name, exc, timeout=self.errors.timeout,
+                              connection=self.errors.connection, status=self.errors.status,
+                              key=self._key()) from exc
+
     def encode(self, request: ProviderRequest) -> bytes:
         """The exact bytes :meth:`complete` posts for ``request`` (what replay rebuilds)."""
         return encode_body(request_body(
@@ -142,6 +157,14 @@ class SdkProvider(ABC):
     ) -> ProviderResponse:
         """The whole answer rebuilt from stream events, text deltas awaited into ``on_text``."""
 
+
+    @abstractmethod
+    async def _list_models(self) -> None:
+        """Ask the API for the first page of its models (see :meth:`check`)."""
+
+    @abstractmethod
+    def _key(self) -> str | None:
+        """The configured API key (cut out of what :meth:`check` reports)."""
 
     @abstractmethod
     async def _close(self) -> None:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -35,6 +35,7 @@ from tests.app.test_telemetry import Receiver
 from tests.coordination.services import REDIS_URL, delete_prefix, new_prefix, redis_client
 from tests.deploy.test_container import image_env, in_context
 from tests.sessions.pg import PG_URL, create_schema, drop_schema
+from tests.toolsets.mcp.harness import eventually
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
@@ -56,7 +57,7 @@ def build_context(into: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean virtualenv with the freshly built wheel installed; yields its bin/."""
     work = tmp_path_factory.mktemp("wheel")
     source, wheels, env = work / "context", work / "wheels", work / "venv"
@@ -74,7 +75,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"),
                     "install", "--no-deps", "--no-index", "--disable-pip-version-check", "-q",
                     str(wheel)], check=True, timeout=300, cwd=work)
-    yield env / "bin"
+    return env / "bin"
 
 
 def test_every_package_comes_from_the_wheel(installed: Path, tmp_path: Path) -> None:
@@ -176,8 +177,9 @@ async def test_installed_gateway_runs_with_everything_on(
     }
     assert env["GATEWAY_HOST"] == "0.0.0.0"
     assert env["GATEWAY_LOG_FORMAT"] == "json"
-    upgraded = subprocess.run([str(installed / "gateway"), "db", "upgrade"], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=120, check=False)
+    upgraded = await asyncio.to_thread(
+        subprocess.run, [str(installed / "gateway"), "db", "upgrade"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=120, check=False)
     assert upgraded.returncode == 0, upgraded.stderr
     gateway = await asyncio.create_subprocess_exec(
         str(installed / "gateway"), "run", cwd=tmp_path, env=env,
@@ -200,9 +202,9 @@ async def test_installed_gateway_runs_with_everything_on(
                 answer = await resp.json()
                 assert resp.status == 200, answer
         assert "(UTC)" in answer["reply"], answer
-        async with asyncio.timeout(60):
-            while not any(span.name.startswith("invoke_agent") for span in receiver.spans):
-                await asyncio.sleep(0.05)
+        # The batch exporter sends within OTEL_BSP_SCHEDULE_DELAY; the receiver has no event.
+        await eventually(lambda: any(span.name.startswith("invoke_agent")
+                                     for span in receiver.spans))
     finally:
         if gateway.returncode is None:
             gateway.send_signal(signal.SIGTERM)

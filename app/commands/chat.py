@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     # Imported as the chat starts (see app.cli.SUBCOMMANDS).
     from app import logs
-    from app.compose import build_gateway, build_store, tool_secrets
+    from app.compose import build_fallbacks, build_gateway, build_store, tool_secrets
     from app.compose_channels import console_channel
+    from app.provider_check import check_at_start
     from gateway.delivery.history import StoreHistory
     from gateway.edge.errors import ChannelError, ConfigError
     from gateway.edge.ids import InvalidIdError
@@ -50,7 +51,9 @@ async def run(args: argparse.Namespace) -> int:
         await store.aclose()
         raise CommandError(str(exc), EXIT_USAGE) from exc
     try:
-        gateway = build_gateway(settings, store=store, channels=[console])
+        fallbacks = build_fallbacks(settings)
+        gateway = build_gateway(settings, store=store, channels=[console], fallbacks=fallbacks)
+        check_at_start(gateway, fallbacks, offline_ok=settings.start_offline_ok)
     except ConfigError as exc:
         await store.aclose()
         raise CommandError(str(exc), EXIT_USAGE) from exc

@@ -67,7 +67,8 @@ def shared_env_file(path: Path) -> str | None:
 
 async def run(args: argparse.Namespace) -> int:
     from app import logs
-    from app.compose import build_gateway, tool_secrets
+    from app.compose import build_fallbacks, build_gateway, tool_secrets
+    from app.provider_check import check_at_start
     from gateway.edge.errors import ChannelError, ConfigError
     from sessions.files import ensure_private_dir
 
@@ -81,7 +82,9 @@ async def run(args: argparse.Namespace) -> int:
     # PostgreSQL the MCP logs, persona and owed journal live in it all the same).
     await asyncio.to_thread(ensure_private_dir, settings.data_dir)
     try:
-        gateway = build_gateway(settings)
+        fallbacks = build_fallbacks(settings)
+        gateway = build_gateway(settings, fallbacks=fallbacks)
+        check_at_start(gateway, fallbacks, offline_ok=settings.start_offline_ok)
         await gateway.run_until_stopped()
     except (ConfigError, ChannelError) as exc:  # bad setting, busy port, token, platform down
         raise CommandError(str(exc), EXIT_USAGE) from exc

@@ -95,6 +95,9 @@ NAME_CACHE_SIZE: Final = 1024
 NAME_TTL: Final = 3600.0
 NAME_RETRY_AFTER: Final = 60.0
 """After a failed users.info, the sender goes nameless this long before the next try."""
+REFUSED_TOKEN: Final = frozenset({"invalid_auth", "not_authed", "not_allowed_token_type",
+                                  "account_inactive", "token_revoked", "token_expired"})
+"""Slack's answers that mean the token itself is refused (not a passing failure)."""
 
 Mode = Literal["http", "socket"]
 _Names = tuple[str | None, str | None]
@@ -146,6 +149,7 @@ class SlackChannel:
                              on_event=self._on_event, on_command=self._on_command,
                              verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
+        self._app_token = app_token
         self._endpoint = (EventsEndpoint(self.app, signing_secret, metrics) if signing_secret
                           else None)
         # Several workers: only the elected one holds the socket (see the module docstring).
@@ -176,6 +180,7 @@ class SlackChannel:
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         await self._check_auth()
+        await self._check_app_token()
         if self._elector is not None:
             self._leading = self._group.create_task(self._elector.lead(self._socket_term))
         elif self._socket is not None:
@@ -202,13 +207,13 @@ class SlackChannel:
         connected = (self._socket.connected if self._socket is not None and not standby
                      else True)
         extra = {} if self._elector is None else {"leader": not standby}
-        return {
-            "ok": running and connected and self._auth_error is None,
-            "mode": self.mode,
-            "events": self._events,
-            "last_error": self._auth_error or self.calls.last_error,
-            **extra,
-        }
+        ok = running and connected and self._auth_error is None
+        # Never a null reason while unhealthy: what failed last, else what is not so.
+        reason = (self._auth_error or self.calls.last_error
+                  or (None if ok else "not running" if not running
+                      else "socket mode: not connected"))
+        return {"ok": ok, "mode": self.mode, "events": self._events, "last_error": reason,
+                **extra}
 
     async def aclose(self) -> None:
         if self._closed:
@@ -362,6 +367,25 @@ class SlackChannel:
                                "; check SLACK_BOT_TOKEN and SLACK_API_BASE_URL")
         log.info("slack: connected to team %s as %s", response.get("team_id"),
                  response.get("user_id"))
+
+    async def _check_app_token(self) -> None:
+        """``apps.connections.open`` once at start in Socket Mode: a SLACK_APP_TOKEN that Slack
+        refuses stops the start with one line (the socket client would retry it forever, a
+        traceback every 10 s, the gateway deaf meanwhile). Any other failure is left to the
+        socket's own retries."""
+        if self._app_token is None:
+            return
+        opened = await self.calls.attempt(
+            "apps.connections.open", self.client.apps_connections_open(app_token=self._app_token),
+            quiet=True)
+        if opened is not None:
+            return  # the URL is single-use and left unused: the socket asks for its own
+        error = self.calls.last_error or "no answer"
+        if error.removeprefix("apps.connections.open: ") in REFUSED_TOKEN:
+            raise ChannelError(f"slack: SLACK_APP_TOKEN was refused ({error}); it must be the "
+                               "app-level token (xapp-...) with connections:write")
+        log.warning("slack: could not check SLACK_APP_TOKEN (%s); Socket Mode keeps trying",
+                    error)
 
     async def _with_names(self, inbound: Inbound) -> Inbound:
         """Add the sender's display name and @username if they are cached; a missing or

@@ -244,17 +244,19 @@ class TelegramChannel:
             await poller.stop()
 
     def health(self) -> Mapping[str, Any]:
+        running = self._deliver is not None and not self._closed
+        # Never a null reason while unhealthy (not started yet, or closed).
+        reason = None if running else "not running"
         if self._elector is not None and not self._elector.is_leader:
             # Standing by is healthy: another worker polls.
-            return {"ok": self._deliver is not None and not self._closed, "mode": "polling",
-                    "leader": False, "last_poll_ok": None, "conflicts": 0, "stalls": 0,
-                    "last_error": None}
+            return {"ok": running, "mode": "polling", "leader": False, "last_poll_ok": None,
+                    "conflicts": 0, "stalls": 0, "last_error": reason}
         if self._elector is not None and self._poller is not None:
             return {"mode": "polling", "leader": True, **self._poller.health()}
         if self._poller is not None:
             return {"mode": "polling", **self._poller.health()}
-        return {"ok": self._deliver is not None and not self._closed, "mode": "webhook",
-                "last_poll_ok": None, "conflicts": 0, "stalls": 0, "last_error": None}
+        return {"ok": running, "mode": "webhook", "last_poll_ok": None, "conflicts": 0,
+                "stalls": 0, "last_error": reason}
 
     # -- input ----------------------------------------------------------------------------
 

@@ -84,12 +84,14 @@ class Poller:
 
     def health(self) -> dict[str, Any]:
         running = self._task is not None and not self._task.done()
+        ok = running and self._failing is None
         return {
-            "ok": running and self._failing is None,
+            "ok": ok,
             "last_poll_ok": self.last_ok.isoformat(timespec="seconds") if self.last_ok else None,
             "conflicts": self.conflicts,
             "stalls": self.stalls,
-            "last_error": self.last_error,
+            # Never a null reason while unhealthy: a poller that is not running says so.
+            "last_error": self.last_error or (None if ok else "not polling"),
         }
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -165,7 +165,9 @@ class Channel(Protocol):
     Contract: :meth:`start` begins taking input and returns once the channel is running
     (background tasks live in a task group the channel owns); every inbound message is awaited
     into ``deliver``. :meth:`reply_sink` opens the sink for one inbound message. :meth:`health`
-    is cheap and secret-free (it is served on ``/healthz``). :meth:`aclose` stops taking input,
+    is cheap and secret-free (it is served on ``/healthz``): ``ok``, and, in a channel that
+    reports ``last_error``, a short reason whenever ``ok`` is false (never null then).
+    :meth:`aclose` stops taking input,
     cancels the channel's tasks and is idempotent.
     """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sessions.records import CachePlan, MessageDict, ToolSchema
 from sessions.shapes import Shape
@@ -86,3 +86,20 @@ class Provider(Protocol):
     ) -> ProviderResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class CheckedProvider(Protocol):
+    """A provider that can prove its credentials before any message (the SDK providers).
+
+    Contract: :meth:`check` makes one cheap authenticated request (listing models) and
+    returns when the API accepted the key. Otherwise it raises a
+    :class:`gateway.edge.errors.ProviderError` whose ``status`` is the HTTP status (401/403: the
+    key was refused; None: no answer, :class:`~gateway.edge.errors.ProviderUnavailable` or
+    :class:`~gateway.edge.errors.ProviderTimeout`) and whose message carries the API's own
+    words, never the key. No retries; it never hangs past a short timeout.
+    """
+
+    name: str
+
+    async def check(self) -> None: ...

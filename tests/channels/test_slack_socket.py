@@ -40,7 +40,8 @@ async def test_socket_event_acked_and_answered(tmp_path: Path) -> None:
     assert thread_texts(fake, event["channel"], event["ts"]) == ["ok"]
     assert health == {"ok": True, "mode": "socket", "events": 1, "last_error": None}
     assert "/slack/events" not in routes
-    assert after == {"ok": False, "mode": "socket", "events": 1, "last_error": None}
+    # Unhealthy once closed, and says why (a null reason next to "ok": false told nothing).
+    assert after == {"ok": False, "mode": "socket", "events": 1, "last_error": "not running"}
     assert fake.socket_connections == 1
 
 

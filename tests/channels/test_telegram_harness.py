@@ -212,6 +212,7 @@ async def test_aclose_is_idempotent_and_stops_polling(
         await channel.aclose()
         await wait_until(lambda: fake.get_updates_active == 0)
         assert channel.health()["ok"] is False
+        assert channel.health()["last_error"] == "not polling"  # never null while unhealthy
         calls = fake.get_updates_calls
         # A poll sent before now would be in by the time the fake has answered a later call.
         async with telegram.Bot(fake.token, base_url=fake.base_url) as probe:

@@ -287,9 +287,18 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 class FakeProviderServer:
-    """aiohttp server on 127.0.0.1 speaking Anthropic Messages and OpenAI Chat Completions."""
+    """aiohttp server on 127.0.0.1 speaking Anthropic Messages and OpenAI Chat Completions,
+    and listing models (``GET /v1/models``, what the gateway's start-up check asks).
 
-    def __init__(self) -> None:
+    With ``api_key`` set, every request must carry it as the API expects it (Anthropic's
+    ``x-api-key`` or a bearer token, OpenAI's ``Authorization: Bearer``), or it is answered
+    401 with the API's own error body and words; without, any key is taken."""
+
+    def __init__(self, api_key: str | None = None) -> None:
+        self.api_key = api_key
+        self.model_listings: list[tuple[ApiName, int]] = []
+        """Each ``GET /v1/models``: which API's auth it carried and the status answered (kept
+        apart from :attr:`requests`, which holds the calls that carry messages)."""
         self.requests: list[RecordedRequest] = []
         self.transcriptions: list[Transcription] = []
         self.transcript: str | None = None
@@ -315,6 +324,7 @@ class FakeProviderServer:
         app.router.add_post("/v1/messages", self._handle_anthropic)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/v1/audio/transcriptions", self._handle_transcription)
+        app.router.add_get("/v1/models", self._handle_models)
         # handler_cancellation: a client that gives up (timeout) cancels a hanging
         # handler instead of leaving it to hold up shutdown.
         self._runner = web.AppRunner(
@@ -383,6 +393,9 @@ class FakeProviderServer:
 
     async def _handle_transcription(self, request: web.Request) -> web.StreamResponse:
         """OpenAI's ``POST /v1/audio/transcriptions``: multipart with ``file`` and ``model``."""
+        refused = self._refused_key(request, "openai")
+        if refused is not None:
+            return refused
         if not request.content_type.startswith("multipart/"):
             return self._error("openai", Reply.error(400, self._error_body(
                 "openai", 400, "expected multipart/form-data")))
@@ -399,10 +412,47 @@ class FakeProviderServer:
         return web.json_response({"text": text}, headers=self._request_id("openai"))
 
     async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, "anthropic")
+        return self._refused_key(request, "anthropic") or await self._handle(request, "anthropic")
 
     async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
-        return await self._handle(request, "openai")
+        return self._refused_key(request, "openai") or await self._handle(request, "openai")
+
+    @staticmethod
+    def _api_of(request: web.Request) -> ApiName:
+        """Which SDK sent it: Anthropic's carries ``anthropic-version`` (and ``x-api-key``)."""
+        return "anthropic" if "anthropic-version" in request.headers else "openai"
+
+    def _refused_key(self, request: web.Request, api: ApiName) -> web.Response | None:
+        """401 as the API answers a missing or wrong key, when :attr:`api_key` is set."""
+        if self.api_key is None:
+            return None
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        # Anthropic takes the key as x-api-key or (as its newer SDKs send it) a bearer token.
+        given = request.headers.get("x-api-key") or bearer if api == "anthropic" else bearer
+        if given == self.api_key:
+            return None
+        # The APIs' own words: Anthropic names the header, OpenAI quotes a masked key.
+        message = ("invalid x-api-key" if api == "anthropic" else
+                   f"Incorrect API key provided: {_masked(given or '')}. You can find your API "
+                   "key at https://platform.openai.com/account/api-keys.")
+        return self._error(api, Reply.error(401, self._error_body(api, 401, message)))
+
+    async def _handle_models(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/models``: the first page of models, in each API's shape."""
+        api = self._api_of(request)
+        refused = self._refused_key(request, api)
+        self.model_listings.append((api, refused.status if refused is not None else 200))
+        if refused is not None:
+            return refused
+        if api == "anthropic":
+            data = [{"type": "model", "id": "claude-sonnet-4-5",
+                     "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}]
+            body: dict[str, Any] = {"data": data, "has_more": False,
+                                    "first_id": data[0]["id"], "last_id": data[0]["id"]}
+        else:
+            body = {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model",
+                                                "created": 1721172741, "owned_by": "system"}]}
+        return web.json_response(body, headers=self._request_id(api))
 
     async def _handle(self, request: web.Request, api: ApiName) -> web.StreamResponse:
         raw = await request.read()
@@ -743,3 +793,8 @@ class FakeProviderServer:
         )
         text = message or f"fake {kind} (HTTP {status})"
         return {"error": {"message": text, "type": kind, "param": None, "code": code}}
+
+
+def _masked(key: str) -> str:
+    """A key as OpenAI's 401 shows it: the first three and last four characters."""
+    return f"{key[:3]}{'*' * max(len(key) - 7, 0)}{key[-4:]}" if len(key) > 7 else "*" * len(key)

@@ -197,3 +197,29 @@ async def test_rejected_slack_token_is_one_line_exit_2(here: Path,
     assert err.startswith("gateway run: slack: auth.test failed (auth.test: invalid_auth)")
     assert "invalid_auth" in err
     assert err.count("\n") == 1
+
+
+async def test_rejected_slack_app_token_is_one_line_exit_2(
+        here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Socket Mode app token Slack refuses stops `gateway run` with one line naming
+    SLACK_APP_TOKEN, exit 2 (it used to run deaf, a traceback every 10 s); a bot token put
+    there by mistake is refused the same way, and neither token is shown."""
+    import asyncio
+
+    async with FakeSlackServer() as fake:
+        monkeypatch.setenv("GATEWAY_CHANNELS", "slack")
+        monkeypatch.setenv("SLACK_BOT_TOKEN", fake.bot_token)
+        monkeypatch.setenv("SLACK_API_BASE_URL", fake.api_base_url)
+        argv = ["run", "--port", "0", "--data-dir", str(here / "d")]
+        results = []
+        for wrong, error in (("xapp-1-wrong-app-token", "invalid_auth"),
+                             (fake.bot_token, "not_allowed_token_type")):
+            monkeypatch.setenv("SLACK_APP_TOKEN", wrong)
+            code = await asyncio.to_thread(main, argv)
+            out, err = capsys.readouterr()
+            # The log's INFO lines before it (the bot token was fine), then the one line.
+            last = err.splitlines()[-1]
+            results.append((code, out, "Traceback" in err, wrong in err))
+            assert last.startswith("gateway run: slack: SLACK_APP_TOKEN was refused "
+                                   f"(apps.connections.open: {error})"), err
+    assert results == [(2, "", False, False), (2, "", False, False)]
