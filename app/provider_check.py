@@ -67,7 +67,7 @@ def describe(checked: Checked, exc: ProviderError) -> tuple[bool, str]:
 
 
 class ProviderCheck:
-    """A gateway service: entered with the others (before the HTTP server listens), it checks
+    """A part of the gateway's lifespan: entered before the HTTP server listens, it checks
     every provider once; see the module docstring. :meth:`health` is the ``provider_check``
     part of ``/healthz``."""
 
@@ -135,9 +135,14 @@ def providers_to_check(provider: Provider, fallbacks: Sequence[Provider]) -> lis
 
 def check_at_start(gateway: Gateway, fallbacks: Sequence[Provider], *,
                    offline_ok: bool) -> ProviderCheck:
-    """Make ``gateway`` check its providers as it starts (its first service) and report the
-    check on ``/healthz``."""
+    """Make ``gateway`` check its providers as it starts, and report the check on
+    ``/healthz``: the first part to start, right after those open since they were built (the
+    clients, the store), so a refused key stops the start before Redis, the router or the
+    tool servers are touched, and a failed start still closes every client."""
+    from app.server import started
+
     check = ProviderCheck(providers_to_check(gateway.provider, fallbacks), offline_ok=offline_ok)
-    gateway.services.insert(0, check)
+    at = next((i for i, part in enumerate(gateway.parts) if not part.opened), len(gateway.parts))
+    gateway.parts.insert(at, started("provider check", check))
     gateway.health_parts["provider_check"] = check.health
     return check

@@ -111,7 +111,7 @@ def test_haproxy_accepts_the_configuration() -> None:
     """`haproxy -c` finds the file valid (the workers' names need not resolve here)."""
     tool = shutil.which("haproxy")
     if tool is None:
-        pytest.skip("haproxy is not installed (Debian: apt-get install haproxy)")
+        missing("haproxy is not installed (Debian: apt-get install haproxy)")
     result = subprocess.run([tool, "-c", "-f", str(DEPLOY / "haproxy.cfg")],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
@@ -163,7 +163,7 @@ def test_systemd_unit_is_hardened() -> None:
     state directory it writes."""
     tool = shutil.which("systemd-analyze")
     if tool is None:
-        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+        missing("systemd-analyze is not installed (Debian: apt-get install systemd)")
     unit = DEPLOY / "gateway.service"
     result = subprocess.run([tool, "security", "--offline=yes", "--threshold=20", str(unit)],
                             capture_output=True, text=True, timeout=60, check=False)
