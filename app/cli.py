@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import argcomplete
 
 from app.commands.common import EXIT_UNREADABLE, CommandError, OneLineParser
+from app.hints import as_typed, cli_command
 from app.version import version
 from sessions.errors import SessionError
 
@@ -87,7 +88,12 @@ def build_parser(defined: Collection[str] | None = None) -> argparse.ArgumentPar
     """The whole parser; with ``defined``, every command is listed but only those named have
     their options defined (their modules imported), which is all a run or a completion
     needs (none, for ``--version`` and ``--help``)."""
-    parser = OneLineParser(prog="gateway", description=DESCRIPTION, epilog=EPILOG,
+    # The common tasks are spelled as this very command is typed here (.venv/bin/gateway
+    # after `make run`), so each works as printed.
+    typed = cli_command()
+    epilog = (EPILOG.replace("  gateway ", f"  {typed} ").replace("$(gateway ", f"$({typed} ")
+              .replace('"gateway COMMAND', f'"{typed} COMMAND'))
+    parser = OneLineParser(prog="gateway", description=DESCRIPTION, epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gateway {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -278,13 +284,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except CommandError as exc:
-        sys.stderr.write(f"gateway {args.command}: {exc}\n")
+        sys.stderr.write(f"gateway {args.command}: {_typed(str(exc))}\n")
         return exc.code
     except SessionError as exc:  # e.g. the database is unreachable or its schema is old
-        sys.stderr.write(f"gateway {args.command}: {exc}\n")
+        sys.stderr.write(f"gateway {args.command}: {_typed(str(exc))}\n")
         return EXIT_UNREADABLE
     except KeyboardInterrupt:
         return 130
+
+
+def _typed(message: str) -> str:
+    """A failure's line with each `gateway ...` command it suggests (`gateway db upgrade`)
+    spelled as the operator runs this one (``.venv/bin/gateway``): it works as printed."""
+    return as_typed(message)
 
 
 if __name__ == "__main__":

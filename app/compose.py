@@ -20,6 +20,7 @@ from aiohttp import web
 from app.compose_channels import build_channels
 from app.compose_erasure import gateway_erasure
 from app.config import Settings
+from app.hints import cli_command
 from app.ledger_seed import seed_from
 from app.prices import load_prices
 from app.server import Gateway, opened, started
@@ -480,7 +481,8 @@ def build_access(settings: Settings, coordinator: Coordinator | None = None) -> 
     }
     state = coordinator.pairing_state() if coordinator is not None else None
     pairing = LivePairing(state or FilePairingState.under(settings.data_dir))
-    return AccessPolicy(rules=rules, pairing=pairing)
+    return AccessPolicy(rules=rules, pairing=pairing,
+                        approve_command=f"{cli_command()} pairing approve")
 
 
 def build_admin_routes(settings: Settings, store: SessionStore,

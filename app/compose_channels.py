@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from app.config import Settings
+from app.hints import replay_hint
 from gateway.edge.channel import Channel
 from gateway.edge.coordination import Coordinator
 from gateway.edge.errors import ConfigError
@@ -33,6 +34,7 @@ def web_channel(settings: Settings, history: History) -> Channel:
         reply_timeout=settings.provider_timeout + 30.0,
         shutdown_grace=settings.shutdown_grace,
         max_body_bytes=settings.max_request_bytes,
+        replay_command=replay_hint(settings.data_dir),
     )
 
 

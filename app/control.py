@@ -114,6 +114,18 @@ def _trusted(writer: asyncio.StreamWriter) -> bool:
     return uid in (os.getuid(), 0)
 
 
+async def served(data_dir: Path) -> bool:
+    """Whether a gateway is running on ``data_dir`` now (its control socket answers)."""
+    try:
+        _, writer = await asyncio.open_unix_connection(address(data_dir))
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    writer.close()
+    with contextlib.suppress(ConnectionError, OSError):
+        await writer.wait_closed()
+    return True
+
+
 async def ask(data_dir: Path, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:  # noqa: ASYNC109
     """Send ``request`` to the gateway of ``data_dir`` and return its answer; ``None`` when
     nobody listens there. Raises ``TimeoutError`` when the answer takes over ``timeout``."""

@@ -117,6 +117,8 @@ class SdkProvider(ABC):
         try:
             await self._list_models()
         except self.errors.base as exc:
+            if isinstance(exc, self.errors.timeout) and _refused(exc):  # as in _translate
+                raise ProviderUnavailable(f"{self.name}: could not connect") from exc
             raise check_error(self.name, exc, timeout=self.errors.timeout,
                               connection=self.errors.connection, status=self.errors.status,
                               key=self._key()) from exc

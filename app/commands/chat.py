@@ -2,7 +2,8 @@
 
 The gateway is built with only the console channel (its HTTP server on 127.0.0.1, port 0, for
 ``/healthz``); it runs until ``/quit`` or the end of input. Logs go to stderr at WARNING unless
-``GATEWAY_LOG_LEVEL`` is set.
+``GATEWAY_LOG_LEVEL`` is set. Beside a gateway already running on the data directory it uses
+its own, ``<data>/chat`` (:func:`beside_running`), and says so.
 """
 
 from __future__ import annotations
@@ -10,13 +11,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.commands.common import EXIT_USAGE, CommandError
 from app.commands.run import load_settings
 
+if TYPE_CHECKING:
+    from app.config import Settings
+
 DESCRIPTION = """\
 Talk to the agent in this terminal, recorded like any other channel. Type /help for the chat
-commands; /quit (or Ctrl-D) leaves. Logs stay quiet (WARNING) unless GATEWAY_LOG_LEVEL is set."""
+commands; /quit (or Ctrl-D) leaves. Logs stay quiet (WARNING) unless GATEWAY_LOG_LEVEL is set.
+Beside a running gateway (`make run`) it keeps its sessions in <data dir>/chat, and says so."""
+
+
+CHAT_DIR = "chat"
+"""The data directory of a chat started beside a running gateway, inside the gateway's."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +41,8 @@ async def run(args: argparse.Namespace) -> int:
     from app import logs
     from app.compose import build_fallbacks, build_gateway, build_store, tool_secrets
     from app.compose_channels import console_channel
+    from app.control import served
+    from app.hints import replay_hint
     from app.provider_check import check_at_start
     from gateway.delivery.history import StoreHistory
     from gateway.edge.errors import ChannelError, ConfigError
@@ -38,15 +50,14 @@ async def run(args: argparse.Namespace) -> int:
 
     settings = load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0,
                              GATEWAY_DATA_DIR=args.data_dir)
+    if await served(settings.data_dir):
+        settings = beside_running(settings)
     level = settings.log_level if "log_level" in settings.model_fields_set else "WARNING"
     logs.configure_from(settings, level, secrets=tool_secrets(settings))
-    replay = "gateway replay {session}"
-    if args.data_dir is not None:
-        replay += f" --data-dir {args.data_dir}"
     store = build_store(settings)
     try:
         console = console_channel(settings, StoreHistory(store), conversation=args.conversation,
-                                  replay_command=replay)
+                                  replay_command=replay_hint(settings.data_dir))
     except InvalidIdError as exc:
         await store.aclose()
         raise CommandError(str(exc), EXIT_USAGE) from exc
@@ -65,3 +76,16 @@ async def run(args: argparse.Namespace) -> int:
     except (ConfigError, ChannelError) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     return 0
+
+
+def beside_running(settings: Settings) -> Settings:
+    """The settings of a chat beside the gateway that runs on ``settings.data_dir``: one
+    process owns a data directory (its journal of what it owes, its control socket), so the
+    chat takes its own, ``<data>/chat``, keeping the operator's persona; it says so in one
+    line on stderr (the replay hint then names that directory)."""
+    own = settings.data_dir / CHAT_DIR
+    sys.stderr.write(f"gateway chat: a gateway is running on {settings.data_dir}; this chat "
+                     f"uses its own data directory, {own} (same persona, "
+                     f"{settings.persona_root})\n")
+    return load_settings(GATEWAY_HOST="127.0.0.1", GATEWAY_PORT=0, GATEWAY_DATA_DIR=own,
+                         GATEWAY_PERSONA_DIR=settings.persona_root)

@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandError
+from app.hints import as_typed
 from sessions.postgres import schema as pg_schema
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO | None =
         if version == pg_schema.LATEST:
             state = "up to date"
         elif version < pg_schema.LATEST:
-            state = "needs `gateway db upgrade`"
+            state = as_typed("needs `gateway db upgrade`")
         else:
             state = "newer than this gateway"
         out.write(f"{where}: version {version} of {pg_schema.LATEST} ({state})\n")

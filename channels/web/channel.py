@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import html
 import itertools
 import logging
 import secrets
@@ -110,6 +111,7 @@ _ASSETS = {
     "markdown.css": "text/css",
     "markdown-it.min.js": "text/javascript",
     "purify.min.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
 }
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -148,6 +150,7 @@ class WebChannel:
         lost_reply_check: float = LOST_REPLY_CHECK,
         tenant: str = DEFAULT_TENANT,
         max_body_bytes: int = 2 * 1024 * 1024,
+        replay_command: str = "gateway replay {session}",
     ) -> None:
         self.history = history
         self.max_body_bytes = max_body_bytes
@@ -159,7 +162,9 @@ class WebChannel:
         self.lost_reply_check = lost_reply_check
         self.tenant = tenant
         self._token = token.encode() if token else None
-        self._assets = _load_assets()  # three small files, read once at composition time
+        self._assets = _load_assets()  # a few small files, read once at composition time
+        # The page's replay hint, as the operator types it here (``.venv/bin/gateway ...``).
+        self._assets["index.html"] = _with_replay(self._assets["index.html"], replay_command)
         self._deliver: Deliver | None = None
         self._pending: dict[str, _Pending] = {}
         # A request's id travels with its message (the owed journal keeps it; another worker
@@ -555,6 +560,15 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None, 
 async def _event(response: web.StreamResponse, name: str, data: Mapping[str, Any]) -> None:
     # One JSON object per data line: JSON escapes newlines, so an event is always two lines.
     await response.write(b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n")
+
+
+def _with_replay(page: bytes, command: str) -> bytes:
+    """The page with ``command`` (``... replay {session}``) on its replay hint's element,
+    where the script reads it (``data-command``)."""
+    marker = b'<code id="replay-command">'
+    assert marker in page, "index.html lost its replay hint"
+    attribute = html.escape(command, quote=True).encode()
+    return page.replace(marker, b'<code id="replay-command" data-command="' + attribute + b'">')
 
 
 def _load_assets() -> dict[str, bytes]:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 PAIRING_TEXT = (
     "Hi! I don't know you yet. To talk to me, ask my operator to run:\n\n"
-    "gateway pairing approve {code}\n\nThis code is valid for one hour."
+    "{command} {code}\n\nThis code is valid for one hour."
 )
 
 PAIRING_REPLY_WINDOW: Final = 600.0
@@ -75,6 +75,8 @@ class AccessPolicy:
     pairing: Pairing | None
     unrestricted: frozenset[str] = field(default_factory=lambda: frozenset({"web", "console",
                                                                              "memory"}))
+    approve_command: str = "gateway pairing approve"
+    """What the operator runs with the code, as they type it on the gateway's machine."""
 
     async def decide(self, inbound: Inbound) -> Decision:
         channel = inbound.key.channel
@@ -99,7 +101,8 @@ class AccessPolicy:
             code = await self.pairing.check(channel, sender.id, sender.name)
             if code is None:
                 return Decision(True, "paired")
-            return Decision(False, "pairing", PAIRING_TEXT.format(code=code))
+            return Decision(False, "pairing",
+                            PAIRING_TEXT.format(command=self.approve_command, code=code))
         return Decision(False, "not-allowed")
 
 

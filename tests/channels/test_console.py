@@ -1,4 +1,5 @@
-"""``gateway chat`` as a subprocess with piped stdin: replies print and the session replays."""
+"""``gateway chat`` as a subprocess with piped stdin: replies print, the session replays with the
+command it prints (as printed), and it runs beside a gateway serving the same data directory."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def gateway(args: list[str], cwd: Path, stdin: str = "") -> subprocess.Completed
     )
 
 
+def works_as_printed(hint: str, cwd: Path, expected: str) -> None:
+    """The shell command ``hint``, run as printed in ``cwd``, succeeds and says ``expected``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    done = subprocess.run(hint, shell=True, capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, (hint, done.stderr)
+    assert expected in done.stdout
+
+
 def test_chat_prints_reply_and_records_a_replayable_session(tmp_path: Path) -> None:
     """A piped chat prints the reply and /session; the session is listed and replays."""
     data = tmp_path / "data"
@@ -32,8 +42,10 @@ def test_chat_prints_reply_and_records_a_replayable_session(tmp_path: Path) -> N
     assert 'You said: "hello"' in lines[0]
     assert lines[1].startswith("session ")
     session = lines[1].removeprefix("session ")
-    assert lines[2] == f"replay: gateway replay {session} --data-dir {data}"
+    hint = lines[2].removeprefix("replay: ")
+    assert hint.endswith(f" replay {session} --data-dir {data}")
     assert len(lines) == 3
+    works_as_printed(hint, tmp_path, f"session {session}")
 
     listing = gateway(["replay", "--list", "--json", "--data-dir", str(data)], tmp_path)
     assert listing.returncode == 0, listing.stderr
@@ -94,3 +106,45 @@ def test_attach_sends_files_and_voice_is_transcribed_offline(tmp_path: Path) -> 
     turn = gateway(["replay", info["id"], "--turn", "1", "--data-dir", str(data)], tmp_path)
     assert "<attachment cat photo.jpg image/jpeg" in turn.stdout
     assert len(list((data / "blobs").rglob("*"))) == 4  # two shard folders, two blobs
+
+
+async def test_chat_beside_a_running_gateway(tmp_path: Path) -> None:
+    """With `gateway run` serving the data directory, `gateway chat` says in one line that it
+    uses its own (<data>/chat), answers, and its replay hint works as printed; the running
+    gateway keeps serving (its control socket still answers)."""
+    import asyncio
+    import re
+
+    from app.control import served
+
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "ANTHROPIC_",
+                                                                     "OPENAI_"))}
+    env["GATEWAY_PROVIDER"] = "offline"
+    running = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "run", "--port", "0", "--data-dir", str(data),
+        cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    assert running.stderr is not None
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            while b"gateway listening on" not in await running.stderr.readline():
+                pass
+        chat = await asyncio.to_thread(gateway, ["chat", "--data-dir", str(data)], tmp_path,
+                                       "hello\n/session\n/quit\n")
+        still_served = await served(data)
+    finally:
+        running.terminate()
+        await running.wait()
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stderr.splitlines() == [
+        f"gateway chat: a gateway is running on {data}; this chat uses its own data directory, "
+        f"{data / 'chat'} (same persona, {data / 'persona'})"]
+    lines = chat.stdout.splitlines()
+    assert 'You said: "hello"' in lines[0]
+    session = lines[1].removeprefix("session ")
+    hint = lines[2].removeprefix("replay: ")
+    assert re.search(rf" replay {session} --data-dir {re.escape(str(data / 'chat'))}$", hint)
+    works_as_printed(hint, tmp_path, f"session {session}")
+    assert still_served
+    assert running.returncode == 0

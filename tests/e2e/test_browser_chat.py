@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +14,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from app.compose import build_gateway
 from app.config import Settings
+from app.hints import replay_hint
 from app.server import Gateway
 from providers.offline import OfflineProvider
 from tests.capabilities import needs
@@ -79,7 +83,14 @@ async def test_chat_streams_the_reply_and_keeps_history(
     session = await page.locator("#session-id").text_content()
     assert session
     assert (tmp_path / "sessions" / f"{session}.jsonl").is_file()
-    await expect(page.locator("#replay-command")).to_have_text(f"gateway replay {session}")
+    # The hint is the command as the operator types it here, and it works as printed.
+    hint = replay_hint(tmp_path).format(session=session)
+    await expect(page.locator("#replay-command")).to_have_text(hint)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    replayed = await asyncio.to_thread(subprocess.run, hint, shell=True, capture_output=True,
+                                       text=True, env=env, timeout=120, check=False)
+    assert (replayed.returncode, f"session {session}" in replayed.stdout) == (0, True), \
+        replayed.stderr
 
     await send(page, "and again")
     await expect(assistant).to_have_count(2)
@@ -99,6 +110,29 @@ async def test_chat_streams_the_reply_and_keeps_history(
     OUTPUT.mkdir(exist_ok=True)
     await page.screenshot(path=str(OUTPUT / "chat.png"), full_page=True)
     assert errors == []
+
+
+async def test_a_turn_with_a_tool_round_is_one_bubble_after_a_reload(
+    gateway: Gateway, browser: Browser
+) -> None:
+    """The memory turn (a call that asks for memory_write, then the answer after it) streams
+    into one bubble, and a reload shows that same one bubble with the same text, not two."""
+    page = await browser.new_page()
+    await page.goto(f"http://127.0.0.1:{gateway.bound_port}/")
+    await send(page, "remember that I like tea")
+    assistant = page.locator("li.message.assistant")
+    await expect(assistant).to_have_count(1)
+    await expect(assistant).not_to_have_class(re.compile("pending"))
+    live = await assistant.inner_text()
+    assert live.splitlines()[0] == "I'll remember that."  # the first call's text
+    assert "saved to memory" in live  # and the second's, in the same bubble
+
+    await page.reload()
+    messages = page.locator("li.message")
+    await expect(messages).to_have_count(2)
+    assert [await m.get_attribute("data-role") for m in await messages.all()] == [
+        "user", "assistant"]
+    assert await messages.nth(1).inner_text() == live
 
 
 async def test_token_prompt_then_chat(tmp_path: Path, browser: Browser) -> None:

@@ -140,7 +140,9 @@
       return;
     }
     els.sessionId.textContent = id;
-    els.replay.textContent = `gateway replay ${id}`;
+    // The command as the operator types it on the gateway's machine (set by the server).
+    const command = els.replay.dataset.command || "gateway replay {session}";
+    els.replay.textContent = command.replace("{session}", id);
     els.session.hidden = false;
   }
 
@@ -191,13 +193,22 @@
       );
       if (!page.ok) return setStatus(await errorOf(page));
       const body = await page.json();
+      // One answer per turn, as it streamed: the texts of a turn's calls (before and after a
+      // tool round) go in one bubble, a blank line apart, as the gateway joins them.
+      let answer = null;
       for (const m of body.messages) {
         const own = (m.files || []).filter((f) => !f.sent);
         const sent = (m.files || []).filter((f) => f.sent); // files the agent sent
-        if ((m.text || own.length) && (m.role === "user" || m.role === "assistant")) {
+        if (m.role === "user" && (m.text || own.length)) {
+          answer = null; // a person's message (or a schedule's trigger) starts the next turn
           // A scheduled turn's trigger was not typed by the person: shown as a note.
-          const item = addMessage(m.scheduled ? "scheduled" : m.role, m.text || "");
+          const item = addMessage(m.scheduled ? "scheduled" : "user", m.text || "");
           if (own.length) files.showStored(item, own, api);
+        } else if (m.role === "assistant" && (m.text || own.length)) {
+          const before = answer && rawText.get(answer);
+          if (answer && m.text) setAnswer(answer, before ? `${before}\n\n${m.text}` : m.text);
+          else if (!answer) answer = addMessage("assistant", m.text || "");
+          if (own.length) files.showStored(answer, own, api);
         }
         if (sent.length) files.showStored(addMessage("assistant", ""), sent, api);
       }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from app.cli import main
+from app.hints import cli_command
 from sessions.postgres import schema as pg_schema
 from tests.sessions.pg import PG_URL, connect, create_schema, drop_schema
 
@@ -73,12 +74,13 @@ def test_upgrade_is_idempotent(cli: Callable[..., Result], schema: str) -> None:
 
 def test_status_changes_nothing(cli: Callable[..., Result], schema: str,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """status on an empty schema says an upgrade is needed and creates nothing (URL from env)."""
+    """status on an empty schema says an upgrade is needed (the command spelled as this one
+    is run: tests/app/test_hints.py) and creates nothing (URL from env)."""
     monkeypatch.setenv("GATEWAY_STORE_URL", PG_URL)
     result = cli("status", "--schema", schema)
     assert (result.code, result.out, result.err) == (
         0, f"{PG_URL} schema {schema}: version 0 of {pg_schema.LATEST} "
-        "(needs `gateway db upgrade`)\n", "")
+        f"(needs `{cli_command()} db upgrade`)\n", "")
     assert asyncio.run(version_of(schema)) == 0
 
 
