@@ -33,7 +33,7 @@ from gateway.edge.provider import CheckedProvider, Provider
 if TYPE_CHECKING:
     from app.server import Gateway
 
-log = logging.getLogger("gateway.app")
+log = logging.getLogger(__name__)
 
 RECHECK = 30.0
 """Seconds between checks while the gateway runs degraded (``GATEWAY_START_OFFLINE_OK``)."""

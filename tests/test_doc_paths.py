@@ -6,7 +6,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = {path.name for path in ROOT.iterdir() if path.is_dir() and not path.name.startswith(".")}
+RUNTIME = {"data", "build", "dist", "test-output"}
+"""Folders a checkout gains by running it (``make run`` makes ``data/``), never the project's."""
+TOP = {path.name for path in ROOT.iterdir()
+       if path.is_dir() and not path.name.startswith(".") and path.name not in RUNTIME}
 PATH = re.compile(
     r"(?<![\w./<>:*{-])((?:[\w-]+/)+[\w.-]*\w\.(?:py|md|toml|js|css|html|ya?ml|cfg|service|sh))"
     r"(?![\w/])")

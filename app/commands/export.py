@@ -9,6 +9,10 @@ unknown is left out). Record shapes: :mod:`sessions.export`. ``--content none|me
 says how much of the conversation they carry; by default as much as live traces do (``full``
 with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``, else ``none``).
 
+With ``--out``, one line on stdout says what was written where (``wrote 12 records of 3
+sessions to FILE``). A ``--tenant`` with no sessions at all is a usage error (a misspelt tenant
+used to give an empty file and exit 0).
+
 Read-only for sessions. ``FILE`` and its checkpoint are created 0600 (they hold whole
 transcripts, as the logs do). Errors are one line starting ``gateway export:``; exit 2 for usage
 errors, 1 when a log is unreadable (``--all`` goes on with the others and exits 1 at the end).
@@ -144,13 +148,16 @@ async def run(
             # (its records would carry the wrong tenant, and it is not this tenant's to give).
             raise CommandError(f"{args.session} belongs to tenant {owner!r}, not {args.tenant!r}")
         with _sink(args.out, out) as write:
-            _write_session(replay, shape, args.tenant, write)
+            written = _write_session(replay, shape, args.tenant, write)
+        if args.out is not None:  # stdout holds no records then: say what went where
+            out.write(f"wrote {_count(written, 'record')} of 1 session to {args.out}\n")
         return EXIT_OK
     since = parse_since(args.since) if args.since is not None else None
     todo = await _select(store, args.tenant, since, err)
+    tally = Tally()
     if args.out is None:
         return await _export_all(store, todo, shape, _text_writer(out), None, err,
-                                 on_session_written)
+                                 on_session_written, tally)
     options = {"version": CHECKPOINT_VERSION, "format": args.format, "since": args.since,
                "tenant": args.tenant, "content": shape.content}
     checkpoint = Checkpoint(args.out, options)
@@ -161,9 +168,11 @@ async def run(
             err.write(f"{PROG}: resuming: {len(todo) - len(pending)} of {len(todo)} sessions "
                       f"already in {args.out}\n")
         code = await _export_all(store, pending, shape, checkpoint.write, checkpoint,
-                                 err, on_session_written)
+                                 err, on_session_written, tally)
     finally:
         checkpoint.close()
+    out.write(f"wrote {_count(tally.records, 'record')} of {_count(tally.sessions, 'session')} "
+              f"to {args.out}\n")
     if code == EXIT_OK:
         checkpoint.remove()
     else:
@@ -183,6 +192,11 @@ async def _select(
         infos = await store.list_sessions(tenant)
     except InvalidNameError as exc:
         raise CommandError(str(exc)) from exc
+    if tenant is not None and not infos:
+        # A misspelt tenant must not pass for an empty one (an empty file, exit 0).
+        known = sorted({info.tenant for info in await store.list_sessions(None)})
+        raise CommandError(f"no sessions of tenant {tenant!r} (tenants with sessions: "
+                           f"{', '.join(known) or 'none'})", EXIT_USAGE)
     infos.reverse()  # oldest first
     if since is None:
         return infos
@@ -200,6 +214,7 @@ async def _export_all(
     checkpoint: Checkpoint | None,
     err: TextIO,
     hook: SessionHook | None,
+    tally: Tally,
 ) -> int:
     code = EXIT_OK
     with progress("export", len(infos), err) as ticker:
@@ -213,7 +228,8 @@ async def _export_all(
                 code = EXIT_UNREADABLE
                 ticker.advance()
                 continue
-            _write_session(replay, shape, info.tenant, write)
+            tally.records += _write_session(replay, shape, info.tenant, write)
+            tally.sessions += 1
             if checkpoint is not None:
                 checkpoint.flush()
             if hook is not None:
@@ -233,12 +249,28 @@ class Shape:
     version: str
 
 
+@dataclass(slots=True)
+class Tally:
+    """What an ``--all`` run wrote (this run: a resumed one counts what it added)."""
+
+    sessions: int = 0
+    records: int = 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _write_session(
     replay: Replay, shape: Shape, tenant: str | None, write: Callable[[bytes], None]
-) -> None:
+) -> int:
+    """Write the session's records; returns how many."""
+    written = 0
     for record in records(replay, shape.format, tenant, content=shape.content,
                           service_version=shape.version):
         write(orjson.dumps(record) + b"\n")
+        written += 1
+    return written
 
 
 def _text_writer(out: TextIO) -> Callable[[bytes], None]:

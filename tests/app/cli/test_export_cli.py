@@ -119,11 +119,13 @@ def test_one_session_to_stdout_as_otlp_json(cli: Callable[..., Result], root: Pa
 
 def test_one_session_to_a_file_as_jsonl(cli: Callable[..., Result], root: Path,
                                         tmp_path: Path) -> None:
-    """--out FILE writes the records there and nothing to stdout; a tenant's session by id."""
+    """--out FILE writes the records there and says so in one line on stdout (how many,
+    where); a tenant's session by id."""
     out = tmp_path / "t1.jsonl"
     result = cli("t1", "--tenant", "acme", "--format", "jsonl", "--out", str(out))
-    assert result == Result(0, "", "")
-    assert keys(lines(out)) == expected_keys([("acme", "t1")])
+    written = lines(out)
+    assert result == Result(0, f"wrote {len(written)} records of 1 session to {out}\n", "")
+    assert keys(written) == expected_keys([("acme", "t1")])
     assert not out.with_name("t1.jsonl.progress").exists()
 
 
@@ -140,6 +142,16 @@ def test_tenant_export_refuses_another_tenants_file(cli: Callable[..., Result],
     assert {orjson.loads(x)["tenant"] for x in own.out.splitlines()} == {"acme"}
 
 
+def test_unknown_tenant_is_a_usage_error(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """--all --tenant with a tenant that has no sessions (a typo) is one line naming the
+    tenants there are, exit 2, and no file is written."""
+    out = tmp_path / "none.jsonl"
+    result = cli("--all", "--tenant", "acmee", "--format", "jsonl", "--out", str(out))
+    assert result == Result(2, "", "gateway export: no sessions of tenant 'acmee' (tenants with "
+                                   "sessions: acme, default)\n")
+    assert not out.exists()
+
+
 def test_seed_file_by_path(cli: Callable[..., Result]) -> None:
     """A seed v2 file given by path exports its three calls."""
     result = cli(str(SEED_DIR / "v2-prompt-timeline.jsonl"), "--format", "jsonl")
@@ -151,7 +163,9 @@ def test_all_to_a_file(cli: Callable[..., Result], tmp_path: Path) -> None:
     """--all --out: every tenant's sessions, oldest first; the checkpoint is gone at the end."""
     out = tmp_path / "all.jsonl"
     result = cli("--all", "--format", "otlp-json", "--out", str(out))
-    assert (result.code, result.out) == (0, "")
+    sessions = len({(tenant, session) for tenant, session, _ in expected_keys()})
+    assert (result.code, result.out) == (
+        0, f"wrote {len(lines(out))} records of {sessions} sessions to {out}\n")
     spans = [span for line in lines(out) for span in call_attributes(line)]
     assert [(s["gateway.tenant"], s["gen_ai.conversation.id"], s["gateway.call"])
             for s in spans] == expected_keys()
