@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from gateway.edge.channel import Placement
 from gateway.edge.errors import ChannelError
 from gateway.edge.messages import OutboundFile
 
@@ -45,6 +46,14 @@ class EditTarget(Protocol):
         """The final text will not come: delete the preview message if there is one (and any
         typing marker the platform keeps). Never raises: a failure is logged once."""
         ...
+
+
+@runtime_checkable
+class PlacingTarget(Protocol):
+    """A target that reconciles the answer with the platform (see
+    :class:`gateway.edge.channel.PlacingSink`, whose contract it keeps for the streamer)."""
+
+    def place(self, placement: Placement) -> None: ...
 
 
 @runtime_checkable
@@ -134,6 +143,11 @@ class EditStreamer:
     async def fail(self, text: str) -> None:
         await self._stop_typing()
         await self.target.deliver_final(text, self._ref)
+
+    def place(self, placement: Placement) -> None:
+        """Hand the placement to a target that reconciles (others ignore it)."""
+        if isinstance(self.target, PlacingTarget):
+            self.target.place(placement)
 
     async def retract(self) -> None:
         """Delete the preview: this turn's final text will not come (another worker answers).

@@ -98,10 +98,33 @@ def call(index: int, request: CallRequest, tools_fp: str | None) -> dict[str, An
     return body
 
 
-def refusal(limit: str, until: str) -> dict[str, Any]:
+def refusal(limit: str, until: str, *, message: int | None = None,
+            text: str | None = None) -> dict[str, Any]:
     """A turn refused by a budget or rate limit (``limit``) before any provider call; the
-    person was told they can continue at ``until`` (UTC ISO time)."""
-    return {"type": "refusal", "limit": limit, "until": until}
+    person was told they can continue at ``until`` (UTC ISO time). ``message``: the index of
+    the message it answers; ``text``: what the person was told (a restart that finds it sends
+    that, never the turn again)."""
+    body: dict[str, Any] = {"type": "refusal", "limit": limit, "until": until}
+    if message is not None:
+        body["message"] = message
+    if text is not None:
+        body["text"] = text
+    return body
+
+
+def reply(message: int, kind: str, text: str) -> dict[str, Any]:
+    """An answer that is not a model's: ``kind`` ``notice`` (every file of the message was
+    refused, and this sentence is the whole answer) or ``apology`` (the turn failed). Written
+    before it is sent, so a restart knows it went out (and sends it again only by editing)."""
+    return {"type": "reply", "message": message, "kind": kind, "text": text}
+
+
+def delivery(message: int, part: int, ref: Mapping[str, Any]) -> dict[str, Any]:
+    """Where message ``part`` of the answer to message ``message`` is on the platform
+    (``ref``: the channel's own plain data, e.g. Telegram's chat and message id). Written
+    before the answer's text goes into that platform message, so a restart edits it instead
+    of sending the answer again."""
+    return {"type": "delivery", "message": message, "part": part, "ref": dict(ref)}
 
 
 def outcome(result: Outcome) -> dict[str, Any]:

@@ -91,6 +91,11 @@ class ItemTrace:
     began); from there every answer and tool-result message of the session belongs to it, since
     a conversation runs one turn at a time. Plain user messages in between are other items,
     recorded on receipt while this turn ran. No such call: the turn never started.
+
+    ``reply``: an answer that is not a model's, recorded for the message (``reply`` and
+    ``refusal`` entries naming its index): ``(kind, text)``, kind ``notice``, ``apology`` or
+    ``refusal``. ``placed``: where the answer's messages are on the platform (``delivery``
+    entries naming its index), ``(part, ref)`` by part, the last note of a part winning.
     """
 
     index: int
@@ -102,6 +107,8 @@ class ItemTrace:
     """The item's message as recorded."""
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     """The ``meta`` recorded with it (sender, platform id, the notice about refused files)."""
+    reply: tuple[str, str] | None = None
+    placed: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 def find_item(data: bytes, item_id: str) -> ItemTrace | None:
@@ -115,8 +122,17 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
     after: list[MessageDict] = []
     expect: str | None = None  # "answer" after one of its calls, "results" after a tool use
     failed = False
+    ended = False  # its final answer (or failure) is read: only notes naming it follow
+    reply: tuple[str, str] | None = None
+    placed: dict[int, dict[str, Any]] = {}
     for entry in _entries(data):
         kind = entry.get("type")
+        if at is not None and kind in _NOTES and entry.get("message") == at:
+            _note(entry, placed)
+            if kind != "delivery" and reply is None:
+                text = entry.get("text")
+                reply = (str(entry.get("kind") or kind), text if isinstance(text, str) else "")
+            continue
         if kind == "message" and isinstance(entry.get("message"), dict):
             index += 1
             message = entry["message"]
@@ -125,16 +141,18 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
                     at = index
                     recorded = entry
                     ours.add(index)
+            elif ended:
+                continue
             elif expect == "answer" and message.get("role") == "assistant":
                 after.append(message)
                 if not _uses_tools(message):
-                    break  # its final answer: what follows is later turns'
+                    ended = True  # its final answer: what follows is later turns'
                 expect = "results"
             elif expect == "results" and not _plain_user(message):
                 after.append(message)
                 ours.add(index)
                 expect = None
-        elif at is None:
+        elif at is None or ended:
             continue
         elif kind == "call" and _window_end(entry) in ours:
             if isinstance(entry.get("call"), int):
@@ -142,12 +160,24 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
             expect = "answer"
         elif kind == "outcome" and entry.get("error") and entry.get("call") in calls:
             failed = True
-            break  # the turn ended with an apology
+            ended = True  # the turn ended with an apology
     if at is None:
         return None
     meta = recorded.get("meta")
     return ItemTrace(at, tuple(after), failed, bool(calls), recorded["message"],
-                     dict(meta) if isinstance(meta, dict) else {})
+                     dict(meta) if isinstance(meta, dict) else {}, reply,
+                     tuple(sorted(placed.items())))
+
+
+_NOTES = frozenset({"delivery", "reply", "refusal"})
+"""Entries that name the message they are about by its index (``message``)."""
+
+
+def _note(entry: dict[str, Any], placed: dict[int, dict[str, Any]]) -> None:
+    """A ``delivery`` entry's part and ref into ``placed`` (others are not deliveries)."""
+    part, ref = entry.get("part"), entry.get("ref")
+    if entry.get("type") == "delivery" and type(part) is int and isinstance(ref, dict):
+        placed[part] = ref
 
 
 def _window_end(entry: dict[str, Any]) -> int | None:

@@ -56,6 +56,7 @@ from sessions.replay_model import (
     NOTICE_V1,
     REBUILT,
     Call,
+    Delivered,
     Gap,
     MessageLog,
     NotRebuildableError,
@@ -65,6 +66,7 @@ from sessions.replay_model import (
     Refused,
     Replay,
     RerunOf,
+    Replied,
     SectionRef,
     Status,
 )
@@ -80,6 +82,7 @@ __all__ = [  # the model's names stay importable from here, where callers always
     "NOT_RECORDED",
     "REBUILT",
     "Call",
+    "Delivered",
     "Gap",
     "MessageLog",
     "NotRebuildableError",
@@ -89,6 +92,7 @@ __all__ = [  # the model's names stay importable from here, where callers always
     "Refused",
     "Replay",
     "RerunOf",
+    "Replied",
     "SectionRef",
     "Status",
     "replay_bytes",
@@ -118,6 +122,8 @@ class _Builder:
         self.refusals: list[Refused] = []
         self.erased: dict[int, str | None] = {}
         """Message indices an erasure replaced by its marker, and when."""
+        self.replies: list[Replied] = []
+        self.deliveries: list[Delivered] = []
         self.damaged: int | None = None
         """Line of the first damage that can shift message indices (a lost or corrupt line)."""
 
@@ -173,6 +179,22 @@ class _Builder:
             return
         self.refusals.append(Refused(line, _str_or_none(entry.get("ts")), limit,
                                      _str_or_none(entry.get("until")), len(self.starts)))
+
+    def on_reply(self, entry: dict[str, Any], line: int) -> None:
+        kind, text, message = entry.get("kind"), entry.get("text"), entry.get("message")
+        if not isinstance(kind, str) or not isinstance(text, str):
+            self.problem(line, "reply entry without kind/text")
+            return
+        self.replies.append(Replied(line, _str_or_none(entry.get("ts")), kind,
+                                    message if type(message) is int else None, text))
+
+    def on_delivery(self, entry: dict[str, Any], line: int) -> None:
+        part, ref, message = entry.get("part"), entry.get("ref"), entry.get("message")
+        if type(part) is not int or not isinstance(ref, dict):
+            self.problem(line, "delivery entry without part/ref")
+            return
+        self.deliveries.append(Delivered(line, _str_or_none(entry.get("ts")),
+                                         message if type(message) is int else None, part, ref))
 
     def on_gap(self, entry: dict[str, Any], line: int) -> None:
         kind, at, refused = entry.get("kind"), entry.get("at"), entry.get("refused")
@@ -358,6 +380,8 @@ class _Builder:
         return Replay(
             gaps=tuple(self.gaps),
             refusals=tuple(self.refusals),
+            replies=tuple(self.replies),
+            deliveries=tuple(self.deliveries),
             header=header,
             version=self.version,
             messages=MessageLog(self.data, self.starts, self.ends),
@@ -603,6 +627,10 @@ def _replay(data: bytes) -> Replay:
             builder.on_gap(entry, line)
         elif kind == "refusal":
             builder.on_refusal(entry, line)
+        elif kind == "reply":
+            builder.on_reply(entry, line)
+        elif kind == "delivery":
+            builder.on_delivery(entry, line)
         elif kind == "session":
             builder.problem(line, "a second session header")
         # any other type (reflection, model_change, future types) is skipped on purpose

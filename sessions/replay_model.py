@@ -184,6 +184,32 @@ class RerunOf:
                    number if type(number) is int else None)
 
 
+@dataclass(frozen=True, slots=True)
+class Replied:
+    """A ``reply`` entry: an answer that is not a model's (``kind`` ``notice``: every file of
+    the message was refused; ``apology``: its turn failed), recorded before it went out, to
+    the message at index ``message``."""
+
+    line: int
+    ts: str | None
+    kind: str
+    message: int | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A ``delivery`` entry: platform message ``part`` of the answer to the message at index
+    ``message`` (``ref``: the channel's own data, e.g. Telegram's chat and message id), noted
+    before the answer's text went into it."""
+
+    line: int
+    ts: str | None
+    message: int | None
+    part: int
+    ref: Mapping[str, Any]
+
+
 class NotRebuildableError(SessionReadError):
     """A request body was asked of a call replay cannot rebuild; the message says why."""
 
@@ -243,6 +269,8 @@ class Replay:
     notice: str | None
     gaps: tuple[Gap, ...] = ()
     refusals: tuple[Refused, ...] = ()
+    replies: tuple[Replied, ...] = ()
+    deliveries: tuple[Delivered, ...] = ()
 
     @property
     def session_id(self) -> str:

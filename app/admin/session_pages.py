@@ -132,6 +132,11 @@ def _notices(replay: Replay) -> Markup:
         items.append(tag("li", tag("strong", f"Refused at {r.ts or '?'}: "),
                          f"message {r.after} got the {r.limit} limit's notice (until "
                          f"{r.until or '?'}); no provider call was made."))
+    for reply in replay.replies:
+        what = "an apology" if reply.kind == "apology" else f"a {reply.kind}"
+        items.append(tag("li", tag("strong", f"Replied at {reply.ts or '?'}: "),
+                         f"message {'?' if reply.message is None else reply.message} got "
+                         f"{what} ({reply.text!r}); no model answer."))
     if not items:
         return Markup("")
     return tag("section", tag("h2", "Replay notices and problems"), tag("ul", items),

@@ -288,6 +288,13 @@ def _print_summary(replay: Replay, out: TextIO) -> None:
     for r in replay.refusals:
         w(f"refused: line {r.line}  {r.ts or '-'}  message {r.after} got the {r.limit} "
           f"limit's notice (until {r.until or '?'}), no provider call\n")
+    for reply in replay.replies:
+        what = "an apology" if reply.kind == "apology" else f"a {reply.kind}"
+        w(f"replied: line {reply.line}  {reply.ts or '-'}  message {_index(reply.message)} "
+          f"got {what}, no model answer\n")
+    if replay.deliveries:
+        w(f"delivered: {len(replay.deliveries)} platform message(s) noted as carrying answers "
+          f"(--json lists them)\n")
     w("prompt timeline:\n")
     if not replay.prompts:
         w("  (none)\n")
@@ -356,3 +363,7 @@ def _print_call(replay: Replay, call: Call, out: TextIO) -> None:
     else:
         outcome = replay.outcome_of(call)
         w(f"[no answer: {outcome.error if outcome and outcome.error else 'not recorded'}]\n")
+
+
+def _index(value: int | None) -> str:
+    return "?" if value is None else str(value)

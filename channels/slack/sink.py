@@ -8,6 +8,16 @@ streamer), and the final Markdown is rendered to mrkdwn chunks of at most 3000 c
 are posted after it in the thread. A reply abandoned instead (another worker answers) has its
 preview deleted with ``chat.delete``.
 
+Reconciled (:class:`gateway.edge.channel.PlacingSink`): every message of an answer carries
+the item's id in its message metadata (event type :data:`EVENT_TYPE`, payload ``item`` and
+``part``), and its ts is noted in the log right after ``chat.postMessage`` returns. A message
+noted by an earlier run is edited (``chat.update``), never posted again; an item taken over
+(``resumed``) with no note for a part first looks for its own message in the thread
+(``conversations.replies`` with ``include_all_metadata``, from the person's message on) and
+edits what it finds. So the window Telegram leaves (a message sent, its id not yet noted) is
+closed here as far as the history answers: reading it needs the ``*:history`` scopes; without
+them (``missing_scope``) the search finds nothing and the part is posted.
+
 Typing: Slack has no typing indicator for bots outside its assistant threads, so the turn
 marks the person's message with an :eyes: reaction instead, removed once the reply is
 delivered. Without the ``reactions:write`` scope the reaction is switched off for the process
@@ -24,7 +34,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -33,6 +43,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channels.slack.convert import CHANNEL, META_REPLY_THREAD, META_TS
 from channels.slack.render import render_chunks
+from gateway.edge.channel import Placement
 from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import Inbound, OutboundFile
 from gateway.edge.metrics import Metrics
@@ -40,6 +51,11 @@ from gateway.edge.metrics import Metrics
 log = logging.getLogger(__name__)
 
 TYPING_REACTION: Final = "eyes"
+EVENT_TYPE: Final = "gateway_answer"
+"""The metadata event type of our answers' messages (see the module docstring)."""
+SEARCH_PAGES: Final = 5
+SEARCH_PAGE_SIZE: Final = 200
+"""How much of a thread a takeover reads looking for its answer (pages of replies)."""
 EMPTY_REPLY: Final = "_(no reply)_"
 _ERROR_CODE: Final = re.compile(r"[a-z_]{1,40}")
 # Errors that mean "this can never work with this app's setup": stop trying reactions.
@@ -97,6 +113,17 @@ class SlackTarget:
         self.message_ts: str | None = inbound.meta.get(META_TS)
         self.chunk_limit = chunk_limit
         self._reacted = False
+        self._placement: Placement | None = None
+        self._parts: dict[int, str] = {}  # part -> ts noted (or found) for it
+        self._searched = True
+
+    def place(self, placement: Placement) -> None:
+        """Reconcile with what the log noted and, for a resumed item, with the thread."""
+        self._placement = placement
+        self._parts = {p.part: ts for p in placement.known
+                       if p.ref.get("channel") == self.channel
+                       and isinstance(ts := p.ref.get("ts"), str)}
+        self._searched = not placement.resumed
 
     async def typing(self) -> None:
         if self._reacted or self.message_ts is None or not self.calls.reactions:
@@ -107,6 +134,8 @@ class SlackTarget:
         self._reacted = result is not None
 
     async def send_preview(self, text: str) -> str | None:
+        if self._placement is not None:
+            return await self._put(0, escape(text))
         return await self._post(escape(text))
 
     async def edit_preview(self, ref: str, text: str) -> None:
@@ -114,6 +143,14 @@ class SlackTarget:
 
     async def deliver_final(self, text: str, preview: str | None) -> None:
         chunks = render_chunks(text, self.chunk_limit) or [EMPTY_REPLY]
+        if self._placement is not None:
+            if preview is not None:
+                self._parts.setdefault(0, preview)
+            for part, chunk in enumerate(chunks):
+                if await self._put(part, chunk) is None:
+                    break  # a gap in the middle of a reply reads worse than a cut-off one
+            await self._unreact()
+            return
         first, rest = chunks[0], chunks[1:]
         delivered = preview is not None and await self._update(preview, first)
         if not delivered:
@@ -148,9 +185,55 @@ class SlackTarget:
         if response is None:
             raise ChannelError(f"slack refused the file ({self.calls.last_error or 'error'})")
 
-    async def _post(self, text: str) -> str | None:
+    async def _put(self, part: int, text: str) -> str | None:
+        """``text`` into the message of ``part``: the one noted or found for it (edited), or
+        a new one, tagged with the item and noted. Its ts; None when it failed."""
+        if part not in self._parts:
+            await self._search()
+        ts = self._parts.get(part)
+        if ts is not None:
+            if await self._update(ts, text):
+                return ts
+            if self.calls.last_error != "chat.update: message_not_found":
+                return None
+            del self._parts[part]  # deleted meanwhile: a new one takes its place
+        assert self._placement is not None
+        ts = await self._post(text, {"event_type": EVENT_TYPE, "event_payload": {
+            "item": self._placement.item, "part": part}})
+        if ts is not None:
+            self._parts[part] = ts
+            await self._placement.note(part, {"channel": self.channel, "ts": ts})
+        return ts
+
+    async def _search(self) -> None:
+        """Once, for a resumed item: its answer's messages already in the thread (posted by
+        an earlier run that did not live to note them), by their metadata."""
+        if self._searched or self._placement is None:
+            return
+        self._searched = True
+        if self.thread_ts is None:
+            return
+        item, cursor = self._placement.item, None
+        for _ in range(SEARCH_PAGES):
+            response = await self.calls.attempt(
+                "conversations.replies", self.calls.client.conversations_replies(
+                    channel=self.channel, ts=self.thread_ts, oldest=self.message_ts,
+                    inclusive=False, include_all_metadata=True, limit=SEARCH_PAGE_SIZE,
+                    cursor=cursor))
+            if response is None:
+                return  # logged; the part is posted (the window stays open this once)
+            for message in response.get("messages") or []:
+                part = _our_part(message, item)
+                if part is not None and isinstance(ts := message.get("ts"), str):
+                    self._parts.setdefault(part, ts)
+            meta = response.get("response_metadata") or {}
+            cursor = meta.get("next_cursor") if isinstance(meta, dict) else None
+            if not cursor or not response.get("has_more"):
+                return
+
+    async def _post(self, text: str, metadata: dict[str, Any] | None = None) -> str | None:
         response = await self.calls.attempt("chat.postMessage", self.calls.client.chat_postMessage(
-            channel=self.channel, thread_ts=self.thread_ts, text=text))
+            channel=self.channel, thread_ts=self.thread_ts, text=text, metadata=metadata))
         ts = response.get("ts") if response is not None else None
         return ts if isinstance(ts, str) else None
 
@@ -158,6 +241,18 @@ class SlackTarget:
         response = await self.calls.attempt("chat.update", self.calls.client.chat_update(
             channel=self.channel, ts=ts, text=text))
         return response is not None
+
+
+def _our_part(message: object, item: str) -> int | None:
+    """The part of ``item``'s answer a history message is, by its metadata (None: not one)."""
+    meta = message.get("metadata") if isinstance(message, dict) else None
+    if not isinstance(meta, dict) or meta.get("event_type") != EVENT_TYPE:
+        return None
+    payload = meta.get("event_payload")
+    if not isinstance(payload, dict) or payload.get("item") != item:
+        return None
+    part = payload.get("part")
+    return part if type(part) is int and part >= 0 else None
 
 
 def escape(text: str) -> str:

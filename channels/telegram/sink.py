@@ -13,6 +13,24 @@ text rendered once with :func:`channels.telegram.render.render_chunks` and sent 
 A reply abandoned instead (another worker answers) has its preview deleted (``deleteMessage``).
 Everything goes into the user's forum topic, and in groups replies to the user's message. A
 chunk Telegram refuses to parse ("can't parse entities") is sent again as its plain text.
+
+Reconciled (:class:`gateway.edge.channel.PlacingSink`): once the core has placed the reply,
+no text of the answer goes into a message whose id is not noted in the log. Each message
+that will carry part of it (the first, which a preview is too, and each further chunk) is
+sent as a placeholder (:data:`PLACEHOLDER`), its id noted, and then edited into its text; a
+message an earlier run noted is edited, never sent again (one the person deleted meanwhile
+is replaced, the same way). Telegram gives a bot no way to find its own messages again, so
+what remains is a placeholder whose ``sendMessage`` returned just before a kill, with its id
+not yet in the log: the person sees "…" above the answer, never the answer twice.
+
+Reconciled (:class:`gateway.edge.channel.PlacingSink`): once the core has placed the reply,
+no text of the answer goes into a message whose id is not noted in the log. Each message
+that will carry part of it (the first, which a preview is too, and each further chunk) is
+sent as a placeholder (:data:`PLACEHOLDER`), its id noted, and then edited into its text; a
+message an earlier run noted is edited, never sent again (one the person deleted meanwhile
+is replaced, the same way). Telegram gives a bot no way to find its own messages again, so
+what remains is a placeholder whose ``sendMessage`` returned just before a kill, with its id
+not yet in the log: the person sees "…" above the answer, never the answer twice.
 A reply complete within ``preview_after`` seconds of the turn's start is sent once, without
 a preview (fewer calls against the rate limits, no flicker). Preview edits never hold up the
 turn: while one edit is in flight (say, queued by the rate limiter) newer previews are
@@ -26,8 +44,8 @@ import datetime as dtm
 import html
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from telegram import InputFile, Message, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
@@ -44,6 +62,7 @@ from telegram.error import (
 from telegram.ext import ExtBot
 
 from channels.telegram.render import TelegramChunk, render_chunks
+from gateway.edge.channel import Placement
 from gateway.edge.errors import ChannelError, Failure
 from gateway.edge.messages import OutboundFile
 from gateway.edge.metrics import Metrics
@@ -55,6 +74,8 @@ TelegramBot = ExtBot[int]
 """The bot type: ``ExtBot`` with an optional ``AIORateLimiter`` (whose args are an int)."""
 
 REDACTED: Final = "***"
+PLACEHOLDER: Final = "…"
+"""The first text of every message that will carry an answer (see the module docstring)."""
 MAX_RETRY_AFTER: Final = 60.0
 """Longest 429 wait honoured inline; a longer one fails the call rather than hang a turn."""
 
@@ -131,6 +152,17 @@ def is_not_modified(exc: BadRequest) -> bool:
     return "message is not modified" in exc.message.lower()
 
 
+def is_gone(exc: BaseException) -> bool:
+    """The message to edit is not there any more (deleted by the person, or retracted)."""
+    return isinstance(exc, BadRequest) and "message to edit not found" in exc.message.lower()
+
+
+def _message_id(ref: Mapping[str, Any], chat_id: int) -> int | None:
+    """The message id a ``delivery`` ref names in this chat (None: not one of ours)."""
+    message, chat = ref.get("message"), ref.get("chat")
+    return message if type(message) is int and chat == chat_id else None
+
+
 class TelegramTarget:
     """The :class:`channels.streaming.EditTarget` of one inbound message."""
 
@@ -149,6 +181,14 @@ class TelegramTarget:
         self._started: float | None = None  # the turn's start: its first typing action
         self._edit: asyncio.Task[None] | None = None
         self._preview_text: str | None = None
+        self._placement: Placement | None = None
+        self._parts: dict[int, int] = {}  # part -> message id noted for it
+
+    def place(self, placement: Placement) -> None:
+        """Reconcile with what the log noted (see the module docstring)."""
+        self._placement = placement
+        self._parts = {p.part: m for p in placement.known
+                       if (m := _message_id(p.ref, self.chat_id)) is not None}
 
     @property
     def _bot(self) -> TelegramBot:
@@ -174,6 +214,12 @@ class TelegramTarget:
             self._started = now
         if now - self._started < self.preview_after:
             return None  # still young: the streamer asks again with the next delta
+        if self._placement is not None:
+            shown = await self._fill(0, text)
+            if shown is None:
+                return None
+            self._preview_text = text
+            return str(shown)
         message = await self._send(text, None, what="preview")
         if message is None:
             return None
@@ -202,8 +248,12 @@ class TelegramTarget:
             chunks = render_chunks(text)
             if not chunks:
                 return
+            if self._placement is not None:
+                await self._deliver_placed(chunks, preview)
+                return
             head, *rest = chunks
-            edited = preview is not None and await self._edit_into(int(preview), head)
+            edited = preview is not None and await self._edit_into(int(preview), head,
+                                                                   self._preview_text)
             if not edited and not await self._send_chunk(head):
                 return
             for chunk in rest:
@@ -212,6 +262,58 @@ class TelegramTarget:
         finally:
             if self.on_done is not None:
                 self.on_done()
+
+    async def _deliver_placed(self, chunks: list[TelegramChunk], preview: str | None) -> None:
+        """Each chunk into the message noted for its part (opened now, as a placeholder, when
+        there is none); stops at the first that cannot be delivered."""
+        if preview is not None:
+            self._parts.setdefault(0, int(preview))
+        for part, chunk in enumerate(chunks):
+            message = await self._opened(part)
+            if message is None:
+                return
+            done = await self._edit_into(message, chunk, self._preview_text if part == 0 else None)
+            if done is None:  # gone (deleted meanwhile): a new placeholder takes its place
+                self._parts.pop(part, None)
+                message = await self._opened(part)
+                done = message is not None and await self._edit_into(message, chunk) is True
+            if not done:
+                return  # later chunks would read out of context without this one
+
+    async def _fill(self, part: int, text: str) -> int | None:
+        """Show plain ``text`` (a preview) in the message of ``part``; its id."""
+        for _ in range(2):
+            message = await self._opened(part)
+            if message is None:
+                return None
+            try:
+                await self._edit_text(message, text, None)
+                return message
+            except BadRequest as exc:
+                if is_not_modified(exc):
+                    return message
+                if not is_gone(exc):
+                    self.api.failed("editMessageText (preview)", exc)
+                    return None
+                self._parts.pop(part, None)  # deleted meanwhile: open a new one
+            except Exception as exc:  # delivery problems are logged, never raised into a turn
+                self.api.failed("editMessageText (preview)", exc)
+                return None
+        return None
+
+    async def _opened(self, part: int) -> int | None:
+        """The message that carries ``part``: the one noted for it, or a placeholder sent
+        now and noted (durably) before any text goes in. None when it cannot be sent."""
+        known = self._parts.get(part)
+        if known is not None:
+            return known
+        assert self._placement is not None
+        message = await self._send(PLACEHOLDER, None, what="placeholder")
+        if message is None:
+            return None
+        self._parts[part] = message.message_id
+        await self._placement.note(part, {"chat": self.chat_id, "message": message.message_id})
+        return message.message_id
 
     async def retract(self, preview: str | None) -> None:
         """``deleteMessage`` the preview of a reply that will not be finished here (another
@@ -240,9 +342,11 @@ class TelegramTarget:
             self.api.failed("sendDocument", exc)
             raise ChannelError(f"telegram refused the file ({error_kind(exc)})") from None
 
-    async def _edit_into(self, message_id: int, chunk: TelegramChunk) -> bool:
-        """Turn the preview into ``chunk``; False if a new message must be sent instead."""
-        if chunk.plain == self._preview_text and chunk.html == html.escape(chunk.plain, False):
+    async def _edit_into(self, message_id: int, chunk: TelegramChunk,
+                         shown: str | None = None) -> bool | None:
+        """Turn the message (showing plain ``shown``, if known) into ``chunk``; False if a new
+        message must be sent instead (None: the message is gone)."""
+        if chunk.plain == shown and chunk.html == html.escape(chunk.plain, False):
             return True  # the preview already shows exactly this
         for parse_mode, body in ((ParseMode.HTML, chunk.html), (None, chunk.plain)):
             try:
@@ -251,6 +355,8 @@ class TelegramTarget:
             except BadRequest as exc:
                 if is_not_modified(exc):
                     return True
+                if is_gone(exc):
+                    return None
                 if parse_mode is not None and is_parse_error(exc):
                     log.warning("telegram: HTML refused (%s); sending plain text",
                                 self.api.describe(exc))

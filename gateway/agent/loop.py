@@ -167,7 +167,7 @@ class AgentLoop:
         if self.limits is not None:
             refusal = await self.limits.check(conv.key, conv.context, conv.clock())
             if refusal is not None:
-                return await self._refuse(conv, sink, refusal)
+                return await self._refuse(conv, sink, refusal, inbound_index)
         await sink.typing()
         texts: list[str] = []
         calls = 0
@@ -177,13 +177,13 @@ class AgentLoop:
             tools = self.tools.for_tenant(conv.key.tenant)
             spec = await self._spec(conv, turn, built, tools, lease)
             if spec is None:  # never send (or record) a call whose attachments are gone
-                return await self._end(conv, sink, "apologised", "", calls)
+                return await self._end(conv, sink, "apologised", "", calls, inbound_index)
             try:
                 answered = await self.caller.call(conv, turn, spec,
                                                   on_text=_separated(sink, first=not texts),
                                                   lease=lease)
             except ProviderError:
-                return await self._end(conv, sink, "apologised", "", calls)
+                return await self._end(conv, sink, "apologised", "", calls, inbound_index)
             response = answered.response
             outcome = answered.outcome()
             kept = await conv.add_assistant(response.message, outcome)
@@ -194,33 +194,43 @@ class AgentLoop:
             if kept is None:
                 # The log refused the answer, so the model will not see it either: its tools
                 # are not run (their results would answer a call the conversation lacks).
-                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
+                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls,
+                                       inbound_index)
             if not uses:
-                return await self._end(conv, sink, "answered", SEPARATOR.join(texts), calls)
+                return await self._end(conv, sink, "answered", SEPARATOR.join(texts), calls,
+                                       inbound_index)
             results, record = await run_tool_uses(tools, uses, conv.context, self.metrics,
                                                   turn, sink)
             if await conv.add_tool_results(results, record) is None:
-                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls)
+                return await self._end(conv, sink, "not_recorded", SEPARATOR.join(texts), calls,
+                                       inbound_index)
         return await self._end(conv, sink, "iteration_cap", SEPARATOR.join(texts) or CAPPED,
-                               calls)
+                               calls, inbound_index)
 
     async def _refuse(self, conv: Conversation, sink: ReplySink,
-                      refusal: Refusal) -> TurnResult:
+                      refusal: Refusal, inbound_index: int) -> TurnResult:
         """Answer a turn over a budget or rate limit with its one sentence: nothing reaches
-        the provider; the refusal is recorded and counted."""
+        the provider; the refusal is recorded (with the sentence, naming the message it
+        answers, so a restart sends it no more) and counted."""
         log.info("turn refused: %s until %s", refusal.limit, iso_time(refusal.until))
         self.metrics.limited.labels(tenant=tenant_label(conv.key.tenant, conv.key.channel),
                                     limit=refusal.limit).inc()
-        await conv.recorder.append([entries.refusal(refusal.limit, iso_time(refusal.until))])
-        return await self._end(conv, sink, "refused", refusal.text, 0)
+        await conv.recorder.append([entries.refusal(
+            refusal.limit, iso_time(refusal.until), message=inbound_index, text=refusal.text)])
+        return await self._end(conv, sink, "refused", refusal.text, 0, inbound_index)
 
     async def _end(self, conv: Conversation, sink: ReplySink, status: str, text: str,
-                   calls: int) -> TurnResult:
+                   calls: int, inbound_index: int) -> TurnResult:
         """Deliver the turn's final text (or the apology) once the log holds everything the
         turn recorded, so a gateway restarted after the reply never answers the message again;
         make it durable (``sync``) while the reply is sent, so no fsync delays the reply.
         ``not_recorded``: the log refused the answer or its tool results, and the turn stops
-        with what was said so far."""
+        with what was said so far. An apology is recorded (a ``reply`` entry naming the
+        message) before it goes out, as an answer is."""
+        apology = status == "apologised" or (status == "not_recorded" and not text)
+        if apology:
+            await conv.recorder.append([entries.reply(inbound_index, "apology",
+                                                      self.settings.apology)])
         if (await conv.recorder.flush()).failure == Failure.FENCED:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
@@ -230,7 +240,7 @@ class AgentLoop:
         # the send did not cover.
         durable = asyncio.ensure_future(conv.recorder.sync())
         try:
-            if status == "apologised" or (status == "not_recorded" and not text):
+            if apology:
                 text = self.settings.apology
                 await sink.fail(text)
             else:

@@ -30,11 +30,12 @@ from typing import Any
 from gateway.agent.conversation import Conversation
 from gateway.agent.loop import AgentLoop
 from gateway.delivery.answering import Answering, Spawn
+from gateway.delivery.placing import SessionPlacement, place, placed_of
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.speakers import context_of, user_message
-from gateway.delivery.takeover import as_recorded, locate, prepare_rerun
+from gateway.delivery.takeover import Found, as_recorded, locate, prepare_rerun
 from gateway.edge import commands
-from gateway.edge.channel import ReplySink, RetractSink
+from gateway.edge.channel import Placed, ReplySink, RetractSink
 from gateway.edge.commands import CommandCall, CommandHandler
 from gateway.edge.coordination import Claim, ConversationQueue, LeaseLostError, QueueItem
 from gateway.edge.episodes import Episode
@@ -42,6 +43,7 @@ from gateway.edge.errors import Failure, NotRecordedError, kind_of
 from gateway.edge.messages import SCHEDULED, ChannelContext, Inbound, answerable
 from gateway.edge.metrics import Metrics
 from gateway.media.notice import with_notice
+from sessions import entries
 from sessions.errors import SessionError, SessionWriteError, StaleWriterError
 
 log = logging.getLogger(__name__)
@@ -151,7 +153,7 @@ class ItemServer:
         conv = await self._fenced(claim, context)
         if item.index is not None and item.session == conv.session_id:
             return conv, self._sink(claim, item, conv)  # recorded on receipt
-        found = None
+        found: Found | None = None
         if item.resumed:
             data = await self.registry.read_log(key, conv)
             if data is None:  # the copy is not the log: open it again, under our token
@@ -171,16 +173,20 @@ class ItemServer:
                 item.inbound = as_recorded(item.inbound, found)
             item.index = found.index
             await prepare_rerun(conv, found)
-        else:  # answered before it was marked so: send the answer again, record nothing
+        else:  # answered before it was marked so: deliver the recorded answer, record nothing
+            # (by editing the messages noted for it, where the platform allows: never a
+            # second copy of it)
             item.session = conv.session_id
+            item.index = found.index
             await self.conversations.recorded(item, conv.session_id)
-            sink = self._sink(claim, item, conv)
+            sink = self._sink(claim, item, conv, placed=placed_of(found.placed))
             if found.status == "apologised":
-                await sink.fail(self.loop.settings.apology)
+                await sink.fail(found.text or self.loop.settings.apology)
             else:
                 await sink.finish(found.text)
             return None
-        return await self._recorded(claim, item, conv)
+        return await self._recorded(claim, item, conv,
+                                    placed=placed_of(found.placed) if found else ())
 
     async def _take_in_and_record(self, claim: Claim, item: QueueItem,
                                   conv: Conversation) -> tuple[Conversation, Answering]:
@@ -202,11 +208,13 @@ class ItemServer:
             raise
 
     async def _recorded(self, claim: Claim, item: QueueItem, conv: Conversation,
-                        opened: ReplySink | None = None) -> tuple[Conversation, Answering]:
-        """The item is in ``conv``'s session: say so to the queue, and open its reply."""
+                        opened: ReplySink | None = None, *, placed: tuple[Placed, ...] = ()
+                        ) -> tuple[Conversation, Answering]:
+        """The item is in ``conv``'s session: say so to the queue, and open its reply
+        (``placed``: its answer's messages an earlier run noted, finished by editing them)."""
         item.session = conv.session_id
         await self.conversations.recorded(item, conv.session_id)
-        return conv, self._sink(claim, item, conv, opened)
+        return conv, self._sink(claim, item, conv, opened, placed=placed)
 
     async def _take_in(self, inbound: Inbound) -> Inbound:
         if self.take_in is None:  # a wiring bug: the item is answered with the apology
@@ -214,7 +222,8 @@ class ItemServer:
         return await self.take_in(inbound)
 
     def _sink(self, claim: Claim, item: QueueItem, conv: Conversation | None = None,
-              opened: ReplySink | None = None) -> Answering:
+              opened: ReplySink | None = None, *, placed: tuple[Placed, ...] = ()
+              ) -> Answering:
         """Where the item's reply goes (opened now, as its turn starts), marking the item
         answered the moment its reply is out: the narrowest window there is between a
         platform taking a reply and the gateway knowing it did.
@@ -224,8 +233,15 @@ class ItemServer:
         drops whatever this one has not written yet; an answer sent before its entries
         were saved would be answered again by that holder, and be missing from the log.
         A reply abandoned so (or by a turn cut off) has its streamed preview retracted.
-        ``opened``: the item's channel sink, when it was opened before the turn (files)."""
+        ``opened``: the item's channel sink, when it was opened before the turn (files).
+
+        A message's answer is *placed* (:mod:`gateway.delivery.placing`): the sink notes in
+        the log which platform messages carry it before its text goes in, and edits those
+        an earlier run noted (``placed``) instead of sending them again."""
         sink = opened or item.sink or self.sink_for(item.inbound)
+        if conv is not None and item.index is not None and item.kind == "message":
+            place(sink, SessionPlacement(conv, item.id, item.index, self.metrics,
+                                         known=placed, resumed=item.resumed))
         answered = partial(self.conversations.done, claim, item)
         if not self.shared or conv is None:
             return Answering(sink, answered)
@@ -293,7 +309,11 @@ class ItemServer:
             # message) is the whole answer. The message joins the conversation in its turn's
             # place, like any other, but no provider call is made.
             conv.begin(item.index)
-            await sink.finish(item.inbound.notice or "")
+            notice = item.inbound.notice or ""
+            # Recorded before it goes out, so a restart knows it did (and sends it no more).
+            await conv.recorder.append([entries.reply(item.index, "notice", notice)])
+            await conv.recorder.flush()
+            await sink.finish(notice)
             self.metrics.turns.labels(channel=key.channel, outcome="refused").inc()
             return
         sink = with_notice(sink, item.inbound.notice)  # refused files first, same reply
@@ -334,12 +354,25 @@ class ItemServer:
         not know yet, sends nothing, and :class:`LeaseLostError` hands the conversation back
         for the new holder to answer. Anything else raised here is a bug in the sink, and
         the item is over anyway."""
+        apology = self.loop.settings.apology
         try:
             if self.shared:
                 if conv is not None:
                     await self._flush(conv)
                 await self.conversations.confirm(claim)
-            await (sink or self._sink(claim, item)).fail(self.loop.settings.apology)
+            if conv is not None and item.index is not None:
+                # Recorded before it goes out, as an answer is, so a restart (or the next
+                # holder) knows it went out; only once the lease is confirmed, or the next
+                # holder would send an apology this holder never sent.
+                written = await conv.recorder.append(
+                    [entries.reply(item.index, "apology", apology)])
+                if written.failure == Failure.FENCED:
+                    raise LeaseLostError(f"{item.inbound.key.label()}: session fenced off")
+                if self.shared:
+                    await self._flush(conv)
+                else:
+                    await conv.recorder.flush()
+            await (sink or self._sink(claim, item)).fail(apology)
         except LeaseLostError:
             raise
         except Exception:

@@ -2,18 +2,21 @@
 
 When a worker dies mid-turn, the next holder gets the item again, marked ``resumed``. It may
 never have been recorded, or recorded and partly answered, or answered with only the queue
-update missing. Shared-mode messages carry their item id in the entry's ``meta.item``, and a
+update missing. Messages carry their item id in the entry's ``meta.item``, and a
 conversation's turns are contiguous in the log (a message is recorded as its turn starts), so
 everything after the item's message belongs to its turn. :func:`locate` reads that off the
 log (pure); :func:`prepare_rerun` sets a conversation up to finish the turn without recording
-the message a second time.
+the message a second time. Where the answer's messages are on the platform (``delivery``
+entries, noted before the answer's text went into them) comes back with it, so the answer
+is finished by editing those messages, never by sending it again; a notice, a refusal or an
+apology recorded for it (``reply``, ``refusal`` entries) counts as its answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.agent.conversation import Conversation
 from gateway.agent.loop import CAPPED
@@ -35,7 +38,8 @@ class Found:
     index: int
     status: Status
     text: str
-    """The answer sent when the turn ended (answered, capped); empty otherwise."""
+    """The answer sent when the turn ended (answered, capped; a recorded notice, refusal or
+    apology); empty otherwise."""
     open_tool_uses: tuple[str, ...] = ()
     """Tool calls of the last answer that have no results (the worker died running them)."""
     started: bool = True
@@ -44,6 +48,9 @@ class Found:
     """The item's message as recorded (its attachment references, once taken in)."""
     notice: str | None = field(default=None, compare=False)
     """The sentence recorded about files that were refused, if any."""
+    placed: tuple[tuple[int, dict[str, Any]], ...] = field(default=(), compare=False)
+    """Where the answer's messages are on the platform, ``(part, ref)`` (noted before its
+    text went into them): finished by editing these."""
 
 
 def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
@@ -51,22 +58,26 @@ def locate(data: bytes, item_id: str, *, max_iterations: int) -> Found | None:
     trace = find_item(data, item_id)
     if trace is None:
         return None
-    after = trace.after
+    after, placed = trace.after, trace.placed
     replies = [m for m in after if m.get("role") == "assistant"]
     texts = [t for t in (message_text(m.get("content")) for m in replies) if t]
     if any(not has_tool_use(m) for m in replies):
-        return Found(trace.index, "answered", "\n\n".join(texts))
+        return Found(trace.index, "answered", "\n\n".join(texts), placed=placed)
+    if trace.reply is not None:  # a notice, a refusal or an apology: recorded, then sent
+        kind, text = trace.reply
+        return Found(trace.index, "apologised" if kind == "apology" else "answered", text,
+                     placed=placed)
     if trace.failed:
-        return Found(trace.index, "apologised", "")
+        return Found(trace.index, "apologised", "", placed=placed)
     if len(replies) >= max_iterations:
-        return Found(trace.index, "capped", "\n\n".join(texts) or CAPPED)
+        return Found(trace.index, "capped", "\n\n".join(texts) or CAPPED, placed=placed)
     open_uses: tuple[str, ...] = ()
     if after and after[-1].get("role") == "assistant":
         open_uses = tuple(str(b.get("id")) for b in after[-1]["content"]
                           if isinstance(b, dict) and b.get("type") == "tool_use")
     notice = trace.meta.get("notice")
     return Found(trace.index, "interrupted", "", open_uses, trace.started, trace.message,
-                 notice if isinstance(notice, str) else None)
+                 notice if isinstance(notice, str) else None, placed)
 
 
 def as_recorded(inbound: Inbound, found: Found) -> Inbound:

@@ -112,6 +112,61 @@ class RetractSink(Protocol):
     async def retract(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """One platform message that carries (part of) an answer: ``part`` 0 is the first (the
+    preview is part 0 too), then each further chunk of a long answer; ``ref`` is plain JSON
+    data only the channel reads (Telegram's chat and message id, Slack's channel and ts)."""
+
+    part: int
+    ref: Mapping[str, Any]
+
+
+class Placement(Protocol):
+    """Where the core keeps the platform messages of one item's answer (see
+    :class:`PlacingSink`).
+
+    ``item`` is the item's id, for a platform that carries data with a message (Slack's
+    message metadata). ``known`` are the messages noted for this answer by an earlier run or
+    holder: they exist on the platform (unless someone deleted them), and the answer is
+    finished by editing them. ``resumed``: an earlier run may have sent messages it did not
+    live to note; a platform that can look its own messages up does so before it sends.
+    :meth:`note` makes one message's ref durable (in the item's session log) before it
+    returns: True once it is, False when the log could not take it (then a crash before the
+    answer is marked answered may leave that message behind, unnoted). It never raises for a
+    store problem.
+    """
+
+    @property
+    def item(self) -> str: ...
+
+    @property
+    def known(self) -> tuple[Placed, ...]: ...
+
+    @property
+    def resumed(self) -> bool: ...
+
+    async def note(self, part: int, ref: Mapping[str, Any]) -> bool: ...
+
+
+@runtime_checkable
+class PlacingSink(Protocol):
+    """A reply sink that reconciles an answer with the platform instead of sending it again.
+
+    Contract: :meth:`place` is called at most once per sink, before any other method (a sink
+    never placed behaves as a plain :class:`ReplySink`). From then on no text of the answer
+    goes into a platform message before that message is noted (:meth:`Placement.note`):
+    Telegram sends a placeholder, notes its id and then edits the text in; Slack posts with
+    the item id in the message's metadata and notes the ts right after (a message it did not
+    live to note is found again by that metadata). A message in ``Placement.known`` is
+    edited into the answer, never sent again; one the platform no longer has (deleted) is
+    replaced by a new one, noted the same way. So after any crash the person sees at most a
+    stray placeholder (its id never noted), never a second complete answer.
+    """
+
+    def place(self, placement: Placement) -> None: ...
+
+
 @runtime_checkable
 class FetchChannel(Protocol):
     """A channel whose files are downloaded after the message is acknowledged.

@@ -32,6 +32,8 @@ SERVER_TENANTS: Final = frozenset({DEFAULT_TENANT, WEB_TENANT})
 """Tenants the gateway names itself: the only ones shown by name in a label."""
 
 LATENCY_BUCKETS = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+NOTE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5)
+"""A note of where an answer went is one log append: sub-millisecond on a quiet disk."""
 
 
 class Metrics:
@@ -75,6 +77,16 @@ class Metrics:
             "gateway_persist_failures_total", "Session writes that failed or timed out", ["kind"],
             registry=r,
         )
+        self.reply_note_seconds = Histogram(
+            "gateway_reply_note_seconds",
+            "Time from a platform returning the id of a message that will carry an answer to "
+            "that id being in the session log (the window in which a crash leaves a stray "
+            "placeholder)", ["channel"], registry=r, buckets=NOTE_BUCKETS,
+        )
+        self.reply_notes_unwritten = Counter(
+            "gateway_reply_notes_unwritten_total",
+            "Platform messages of an answer whose id the session log could not take",
+            ["channel"], registry=r)
         self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for a turn",
                                  registry=r)
         self.active_turns = Gauge("gateway_active_turns", "Turns running now", registry=r)

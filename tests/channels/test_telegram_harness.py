@@ -185,7 +185,8 @@ async def test_rejected_token_fails_start_without_leaking_it(
 async def test_delivery_errors_logged_without_token_and_counted(
     fake: FakeTelegramServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failing sendMessage is one log line (no token) and a channel_errors sample."""
+    """A failing sendMessage (the answer's placeholder) is one log line (no token) and a
+    channel_errors sample; with no message to edit, the answer is not sent."""
     caplog.set_level(logging.DEBUG, logger="channels.telegram")
     provider = ScriptedProvider()
     provider.script({"role": "assistant", "content": [{"type": "text", "text": "hi"}]})
@@ -197,7 +198,8 @@ async def test_delivery_errors_logged_without_token_and_counted(
                         kind="network")
     assert errors == 1
     assert [c.error_code for c in fake.calls("sendMessage")] == [500]
-    assert "sendMessage (reply) failed (network" in caplog.text
+    assert fake.calls("editMessageText") == []
+    assert "sendMessage (placeholder) failed (network" in caplog.text
     assert fake.token not in caplog.text
 
 

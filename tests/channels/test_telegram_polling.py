@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from channels.telegram.render import render_chunks
+from channels.telegram.sink import PLACEHOLDER
 from providers.offline import OfflineProvider
 from sessions.records import MessageDict
 from tests.channels.test_telegram_harness import (
@@ -46,7 +47,8 @@ def whole(text: str) -> MessageDict:
 
 
 async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> None:
-    """A DM is recorded, answered (typing, preview, HTML final) and its update acknowledged."""
+    """A DM is recorded, answered (typing, a placeholder noted in the log, then edited into
+    the preview and into the HTML final) and its update acknowledged."""
     provider = ScriptedProvider()
     provider.script("Hello **Alice**")
     async with running(telegram_settings(fake, tmp_path), provider, edit_interval=0) as gateway:
@@ -55,8 +57,10 @@ async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> N
         await wait_until(lambda: fake.confirmed_offset == update["update_id"] + 1)
         assert await sessions(gateway) == [(f"telegram:{ALICE}", "hi there")]
     assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
-                                             "sendMessage", "editMessageText"]
-    preview, final = fake.sent[3], fake.sent[4]
+                                             "sendMessage", "editMessageText",
+                                             "editMessageText"]
+    placeholder, preview, final = fake.sent[3:6]
+    assert placeholder.text == PLACEHOLDER
     assert (preview.text, preview.params.get("parse_mode")) == ("Hello **Alice**", None)
     assert (final.text, final.params["parse_mode"]) == ("Hello <b>Alice</b>", "HTML")
     [message] = fake.messages_to(ALICE)
@@ -68,15 +72,16 @@ async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> N
 async def test_fast_reply_sent_once_without_preview(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """A reply complete within the edit interval is one sendMessage: no preview, no edit."""
+    """A reply complete within the edit interval shows no preview: its placeholder (noted in
+    the log before any text goes in) is edited once, into the HTML final."""
     provider = ScriptedProvider()
     provider.script("Quick **one**")
     async with running(telegram_settings(fake, tmp_path), provider) as gateway:
         fake.user_message(ALICE, "hi")
         await settled(gateway, 1)
     assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
-                                             "sendMessage"]
-    assert fake.sent[3].params["parse_mode"] == "HTML"
+                                             "sendMessage", "editMessageText"]
+    assert (fake.sent[3].text, fake.sent[4].params["parse_mode"]) == (PLACEHOLDER, "HTML")
     assert fake.texts_to(ALICE) == ["Quick one"]
 
 
@@ -119,9 +124,12 @@ async def test_long_markdown_reply_split_into_valid_chunks(
     chunks = render_chunks(reply)
     assert len(chunks) == 3
     assert all(c.ok for c in fake.sent)
-    # The preview (cut at 3,500 characters) became the first chunk; the rest are new messages.
-    assert [c.method for c in fake.sent[3:]] == ["sendMessage", "editMessageText",
-                                                 "sendMessage", "sendMessage"]
+    # The preview (cut at 3,500 characters) became the first chunk; each of the others is a
+    # placeholder of its own, noted, then edited.
+    assert [(c.method, c.text == PLACEHOLDER) for c in fake.sent[3:]] == [
+        ("sendMessage", True), ("editMessageText", False), ("editMessageText", False),
+        ("sendMessage", True), ("editMessageText", False),
+        ("sendMessage", True), ("editMessageText", False)]
     assert fake.texts_to(ALICE) == [c.plain for c in chunks]
     pres = [[e for e in m.get("entities", []) if e["type"] == "pre"]
             for m in fake.messages_to(ALICE)]
@@ -133,21 +141,26 @@ async def test_long_markdown_reply_split_into_valid_chunks(
 async def test_unparseable_html_falls_back_to_plain_text(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
-    """"can't parse entities" on a final send or edit is retried once as plain text."""
+    """"can't parse entities" on a final edit (an answer) or a final send (a command's
+    reply, which no log entry places) is retried once as plain text."""
     provider = ScriptedProvider()
-    provider.script(whole("Some **bold** words"), "An *edited* preview")
+    provider.script(whole("Some **bold** words"))
     parse_error = "Bad Request: can't parse entities: Unsupported start tag \"x\" at byte offset 5"
-    async with running(telegram_settings(fake, tmp_path), provider, edit_interval=0) as gateway:
-        fake.fail_next("sendMessage", 400, parse_error)
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.fail_next("editMessageText", 400, parse_error)
         fake.user_message(ALICE, "one")
         await settled(gateway, 1)
-        fake.fail_next("editMessageText", 400, parse_error)
-        fake.user_message(ALICE, "two")
-        await settled(gateway, 2)
-    assert fake.texts_to(ALICE) == ["Some bold words", "An edited preview"]
+        fake.fail_next("sendMessage", 400, parse_error)
+        fake.user_message(ALICE, "/help")
+        await fake.wait_for_sent(lambda c: c.method == "sendMessage" and c.ok
+                                 and c.text != PLACEHOLDER)
+    texts = fake.texts_to(ALICE)
+    assert len(texts) == 2
+    assert texts[0] == "Some bold words"
+    assert "/new" in texts[1]
     sends = fake.calls("sendMessage")
     assert [(c.error_code, c.params.get("parse_mode")) for c in sends] == [
-        (400, "HTML"), (None, None), (None, None)]
+        (None, None), (400, "HTML"), (None, None)]
     edits = fake.calls("editMessageText")
     assert [(c.error_code, c.params.get("parse_mode")) for c in edits] == [
         (400, "HTML"), (None, None)]

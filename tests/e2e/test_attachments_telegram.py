@@ -28,8 +28,10 @@ MB = 1024 * 1024
 
 
 async def said(tg: FakeTelegramServer, text: str) -> None:
-    """Wait until the bot sent ``text`` to Alice (replies without a turn: notices)."""
-    await tg.wait_for_sent(lambda c: c.method == "sendMessage" and c.text == text)
+    """Wait until the bot showed ``text`` to Alice (replies without a turn: notices; like
+    every answer, edited into a placeholder noted first)."""
+    await tg.wait_for_sent(lambda c: c.method in ("sendMessage", "editMessageText")
+                           and c.ok and c.text == text)
 
 
 def every_request_replays(data_dir: Path, api: str, raws: list[bytes],

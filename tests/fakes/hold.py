@@ -6,11 +6,22 @@ message) waits before the fake applies it; :meth:`OutboundHold.drop` then answer
 call with an error without applying it (its client was killed: the platform never took the
 reply), and :meth:`OutboundHold.open` lets new calls through again. A call that passed the hold
 before it closed has been applied (the fakes apply a call without suspending once it runs).
+
+A *tap* (:attr:`OutboundHold.tap`) sees every held method's call twice, with no await in
+between it and the fake's state: ``before`` (raise :class:`Dropped` and the call is not
+applied) and ``after`` it was applied, before its answer goes back. The crash trials kill the
+gateway from there, at an exact step of a reply: the platform did not take it, or took it
+and the gateway never heard.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Tap = Callable[[str, str, Mapping[str, Any], Any], None]
+"""``tap(phase, method, params, result)``: phase ``before`` (result None) or ``after``."""
 
 
 class Dropped(Exception):
@@ -24,6 +35,7 @@ class OutboundHold:
         self._open.set()
         self._generation = 0
         self.waiting = 0
+        self.tap: Tap | None = None
 
     def close(self) -> None:
         self._open.clear()
@@ -36,15 +48,24 @@ class OutboundHold:
         self._generation += 1
         self._open.set()
 
-    async def passage(self, method: str) -> None:
-        """Wait while closed; raise :class:`Dropped` if the wait ended with :meth:`drop`."""
-        if method not in self.methods or self._open.is_set():
+    async def passage(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Wait while closed; raise :class:`Dropped` if the wait ended with :meth:`drop`, or
+        the tap (``before``) refused the call."""
+        if method not in self.methods:
             return
-        generation = self._generation
-        self.waiting += 1
-        try:
-            await self._open.wait()
-        finally:
-            self.waiting -= 1
-        if self._generation != generation:
-            raise Dropped(method)
+        if not self._open.is_set():
+            generation = self._generation
+            self.waiting += 1
+            try:
+                await self._open.wait()
+            finally:
+                self.waiting -= 1
+            if self._generation != generation:
+                raise Dropped(method)
+        if self.tap is not None:
+            self.tap("before", method, params or {}, None)
+
+    def applied(self, method: str, params: Mapping[str, Any], result: Any) -> None:
+        """The call was applied (its answer not sent yet): the tap's ``after``."""
+        if self.tap is not None and method in self.methods:
+            self.tap("after", method, params, result)

@@ -3,6 +3,12 @@
 ``await channel.say(chat, text)`` delivers an inbound message; every reply event lands in
 ``channel.events`` as ``(chat, kind, text)`` in order, and :meth:`wait_replies` waits for
 finished replies.
+
+With ``placing=True`` its sinks reconcile as Telegram's do
+(:class:`gateway.edge.channel.PlacingSink`): the final reply goes into a platform message of
+``channel.messages`` (id -> text) that is opened as a placeholder and noted first, or, when
+the placement knows one, edited; ``channel.events`` then says ``placeholder`` (with the new
+id; a first delta opens it too, as a preview does) and ``edit`` (``"<id>:<text>"``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.edge.channel import Accepted, Deliver, ReplySink
+from gateway.edge.channel import Accepted, Deliver, Placement, ReplySink
 from gateway.edge.messages import Attachment, ConversationKey, Inbound, OutboundFile, Sender
 
 
@@ -20,11 +26,15 @@ class MemorySink:
     def __init__(self, channel: MemoryChannel, inbound: Inbound) -> None:
         self._channel = channel
         self._chat = inbound.key.chat
+        self._placement: Placement | None = None
+        self._opened: int | None = None
 
     async def typing(self) -> None:
         self._channel.events.append((self._chat, "typing", ""))
 
     async def delta(self, text: str) -> None:
+        if self._placement is not None:  # a preview: its message is opened and noted first
+            await self._message()
         self._channel.events.append((self._chat, "delta", text))
 
     async def retract(self) -> None:
@@ -32,23 +42,61 @@ class MemorySink:
 
     async def finish(self, text: str) -> None:
         await self._channel.sending()
+        await self._into_message(text)
         self._channel.record_final(self._chat, "finish", text)
 
     async def fail(self, text: str) -> None:
         await self._channel.sending()
+        await self._into_message(text)
         self._channel.record_final(self._chat, "fail", text)
+
+    async def _into_message(self, text: str) -> None:
+        """Placed: the text goes into the noted message."""
+        if self._placement is None:
+            return
+        message = await self._message()
+        self._channel.messages[message] = text
+        self._channel.events.append((self._chat, "edit", f"{message}:{text}"))
+
+    async def _message(self) -> int:
+        """The message of the answer: the one noted (known, still there), or a placeholder
+        opened and noted now."""
+        assert self._placement is not None
+        if self._opened is not None:
+            return self._opened
+        known = [p.ref.get("message") for p in self._placement.known if p.part == 0]
+        message = known[0] if known else None
+        if not isinstance(message, int) or message not in self._channel.messages:
+            message = next(self._channel.message_ids)
+            self._channel.messages[message] = "…"
+            self._channel.events.append((self._chat, "placeholder", str(message)))
+            await self._placement.note(0, {"message": message})
+        self._opened = message
+        return message
 
     async def send_file(self, file: OutboundFile) -> None:
         self._channel.files.append((self._chat, file))
         self._channel.events.append((self._chat, "file", file.name))
 
 
+class PlacingMemorySink(MemorySink):
+    """A :class:`MemorySink` that reconciles (see the module docstring)."""
+
+    def place(self, placement: Placement) -> None:
+        self._placement = placement
+
+
 class MemoryChannel:
     """Channel fake: no I/O, records everything."""
 
-    def __init__(self, name: str = "memory", tenant: str = "default") -> None:
+    def __init__(self, name: str = "memory", tenant: str = "default", *,
+                 placing: bool = False) -> None:
         self.name = name
         self.tenant = tenant
+        self.placing = placing
+        self.messages: dict[int, str] = {}
+        """The platform's messages, by id (placing sinks only)."""
+        self.message_ids = itertools.count(1)
         self.events: list[tuple[str, str, str]] = []
         self.replies: list[tuple[str, str, str]] = []
         self.files: list[tuple[str, OutboundFile]] = []
@@ -64,7 +112,7 @@ class MemoryChannel:
         self._deliver = deliver
 
     def reply_sink(self, inbound: Inbound) -> ReplySink:
-        return MemorySink(self, inbound)
+        return PlacingMemorySink(self, inbound) if self.placing else MemorySink(self, inbound)
 
     def health(self) -> Mapping[str, Any]:
         return {"ok": True, "replies": len(self.replies)}

@@ -125,11 +125,13 @@ class Reply:
     after_chunks: int = 0
     then: Reply | None = None  # what hang / cut_stream deliver; None = server.default
     pieces: tuple[bytes, ...] = ()  # raw_stream: the body, one write per piece
+    pace: float = 0.0  # text, streamed: seconds between events (a model writing slowly)
 
     @classmethod
-    def text(cls, text: str, *, stop_reason: str = "end_turn") -> Reply:
-        """A plain text answer; stop_reason e.g. "max_tokens" to fake truncation."""
-        return cls(kind="text", content=text, stop_reason=stop_reason)
+    def text(cls, text: str, *, stop_reason: str = "end_turn", pace: float = 0.0) -> Reply:
+        """A plain text answer; stop_reason e.g. "max_tokens" to fake truncation; ``pace``:
+        when streamed, that many seconds between events (one word each)."""
+        return cls(kind="text", content=text, stop_reason=stop_reason, pace=pace)
 
     @classmethod
     def tool_use(
@@ -512,7 +514,7 @@ class FakeProviderServer:
                 if api == "anthropic"
                 else self._openai_chunks(turn, body)
             )
-            return await self._send_stream(request, headers, events, cut_after)
+            return await self._send_stream(request, headers, events, cut_after, reply.pace)
         payload = (
             self._anthropic_message(turn) if api == "anthropic" else self._openai_completion(turn)
         )
@@ -733,6 +735,7 @@ class FakeProviderServer:
         headers: dict[str, str],
         events: list[bytes],
         cut_after: int | None,
+        pace: float = 0.0,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers=headers | {"Content-Type": "text/event-stream; charset=utf-8"}
@@ -744,6 +747,8 @@ class FakeProviderServer:
                 self._drop_connection(request)
                 return response
             await response.write(event)
+            if pace:
+                await self._sleep(pace)
         await response.write_eof()
         return response
 

@@ -17,6 +17,10 @@ sign-in page, as Slack answers), every download recorded with the token it carri
 while ``downloads`` is closed, for tests of what happens meanwhile), file
 events (:meth:`FakeSlackServer.file_event`), and the upload v2 flow
 (``files.getUploadURLExternal``, the upload URL, ``files.completeUploadExternal``).
+Reading back: ``conversations.history`` (top-level messages, newest first) and
+``conversations.replies`` (a thread, parent first) with ``oldest``/``latest``/``inclusive``,
+``limit`` and cursors, and message metadata (``chat.postMessage``/``chat.update`` keep it; an
+update without it leaves it intact) returned only with ``include_all_metadata``.
 """
 
 from __future__ import annotations
@@ -233,6 +237,8 @@ class FakeSlackServer:
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
             "conversations.open": self._conversations_open,
+            "conversations.history": self._conversations_history,
+            "conversations.replies": self._conversations_replies,
             "apps.connections.open": self._apps_connections_open,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
@@ -468,7 +474,7 @@ class FakeSlackServer:
             self._check_token(method, token)
             await self._apply_delay(method)
             try:
-                await self.outbound.passage(method)
+                await self.outbound.passage(method, params)
             except Dropped:
                 return web.Response(status=502, text="dropped")
             fault = self._take_fault(method)
@@ -478,6 +484,7 @@ class FakeSlackServer:
                     headers["Retry-After"] = str(fault.retry_after)
                 raise SlackError(fault.error)
             body: JSONDict = {"ok": True, **await handler(params)}
+            self.outbound.applied(method, params, body)
         except SlackError as exc:
             body = {"ok": False, "error": exc.error, **exc.extra}
         self.calls.append(SlackCall(method, params, token, status, body, time.time()))
@@ -565,6 +572,8 @@ class FakeSlackServer:
         for key in ("thread_ts", "parent_user_id", "reply_count"):
             if key in message:
                 updated[key] = message[key]
+        if "metadata" in message and not params.get("metadata"):
+            updated["metadata"] = message["metadata"]  # left intact unless given (as Slack)
         updated["edited"] = {"user": self.bot_user_id, "ts": self.next_ts()}
         self.messages[(channel_id, ts)] = updated
         return {"channel": channel_id, "ts": ts, "text": updated["text"], "message": updated}
@@ -671,6 +680,39 @@ class FakeSlackServer:
         return [(str(call.params.get("users") or call.params.get("channel")),
                  str(call.response["channel"]["id"]))
                 for call in self.calls_of("conversations.open") if call.ok]
+
+    async def _conversations_history(self, params: JSONDict) -> JSONDict:
+        """A channel's top-level messages (thread replies only as parents), newest first,
+        between ``oldest`` and ``latest`` (exclusive unless ``inclusive``), ``limit`` a page
+        (default 100, at most 999) with a cursor; metadata only with
+        ``include_all_metadata``."""
+        channel_id = self._known_channel(params)
+        found = [m for (c, ts), m in self.messages.items() if c == channel_id
+                 and m.get("thread_ts") in (None, ts) and _in_range(ts, params)]
+        found.sort(key=lambda m: float(m["ts"]), reverse=True)
+        return _page(found, params, default=100, most=999)
+
+    async def _conversations_replies(self, params: JSONDict) -> JSONDict:
+        """A thread: its parent first, then the replies (``oldest``/``latest`` applied to
+        them) oldest first, ``limit`` a page (default and at most 1000) with a cursor;
+        ``thread_not_found`` for a ts that is no message; metadata only with
+        ``include_all_metadata``."""
+        channel_id = self._known_channel(params)
+        parent_ts = str(params.get("ts") or "")
+        parent = self.messages.get((channel_id, parent_ts))
+        if parent is None:
+            raise SlackError("thread_not_found")
+        replies = [m for (c, ts), m in self.messages.items() if c == channel_id
+                   and ts != parent_ts and m.get("thread_ts") == parent_ts
+                   and _in_range(ts, params)]
+        replies.sort(key=lambda m: float(m["ts"]))
+        return _page([parent, *replies], params, default=1000, most=1000)
+
+    def _known_channel(self, params: JSONDict) -> str:
+        channel_id = str(params.get("channel") or "")
+        if channel_id not in self.channels:
+            raise SlackError("channel_not_found")
+        return channel_id
 
     async def _apps_connections_open(self, params: JSONDict) -> JSONDict:
         ticket = secrets.token_hex(8)
@@ -1121,6 +1163,40 @@ class FakeSlackServer:
 # --------------------------------------------------------------------------------------
 # Module helpers
 # --------------------------------------------------------------------------------------
+
+
+def _flag(value: Any) -> bool:
+    """A boolean argument as Slack reads it (slack_sdk sends ``1``/``0`` in a query)."""
+    return str(value).lower() in ("1", "true")
+
+
+def _in_range(ts: str, params: JSONDict) -> bool:
+    inclusive = _flag(params.get("inclusive"))
+    value = float(ts)
+    oldest = params.get("oldest")
+    latest = params.get("latest")
+    if oldest not in (None, "") and (value < float(oldest) or
+                                     (value == float(oldest) and not inclusive)):
+        return False
+    return latest in (None, "") or value < float(latest) or (
+        value == float(latest) and inclusive)
+
+
+def _page(messages: list[JSONDict], params: JSONDict, *, default: int, most: int) -> JSONDict:
+    """One page of ``messages`` from the cursor (an offset here; opaque to clients), with
+    ``has_more`` and ``response_metadata.next_cursor``; metadata stripped unless asked for."""
+    try:
+        limit = min(int(params.get("limit") or default), most)
+    except ValueError:
+        raise SlackError("invalid_limit") from None
+    cursor = str(params.get("cursor") or "")
+    start = int(cursor.removeprefix("off:")) if cursor.startswith("off:") else 0
+    page = messages[start:start + max(limit, 1)]
+    more = start + len(page) < len(messages)
+    keep = _flag(params.get("include_all_metadata"))
+    shown = [m if keep else {k: v for k, v in m.items() if k != "metadata"} for m in page]
+    return {"messages": [dict(m) for m in shown], "has_more": more,
+            "response_metadata": {"next_cursor": f"off:{start + len(page)}" if more else ""}}
 
 
 def _bearer_token(request: web.Request) -> str | None:

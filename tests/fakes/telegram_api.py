@@ -1006,7 +1006,7 @@ class FakeTelegramServer:
         if error is None and handler is not None:
             await self._apply_delay(key)
             try:
-                await self.outbound.passage(key)
+                await self.outbound.passage(key, params)
             except Dropped:
                 return _json_response(TelegramApiError(502, "Bad Gateway").payload(), 502)
             error = self._take_fault(key)
@@ -1015,6 +1015,8 @@ class FakeTelegramServer:
                     result = await handler(params)
                 except TelegramApiError as exc:
                     error = exc
+                else:
+                    self.outbound.applied(key, params, result)
         if not is_poll:
             self._record(name, params, result, error)
         if error is not None:

@@ -81,13 +81,16 @@ async def running_core(
     clock: Callable[[], float] = time.time,
     max_concurrent_turns: int = 32,
     retry_delay: float = RETRY_DELAY,
+    channel: MemoryChannel | None = None,
 ) -> AsyncIterator[Core]:
     """The core over a memory channel; with ``blobs``, attachments are taken in (the intake in
     front of the router, and the router's ``take_in`` for files with a ``ref``, which ``fetch``
     downloads) and expanded at send time. ``conversations``: a queue over an owed journal on
     disk (opened and closed here), for tests across restarts; by default one in memory.
     ``clock``: the wall clock of the registry (the time a turn starts at, which budgets and
-    rate limits read), the accounting and ``/usage`` (which UTC day a call counts for)."""
+    rate limits read), the accounting and ``/usage`` (which UTC day a call counts for).
+    ``channel``: a given memory channel (one that places its replies, say, or one whose
+    platform messages a restart must find again)."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona_dir)
     loop = AgentLoop(
@@ -103,7 +106,7 @@ async def running_core(
         blobs=blobs,
     )
     registry = ConversationRegistry(store, metrics, persist_timeout=persist_timeout, clock=clock)
-    channel = MemoryChannel()
+    channel = channel if channel is not None else MemoryChannel()
     queue = conversations if conversations is not None else LocalConversations()
     await queue.open()
     handlers = ({USAGE.name: UsageCommand(ledger, budgets or LimitSettings(), clock).run}

@@ -1,11 +1,16 @@
 """Helpers for the crash-kill trials: `gateway run` as a subprocess, traffic, and the checks.
 
 The gateway runs as ``python -m gateway run`` with Telegram (long polling or a webhook), Slack
-(Events API over HTTP) and web, against the fakes in this process, and is killed with SIGKILL.
-What counts as *acknowledged* is what the platform saw: a Slack delivery answered 200, a
-Telegram update below the fake's ``confirmed_offset`` or one its webhook POST got a 2xx for, a
-web message answered 200 (:mod:`tests.reliability.web_client`). The checks read the data
-directory (and the replies the fakes and the web client received).
+(Events API over HTTP, or Socket Mode) and web, against the fakes in this process, and is
+killed with SIGKILL. What counts as *acknowledged* is what the platform saw: a Slack delivery
+answered 200 (over Socket Mode: an envelope acknowledged), a Telegram update below the fake's
+``confirmed_offset`` or one its webhook POST got a 2xx for, a web message answered 200
+(:mod:`tests.reliability.web_client`). The checks read the data directory (and the replies the
+fakes and the web client received).
+
+Every answer the fake model gives reads ``echo: <token> ... [end <token>]``: a bot message
+with the end mark is a *complete* answer (:func:`answered`); any other bot message is a *stray*
+(:func:`strays`): a placeholder ("…") or a partial preview left by a kill, counted apart.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,13 @@ from tests.ports import PORT_TRIES, address_in_use, free_port
 from tests.reliability.web_client import WEB_CONVERSATIONS, WebMessage
 
 TOKEN = re.compile(r"tok\d{5}")
+END = re.compile(r"\[end (tok\d{5})\]")
+"""The last words of every complete answer (:func:`answer_text`)."""
+FILLER = ("and", "here", "is", "the", "rest", "of", "a", "slow", "answer", "that", "streams",
+          "on")
+PACE = 0.09
+"""Seconds between the words of a slow answer: its stream outlasts the platforms' preview
+delay (1 s), so a preview goes out mid-stream."""
 TG_USERS = (1001, 1002, 1003)
 FRESH_TG_USERS = tuple(range(2001, 2061))
 """Allowed too: people who start a conversation while the disk is full or read-only."""
@@ -43,26 +55,41 @@ SLACK_DM_USERS = ("U1", "U2")
 SLACK_THREAD_USER = "U3"
 GENERAL = "C0FAKEGEN"
 READY_TIMEOUT = 60.0  # a cold `python -m gateway` on a loaded 2-core machine: generous
+SOCKET_WAIT = 5.0
+"""Seconds a Socket Mode delivery waits for an open socket, then for its ack."""
 WEBHOOK_SECRET = "crash-trial-secret"
 _PASSED_ENV = re.compile(r"GATEWAY_|TELEGRAM_|SLACK_|ANTHROPIC_|OPENAI_")
 
 
+def answer_text(token: str) -> str:
+    """The whole answer to ``token``'s message (a preview holds only its start)."""
+    return f"echo: {token} {' '.join(FILLER)} [end {token}]"
+
+
 class SlowEcho:
-    """The fake provider's answers: ``echo: <token>`` for the newest token in the last user
-    message, after a small random delay (so kills land while a call is held). Tracks which
-    calls are being held right now."""
+    """The fake provider's answers: :func:`answer_text` for the newest token in the last user
+    message, after a small random delay (so kills land while a call is held); with ``slow``,
+    streamed a word every :data:`PACE` seconds. Tracks which calls are being held right now;
+    ``on_call(token)``, when set, hears of each call as it comes in (the trials' kill
+    switch)."""
 
     def __init__(self, rng: random.Random, low: float = 0.05, high: float = 0.4) -> None:
         self.rng = rng
         self.low = low
         self.high = high
+        self.slow = False
+        self.on_call: Callable[[str], None] | None = None
         self._held_until: list[float] = []
 
     def __call__(self, api: ApiName, body: dict[str, Any]) -> Reply:
         tokens = TOKEN.findall(last_user_text(body))
+        token = tokens[-1] if tokens else "none"
+        if self.on_call is not None:
+            self.on_call(token)
         delay = self.rng.uniform(self.low, self.high)
         self._held_until.append(time.monotonic() + delay)
-        return Reply.hang(delay, then=Reply.text(f"echo: {tokens[-1] if tokens else 'none'}"))
+        return Reply.hang(delay, then=Reply.text(answer_text(token),
+                                                 pace=PACE if self.slow else 0.0))
 
     @property
     def holding(self) -> int:
@@ -101,23 +128,34 @@ class Traffic:
     slack: FakeSlackServer
     rng: random.Random
     telegram: dict[int, str] = field(default_factory=dict)  # update id -> token
+    tg_users: set[int] = field(default_factory=set)  # people who wrote on Telegram
+    web_conversations: set[str] = field(default_factory=set)  # web conversations used
     slack_messages: list[SlackMessage] = field(default_factory=list)
     web_messages: list[WebMessage] = field(default_factory=list)
     threads: list[str] = field(default_factory=list)  # thread ts of the channel threads
     phase: str = "start"
     """The trial kind running now; each message remembers the one it was first sent in."""
     origin: dict[str, str] = field(default_factory=dict)  # token -> phase
+    channel_of: dict[str, str] = field(default_factory=dict)  # token -> telegram|slack|web
+    slack_mode: str = "http"
+    """How Slack delivers events now: ``http`` (POST /slack/events) or ``socket``."""
+    web_stream: float = 0.0
+    """The share of web messages sent with ``"stream": true`` (Server-Sent Events)."""
+    on_web: Callable[[str, WebMessage], None] | None = None
+    """Hears what web clients get (``response``, ``delta``, ``done``): the kill switch."""
     _count: int = 0
 
-    def _token(self) -> str:
+    def _token(self, channel: str) -> str:
         self._count += 1
         token = f"tok{self._count:05d}"
         self.origin[token] = self.phase
+        self.channel_of[token] = channel
         return token
 
     def telegram_message(self, user: int | None = None) -> str:
-        token = self._token()
+        token = self._token("telegram")
         user = user if user is not None else self.rng.choice(TG_USERS)
+        self.tg_users.add(user)
         update = self.tg.user_message(user, f"hello {token}", user_id=user)
         self.telegram[update["update_id"]] = token
         return token
@@ -131,11 +169,11 @@ class Traffic:
         return self.slack_mention(None)
 
     def slack_dm(self, user: str) -> SlackMessage:
-        token = self._token()
+        token = self._token("slack")
         return self._slack(token, [self.slack.dm_event(user, f"hi {token}")])
 
     def slack_mention(self, thread: str | None) -> SlackMessage:
-        token = self._token()
+        token = self._token("slack")
         envelopes = self.slack.mention_events(SLACK_THREAD_USER, f"hey {token}",
                                               channel=GENERAL, thread_ts=thread)
         if thread is None:
@@ -143,9 +181,11 @@ class Traffic:
         return self._slack(token, envelopes)
 
     def web_message(self, conversation: str | None = None) -> WebMessage:
-        token = self._token()
-        message = WebMessage(token, conversation or self.rng.choice(WEB_CONVERSATIONS),
-                             client_id=f"m-{token}")
+        token = self._token("web")
+        conversation = conversation or self.rng.choice(WEB_CONVERSATIONS)
+        self.web_conversations.add(conversation)
+        message = WebMessage(token, conversation, client_id=f"m-{token}",
+                             stream=self.rng.random() < self.web_stream, on_event=self.on_web)
         self.web_messages.append(message)
         return message
 
@@ -167,12 +207,28 @@ class Traffic:
             message.statuses[i].append(status)
 
     async def _post(self, url: str, envelope: dict[str, Any], retry_num: int | None) -> int | None:
+        if self.slack_mode == "socket":
+            return await self._over_socket(envelope, retry_num)
         try:
             status, _ = await self.slack.deliver_event(url, envelope, retry_num=retry_num,
                                                        timeout=5.0)
         except (aiohttp.ClientError, TimeoutError):
             return None  # killed mid-request, or not listening yet: not acknowledged
         return status
+
+    async def _over_socket(self, envelope: dict[str, Any], retry_num: int | None) -> int | None:
+        """One Socket Mode delivery: 200 once the gateway acknowledged the envelope, None if
+        no socket was open or no ack came (Slack then sends it again after a reconnect)."""
+        try:
+            async with asyncio.timeout(SOCKET_WAIT):
+                await self.slack.socket_connected.wait()
+            envelope_id = await self.slack.socket_send_event(
+                envelope, retry_attempt=retry_num or 0,
+                retry_reason="timeout" if retry_num else "")
+            await self.slack.wait_for_ack(envelope_id, timeout=SOCKET_WAIT)
+        except (RuntimeError, TimeoutError, ConnectionError, aiohttp.ClientError):
+            return None  # killed, or no socket: not acknowledged
+        return 200
 
     @property
     def unacked_slack(self) -> list[SlackMessage]:
@@ -278,6 +334,26 @@ class GatewayProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 
+    def signal_now(self, sig: int = signal.SIGKILL) -> bool:
+        """Send ``sig`` at once, from inside a fake's handler (no await: the trials' kill at
+        an exact step); False when no run is alive."""
+        if self.proc is None or self.proc.returncode is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, sig)
+        return True
+
+    async def exited(self, timeout: float = 20.0) -> int | None:  # noqa: ASYNC109
+        """Wait for this run to end (after :meth:`signal_now`); SIGKILL past ``timeout``."""
+        if self.proc is None:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.proc.wait()
+        except TimeoutError:
+            await self.kill()
+            return None
+
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -294,6 +370,19 @@ class GatewayProcess:
         except TimeoutError:
             await self.kill()
             return None
+
+
+def slack_input(gateway: GatewayProcess, traffic: Traffic, mode: str) -> None:
+    """Set the next run's Slack input: ``http`` (events POSTed to /slack/events, signed) or
+    ``socket`` (Socket Mode: the app token, no signing secret)."""
+    slack = traffic.slack
+    traffic.slack_mode = mode
+    if mode == "socket":
+        gateway.env["SLACK_APP_TOKEN"] = slack.app_token
+        gateway.env.pop("SLACK_SIGNING_SECRET", None)
+    else:
+        gateway.env["SLACK_SIGNING_SECRET"] = slack.signing_secret
+        gateway.env.pop("SLACK_APP_TOKEN", None)
 
 
 async def telegram_input(gateway: GatewayProcess, tg: FakeTelegramServer, mode: str) -> None:
@@ -321,8 +410,10 @@ def gateway_env(data_dir: Path, port: int, tg: FakeTelegramServer, slack: FakeSl
         "GATEWAY_DATA_DIR": str(data_dir), "GATEWAY_HOST": "127.0.0.1",
         "GATEWAY_PORT": str(port), "GATEWAY_CHANNELS": "telegram,slack,web",
         "GATEWAY_DURABILITY": "turn", "GATEWAY_SHUTDOWN_GRACE": "2", "GATEWAY_LOG_LEVEL": "INFO",
-        "GATEWAY_PROVIDER": "anthropic", "ANTHROPIC_API_KEY": "test-key",
-        "ANTHROPIC_BASE_URL": llm.anthropic_base_url, "GATEWAY_PROVIDER_RETRIES": "0",
+        # OpenAI's SDK: it imports in half the time Anthropic's does, and every trial is a
+        # cold start (the provider plays no part in delivery).
+        "GATEWAY_PROVIDER": "openai", "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": llm.openai_base_url, "GATEWAY_PROVIDER_RETRIES": "0",
         "GATEWAY_PROVIDER_TIMEOUT": "10",
         "TELEGRAM_BOT_TOKEN": tg.token, "TELEGRAM_API_BASE_URL": tg.base_url,
         "TELEGRAM_MODE": "polling", "TELEGRAM_RATE_LIMIT": "off", "TELEGRAM_POLL_TIMEOUT": "1",
@@ -470,13 +561,31 @@ def bot_messages(tg: FakeTelegramServer, slack: FakeSlackServer,
     return found
 
 
-def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
-    """How many of the bot's messages (as they stand, edits applied) answer each token."""
-    texts = [m.get("text", "") for m in tg.messages.values()
+def bot_texts(tg: FakeTelegramServer, slack: FakeSlackServer) -> list[str]:
+    """The text of every message of the bot's, as it stands (edits applied)."""
+    texts = [str(m.get("text", "")) for m in tg.messages.values()
              if m["from"]["id"] == tg.bot_user["id"]]
-    texts += [m.get("text", "") for m in slack.messages.values()
+    texts += [str(m.get("text", "")) for m in slack.messages.values()
               if m.get("bot_id") == slack.bot_id]
-    return Counter(token for text in texts for token in set(TOKEN.findall(str(text))))
+    return texts
+
+
+def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
+    """How many of the bot's messages (as they stand, edits applied) are a complete answer
+    to each token (they end with its end mark)."""
+    return Counter(token for text in bot_texts(tg, slack) for token in set(END.findall(text)))
+
+
+def strays(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
+    """The bot's messages that are no complete answer, by kind: ``placeholder`` (still "…")
+    or ``partial`` (a preview's start of an answer). Left by kills at the one step no
+    platform lets the gateway close (a message sent, its id not yet noted)."""
+    found: Counter[str] = Counter()
+    for text in bot_texts(tg, slack):
+        if END.search(text):
+            continue
+        found["placeholder" if text.strip() in ("…", "") else "partial"] += 1
+    return found
 
 
 # -- killing between replies -------------------------------------------------------------------

@@ -432,7 +432,8 @@ async def test_replay_json_is_linear_and_complete(store: JsonlSessionStore) -> N
     replay = replay_file(await basic_session(store))
     doc = replay_json(replay)
     assert list(doc) == [
-        "session", "version", "notice", "tornTail", "problems", "gaps", "refusals", "messages",
+        "session", "version", "notice", "tornTail", "problems", "gaps", "refusals", "replies",
+        "deliveries", "messages",
         "sections",
         "prompts", "toolSets", "calls",
     ]
