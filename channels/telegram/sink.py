@@ -76,6 +76,11 @@ TelegramBot = ExtBot[int]
 REDACTED: Final = "***"
 PLACEHOLDER: Final = "…"
 """The first text of every message that will carry an answer (see the module docstring)."""
+DELIVERY_TRIES: Final = 3
+RETRY_BACKOFF: Final = 0.5
+"""A placed answer's calls are tried this many times, this many seconds apart (doubling)."""
+TRANSIENT: Final = frozenset({"timeout", "network"})
+"""Failure kinds (:func:`error_kind`) that may pass: PTB's timeouts, connection errors, 5xx."""
 MAX_RETRY_AFTER: Final = 60.0
 """Longest 429 wait honoured inline; a longer one fails the call rather than hang a turn."""
 
@@ -183,6 +188,7 @@ class TelegramTarget:
         self._preview_text: str | None = None
         self._placement: Placement | None = None
         self._parts: dict[int, int] = {}  # part -> message id noted for it
+        self._transient = False  # the last failed call may work when tried again
 
     def place(self, placement: Placement) -> None:
         """Reconcile with what the log noted (see the module docstring)."""
@@ -265,20 +271,33 @@ class TelegramTarget:
 
     async def _deliver_placed(self, chunks: list[TelegramChunk], preview: str | None) -> None:
         """Each chunk into the message noted for its part (opened now, as a placeholder, when
-        there is none); stops at the first that cannot be delivered."""
+        there is none); stops at the first that cannot be delivered. A call that failed on
+        the way (a timeout, a network error, a 5xx) is tried again, :data:`DELIVERY_TRIES`
+        times in all: an edit is the same however often it lands, and a placeholder sent
+        twice is a stray "…" at worst, while an answer given up on is one the item is
+        marked answered for anyway (found under load, where a full connection pool times
+        calls out)."""
         if preview is not None:
             self._parts.setdefault(0, int(preview))
         for part, chunk in enumerate(chunks):
+            for attempt in range(DELIVERY_TRIES):
+                self._transient = False
+                if await self._place_chunk(part, chunk):
+                    break
+                if not self._transient or attempt == DELIVERY_TRIES - 1:
+                    return  # later chunks would read out of context without this one
+                await asyncio.sleep(RETRY_BACKOFF * 2 ** attempt)
+
+    async def _place_chunk(self, part: int, chunk: TelegramChunk) -> bool:
+        message = await self._opened(part)
+        if message is None:
+            return False
+        done = await self._edit_into(message, chunk, self._preview_text if part == 0 else None)
+        if done is None:  # gone (deleted meanwhile): a new placeholder takes its place
+            self._parts.pop(part, None)
             message = await self._opened(part)
-            if message is None:
-                return
-            done = await self._edit_into(message, chunk, self._preview_text if part == 0 else None)
-            if done is None:  # gone (deleted meanwhile): a new placeholder takes its place
-                self._parts.pop(part, None)
-                message = await self._opened(part)
-                done = message is not None and await self._edit_into(message, chunk) is True
-            if not done:
-                return  # later chunks would read out of context without this one
+            done = message is not None and await self._edit_into(message, chunk) is True
+        return bool(done)
 
     async def _fill(self, part: int, text: str) -> int | None:
         """Show plain ``text`` (a preview) in the message of ``part``; its id."""
@@ -367,6 +386,7 @@ class TelegramTarget:
                 return False
             except Exception as exc:  # delivery problems are logged, never raised into a turn
                 self.api.failed("editMessageText (final)", exc)
+                self._transient = error_kind(exc) in TRANSIENT
                 return False
         return False
 
@@ -392,6 +412,7 @@ class TelegramTarget:
             return await self._send(plain, None, what=what)
         except Exception as exc:  # delivery problems are logged, never raised into a turn
             self.api.failed(f"sendMessage ({what})", exc)
+            self._transient = error_kind(exc) in TRANSIENT
             return None
 
     async def _edit_text(self, message_id: int, text: str, parse_mode: str | None) -> None:

@@ -185,22 +185,40 @@ async def test_rejected_token_fails_start_without_leaking_it(
 async def test_delivery_errors_logged_without_token_and_counted(
     fake: FakeTelegramServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failing sendMessage (the answer's placeholder) is one log line (no token) and a
-    channel_errors sample; with no message to edit, the answer is not sent."""
+    """A sendMessage that keeps failing (the answer's placeholder, tried three times) is a
+    log line each (no token) and a channel_errors sample each; with no message to edit, the
+    answer is not sent."""
     caplog.set_level(logging.DEBUG, logger="channels.telegram")
     provider = ScriptedProvider()
     provider.script({"role": "assistant", "content": [{"type": "text", "text": "hi"}]})
     async with running(telegram_settings(fake, tmp_path), provider) as gateway:
-        fake.fail_next("sendMessage", 500)
+        fake.fail_next("sendMessage", 500, times=3)
         fake.user_message(ALICE, "hello")
         await settled(gateway, 1)
         errors = metric(gateway, "gateway_channel_errors_total", channel="telegram",
                         kind="network")
-    assert errors == 1
-    assert [c.error_code for c in fake.calls("sendMessage")] == [500]
+    assert errors == 3
+    assert [c.error_code for c in fake.calls("sendMessage")] == [500, 500, 500]
     assert fake.calls("editMessageText") == []
-    assert "sendMessage (placeholder) failed (network" in caplog.text
+    assert caplog.text.count("sendMessage (placeholder) failed (network") == 3
     assert fake.token not in caplog.text
+
+
+async def test_a_failed_call_of_an_answer_is_tried_again(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """A placeholder and a final edit that fail once each (5xx) are tried again: the answer
+    arrives, in one message (an edit lands the same however often it is made)."""
+    provider = ScriptedProvider()
+    provider.script("the answer")
+    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+        fake.fail_next("sendMessage", 502)
+        fake.fail_next("editMessageText", 500)
+        fake.user_message(ALICE, "hello")
+        await settled(gateway, 1)
+    assert [c.error_code for c in fake.calls("sendMessage")] == [502, None]
+    assert [c.error_code for c in fake.calls("editMessageText")] == [500, None]
+    assert fake.texts_to(ALICE) == ["the answer"]
 
 
 async def test_aclose_is_idempotent_and_stops_polling(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -135,15 +136,21 @@ async def final_run(driver: Driver, tg: FakeTelegramServer, slack: FakeSlackServ
     await asyncio.gather(*(traffic.deliver(driver.url, m) for m in last),
                          *(m.send(driver.http, driver.gateway.base) for m in web))
     findings: list[str] = []
-    try:
-        async with asyncio.timeout(SETTLE_TIMEOUT):
-            # Queues are served in order, so once the last messages are answered, whatever was
-            # redelivered before them has been handled too.
-            while (traffic.unacked_telegram or traffic.unacked_slack  # noqa: ASYNC110
-                   or not set(tokens) <= set(answered(tg, slack))):
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        findings.append(f"final run did not settle within {SETTLE_TIMEOUT:.0f} s")
+    # Queues are served in order, so once the last messages are answered, whatever was
+    # redelivered before them has been handled too. The bound is on progress, not on the
+    # whole: a loaded machine answers slowly but steadily (a fixed 30 s for everything was
+    # what a run at load 9-17 ran out of), and a run that stops answering fails after
+    # SETTLE_TIMEOUT seconds without a new answer.
+    progress, last = time.monotonic(), -1
+    while (traffic.unacked_telegram or traffic.unacked_slack
+           or not set(tokens) <= set(answered(tg, slack))):
+        now = len(answered(tg, slack)) + len(traffic.acknowledged())
+        if now != last:
+            progress, last = time.monotonic(), now
+        elif time.monotonic() - progress > SETTLE_TIMEOUT:
+            findings.append(f"final run made no progress for {SETTLE_TIMEOUT:.0f} s")
+            break
+        await asyncio.sleep(0.05)
     findings += [f"final web message {m.client_id} got {m.statuses}"
                  for m in web if m.reply is None]
     # Every conversation's last message is answered, so everything owed before it was served

@@ -285,3 +285,52 @@ class KillSwitch:
         if self._noting is not None:
             self._noting.cancel()
             await asyncio.wait([self._noting])
+
+
+class StepCounter:
+    """Counts a trial's reply events as :class:`KillSwitch` does (every Telegram and Slack send
+    and edit, model call and web answer) and runs ``action`` at the ``n``-th, right there (no
+    await in between): the disk-fault trials fill the disk, or stop the gateway, at a step.
+
+    Wire it like a switch (:meth:`platform`, :meth:`model_call`, :meth:`web`); :meth:`at`
+    sets the next action, counted from the call; ``done`` is set when it ran."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._target: int | None = None
+        self._action: Callable[[], None] | None = None
+        self.what: str | None = None
+        self.done = asyncio.Event()
+
+    def at(self, n: int, action: Callable[[], None]) -> None:
+        self.count = 0
+        self._target = n
+        self._action = action
+        self.what = None
+        self.done = asyncio.Event()
+
+    def run_now(self, what: str) -> None:
+        """Run the action now (its step never came: the end of the traffic)."""
+        action, self._action = self._action, None
+        if action is not None:
+            self.what = what
+            action()
+            self.done.set()
+
+    def _event(self, what: str) -> None:
+        if self._action is None:
+            return
+        self.count += 1
+        if self.count == self._target:
+            self.run_now(f"event {self.count}: {what}")
+
+    def platform(self, phase: str, method: str, params: Mapping[str, Any], _: Any) -> None:
+        if phase == "before" and method in REPLY_METHODS:
+            self._event(f"{method} {str(params.get('text') or '')[:24]!r}")
+
+    def model_call(self, token: str) -> None:
+        self._event(f"model call for {token}")
+
+    def web(self, kind: str, message: WebMessage) -> None:
+        if kind == "response":
+            self._event(f"web answer for {message.token}")

@@ -15,8 +15,7 @@ the kill lands exactly there whatever the machine's speed.
   reaches the platform; after the platform took it, before the gateway noted where; while
   the answer streams into it; after the final text went in; after the item was marked
   answered) on each channel, the inputs taking turns (Telegram polling and webhook, Slack
-  HTTP and Socket Mode; 15 trials); ``GATEWAY_CRASH_FULL=1`` (``make trials``) runs each step
-  on each input (25).
+  HTTP and Socket Mode; 15 trials); ``make trials`` runs each step on each input (25).
 
 After every trial: no acknowledged message lost (in a session log, or owed in the journal),
 none with a second complete answer on its platform or in the log, every log replayable.
@@ -25,7 +24,8 @@ platform (a web message: in its 200) and in the log. The stray messages a kill c
 (a placeholder sent just before the kill, its id not yet noted; with Telegram no way to find
 it again) are counted apart and reported, never counted as answers.
 
-``GATEWAY_CRASH_TRIALS=N`` draws N random trials (20 by default); ``GATEWAY_CRASH_SEED``
+``GATEWAY_CRASH_TRIALS=N`` draws N random trials (20 by default, 60 in ``make trials``);
+``GATEWAY_CRASH_SEED``
 seeds the draw; the schedule is printed, and ``GATEWAY_TRIAL_SCHEDULE='<test>=<schedule>'``
 (as printed) replays exactly it, in the test it names (the other one skips). A run that finds
 anything keeps its data and logs under ``test-output/failed-trials/`` and says where. Reports:
@@ -42,10 +42,10 @@ import pytest
 
 from tests.reliability.crash_schedule import TrialPlan, decode, random_plans, step_plans
 from tests.reliability.crash_trials import BURST, Summary, run_schedule
+from tests.trials import FULL, sized
 
-RANDOM_TRIALS = 20
-FULL = os.environ.get("GATEWAY_CRASH_FULL") == "1"
-"""Every step on every input (5 x 5 trials; ``make trials``), not only on every channel."""
+RANDOM_TRIALS = sized(20, 60)
+"""Random-instant trials: 20 in ``make test``, 60 in ``make trials``."""
 EVENTS = 3 * BURST
 """Reply events in a burst, about: a model call and one or two platform calls per message."""
 

@@ -22,10 +22,17 @@ the reserve, about one run in eight lost an acknowledged message from the log: i
 were dropped at close while the journal noted it answered; and replies whose ``paid`` note
 found no room were sent again after the restart.)
 
+The fault begins at a step of the warm-up traffic, and ``enospc-stop`` stops the gateway at
+a step of the fault's traffic: the n-th reply event (a Telegram or Slack send or edit, a model
+call, a web answer), drawn, never a time. The plan is printed, and
+``GATEWAY_TRIAL_SCHEDULE='disk=<fault>/<fill at>/<stop at>/<seed>'`` replays it (the other
+faults skip). A run that finds anything keeps its data directory and the gateway's logs under
+``test-output/failed-trials/`` and says where.
+
 Telegram's input is enumerated per fault (ENOSPC: webhook, EROFS: polling), so both refusal
 paths run in every run. Mounting needs root (or CAP_SYS_ADMIN): elsewhere the test skips,
-saying so. The seed is printed (``GATEWAY_CRASH_SEED`` replays it); the summary and a table by
-phase go to ``test-output/disk-<fault>.txt``.
+saying so (in CI it fails). The summary and a table by phase go to
+``test-output/disk-<fault>.txt``.
 """
 
 from __future__ import annotations
@@ -35,8 +42,11 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -59,8 +69,11 @@ from tests.reliability.crash_harness import (
     missing,
     owed_bodies,
     paid_items,
+    strays,
     telegram_input,
 )
+from tests.reliability.crash_schedule import StepCounter
+from tests.reliability.crash_trials import keep_on_failure
 from tests.reliability.tmpfs import MountRefused, Tmpfs
 
 FAULTS = {"enospc": "webhook", "erofs": "polling", "enospc-stop": "polling"}
@@ -108,13 +121,65 @@ async def paced(driver: Driver, rng: random.Random, count: int, *, fresh: bool) 
         await asyncio.sleep(rng.uniform(0.03, 0.12))
 
 
+@dataclass(frozen=True)
+class DiskPlan:
+    """One disk-fault trial: the fault begins at reply event ``fill_at`` of the warm-up
+    traffic (a step, not a time); ``enospc-stop`` stops the gateway at event ``stop_at``
+    after it; ``seed`` is the traffic's. Written ``<fault>/<fill_at>/<stop_at>/<seed>``."""
+
+    fault: str
+    fill_at: int
+    stop_at: int
+    seed: int
+
+    def encode(self) -> str:
+        return f"{self.fault}/{self.fill_at}/{self.stop_at}/{self.seed}"
+
+    @classmethod
+    def decode(cls, text: str) -> DiskPlan:
+        fault, fill_at, stop_at, seed = text.strip().split("/")
+        if fault not in FAULTS:
+            raise ValueError(f"bad disk trial {text!r}: fault one of {', '.join(FAULTS)}")
+        return cls(fault, int(fill_at), int(stop_at), int(seed))
+
+
+def plan_of(fault: str) -> DiskPlan:
+    """The trial to run: ``GATEWAY_TRIAL_SCHEDULE='disk=<plan>'`` for this fault, else drawn
+    (from ``GATEWAY_CRASH_SEED`` when set)."""
+    given = os.environ.get("GATEWAY_TRIAL_SCHEDULE", "").strip()
+    if given.startswith("disk="):
+        plan = DiskPlan.decode(given.split("=", 1)[1])
+        if plan.fault != fault:
+            pytest.skip(f"GATEWAY_TRIAL_SCHEDULE replays {plan.fault}, not {fault}")
+        return plan
+    rng = random.Random(int(os.environ.get("GATEWAY_CRASH_SEED") or random.randrange(2**32)))
+    return DiskPlan(fault, rng.randint(1, 2 * WARM_UP), rng.randint(1, 3),
+                    rng.getrandbits(32))
+
+
+async def at_step(counter: StepCounter, n: int, action: Callable[[], None],
+                  driver: Driver, traffic_done: Awaitable[None]) -> str:
+    """Run ``action`` at reply event ``n`` from now, or, when the traffic ends (sent and
+    answered) before that many events, then; where it ran."""
+    counter.at(n, action)
+    await traffic_done
+    await driver.settled()
+    if not counter.done.is_set():
+        counter.run_now(f"the end of the traffic ({counter.count} events)")
+    return counter.what or "?"
+
+
 @pytest.mark.parametrize("fault", list(FAULTS))
 async def test_disk_fault_under_load_then_recovery(
         fault: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Disk full or read-only under load: what could not be recorded was refused, never
-    acknowledged; after recovery every acknowledged message is recorded and answered once."""
-    seed = int(os.environ.get("GATEWAY_CRASH_SEED") or random.randrange(2**32))
-    rng = random.Random(seed)
+    """Disk full or read-only under load (from a step of the traffic on): what could not be
+    recorded was refused, never acknowledged; after recovery every acknowledged message is
+    recorded and has exactly one complete answer; stopped while full, nothing answered is
+    lost from the log and nothing is sent twice."""
+    plan = plan_of(fault)
+    schedule = f"disk={plan.encode()}"
+    print(f"\ndisk fault {fault}: GATEWAY_TRIAL_SCHEDULE='{schedule}'", flush=True)
+    rng = random.Random(plan.seed)
     disk = Tmpfs(tmp_path / "disk", TMPFS_SIZE)
     try:
         disk.mount()
@@ -125,48 +190,74 @@ async def test_disk_fault_under_load_then_recovery(
     findings: list[str] = []
     window: set[str] = set()
     stop_note = ""
+    steps: dict[str, str] = {}
     timings: dict[str, float] = {}
     started = time.monotonic()
+    counter = StepCounter()
     try:
         async with FakeTelegramServer() as tg, FakeSlackServer() as slack, \
                 FakeProviderServer() as llm, aiohttp.ClientSession() as http:
-            llm.default = SlowEcho(rng, low=0.02, high=0.15)
+            echo = SlowEcho(rng, low=0.02, high=0.15)
+            llm.default = echo
             traffic = Traffic(tg, slack, rng)
             port = free_port()
             gateway = GatewayProcess(gateway_env(data_dir, port, tg, slack, llm), cwd=tmp_path,
                                      log_dir=tmp_path, port=port)
             driver = Driver(traffic, gateway, rng, http)
+            tg.outbound.tap = slack.outbound.tap = counter.platform
+            echo.on_call = counter.model_call
+            traffic.on_web = counter.web
             await telegram_input(gateway, tg, FAULTS[fault])
-            try:
-                await gateway.start()
-                traffic.phase = "before"
-                await paced(driver, rng, WARM_UP, fresh=False)
+
+            def begin_fault() -> None:
                 traffic.phase = fault
                 if fault.startswith("enospc"):
                     disk.fill()
                 else:
                     disk.read_only(data_dir)
+
+            try:
+                await gateway.start()
+                traffic.phase = "before"
+                steps["fault at"] = await at_step(counter, plan.fill_at, begin_fault, driver,
+                                                  paced(driver, rng, WARM_UP, fresh=False))
+                stopped = asyncio.Event()
+                if fault == "enospc-stop":
+                    # SIGTERM at a step of the fault's traffic (its turns' replies): the
+                    # messages after it meet a stopping, then a stopped, gateway.
+                    counter.at(plan.stop_at, lambda: (gateway.signal_now(signal.SIGTERM),
+                                                      stopped.set()))
                 await paced(driver, rng, DURING, fresh=True)
-                await asyncio.sleep(1.0)  # answers to deliveries still in flight come in
+                await driver.settled()
                 during = check_logs(data_dir)  # readable either way
+                # Recorded is in a session log or owed in the journal: a message whose session
+                # write the full disk refused (kept in memory, written when there is room) is
+                # acknowledged once its journal line is written.
                 findings += [f"acknowledged but not recorded during {fault}: {m}"
-                             for m in missing(traffic.acknowledged(), during)]
+                             for m in missing(traffic.acknowledged(), during,
+                                              owed_bodies(data_dir))]
                 refused = refusals(traffic)
                 # Polling: updates whose offset is held (or not asked for yet) at the end.
                 held = len(traffic.unacked_telegram) if FAULTS[fault] == "polling" else None
                 if fault == "enospc-stop":
+                    if not counter.done.is_set():
+                        counter.run_now(f"the end of the traffic ({counter.count} events)")
+                    steps["stopped at"] = counter.what or "?"
                     stopping = time.monotonic()
-                    code = await gateway.stop()
+                    code = await gateway.exited()
                     timings["stop"] = time.monotonic() - stopping
                     if code != 0:
                         findings.append(f"stop with the disk full exited with {code}")
                     window = unnoted(data_dir, tg, slack)
                     # Whether the stop needed the reserve (it does when a running turn's
-                    # writes failed past the last page the files had: about one run in four).
-                    released = "released the" in (tmp_path / "gateway-1.log").read_text()
+                    # writes failed past the last page the files had).
+                    released = "released the" in gateway.log.read_text()
                     stop_note = f"reserve {'released' if released else 'not needed'} at the stop; "
                     findings += [f"{t}: answered, but the journal did not note it at the stop "
                                  "(the reserve should have made room)" for t in sorted(window)]
+                tg.outbound.tap = slack.outbound.tap = None
+                echo.on_call = None
+                traffic.on_web = None
                 if fault.startswith("enospc"):
                     disk.free()
                 else:
@@ -178,7 +269,9 @@ async def test_disk_fault_under_load_then_recovery(
                 traffic.phase = "after"
                 await paced(driver, rng, AFTER, fresh=True)
                 traffic.phase = "final clean run"
+                finishing = time.monotonic()
                 findings += await final_run(driver, tg, slack)
+                timings["final run"] = time.monotonic() - finishing
             finally:
                 await gateway.kill()
                 await driver.settled()
@@ -186,13 +279,9 @@ async def test_disk_fault_under_load_then_recovery(
             findings += logs.problems + [f"torn tail left in {p.name}" for p in logs.torn]
             findings += [f"lost {m}" for m in missing(traffic.acknowledged(), logs,
                                                       owed_bodies(data_dir))]
-            # Sent again after the restart, as documented: a reply the platform took while the
-            # journal could not note it answered (no room), the gateway stopped before it could.
-            resent = {t for t, n in answered(tg, slack).items() if n == 2 and t in window}
-            findings += [f for f in repeated(traffic, tg, slack, logs)
-                         if f not in {f"{t} answered 2 times" for t in resent}
-                         and not f.startswith(tuple(f"  {t}: " for t in resent))]
+            findings += repeated(traffic, tg, slack, logs)
             rows = tally(traffic, tg, slack, logs, Counter({fault: 1}))
+            stray = strays(tg, slack)
             unexpected = {k: n for k, n in refusals(traffic).items()
                           if not k.endswith(" 503")}
     finally:
@@ -204,28 +293,33 @@ async def test_disk_fault_under_load_then_recovery(
     total = Row(f"{fault} (all phases)", 1,
                 *(sum(getattr(r, f) for r in rows) for f in (
                     "acknowledged", "once", "twice", "never", "recorded", "lost")))
-    line = (f"disk fault {fault} (telegram {FAULTS[fault]}), seed {seed}, "
+    line = (f"disk fault {fault} (telegram {FAULTS[fault]}) [{schedule}], "
             f"{time.monotonic() - started:.1f} s: {driver.sent} messages sent, "
+            f"{''.join(f'{k} {v}; ' for k, v in steps.items())}"
             f"{total.acknowledged} acknowledged, {total.once} answered once, "
             f"{total.twice} answered twice, {total.never} never answered, {total.recorded} "
-            f"recorded, {total.lost} lost; refused during the fault: "
-            f"{dict(refused) or 'nothing'}"
+            f"recorded, {total.lost} lost; stray messages: {dict(stray) or 'none'}; refused "
+            f"during the fault: {dict(refused) or 'nothing'}"
             f"{'' if held is None else f', {held} Telegram updates not confirmed'}; "
-            f"{len(resent)} answered again after the restart (replies out while the journal "
-            f"could not note them, {len(window)} such at the stop); "
+            f"{len(window)} answers out at the stop that the journal had not noted; "
             f"{''.join(f'{k} {v:.1f} s; ' for k, v in timings.items())}{stop_note}"
             f"{'ok' if not findings else 'FINDINGS: ' + '; '.join(findings[:5])}")
+    failed = bool(findings) or total.acknowledged != total.once or total.twice > 0
+    kept = keep_on_failure(tmp_path, f"disk-{fault}") if failed else None
     table = "\n".join([TABLE_HEAD, *(r.cells() for r in [*rows, total])])
+    where = f"\ndata directory and gateway logs kept in {kept}" if kept else ""
     REPORT_DIR.mkdir(exist_ok=True)
-    (REPORT_DIR / f"disk-{fault}.txt").write_text(f"{line}\n\n{table}\n")
+    (REPORT_DIR / f"disk-{fault}.txt").write_text(f"{line}\n\n{table}{where}\n")
     with capsys.disabled():
-        print(f"\n{line}\n{table}")
-    context = f"{line}\nlogs and a copy of the data in {tmp_path}\n" + "\n".join(findings[:40])
+        print(f"\n{line}\n{table}{where}")
+    context = (f"{line}\nreplay: GATEWAY_TRIAL_SCHEDULE='{schedule}'\nkept: {kept}\n"
+               + "\n".join(findings[:40]))
     # The fault bit (something was refused, and only ever with a 503), nothing acknowledged
-    # went unrecorded, and every acknowledged message was answered exactly once.
+    # went unrecorded, and every acknowledged message has exactly one complete answer: an
+    # answer out while the journal could not note it is edited, never sent again.
     assert sum(refused.values()) > 0, context
     assert unexpected == {}, context
     assert total.acknowledged > 0, context
-    assert total.acknowledged == total.recorded == total.once + len(resent), context
-    assert total.twice == len(resent), context
+    assert total.acknowledged == total.recorded == total.once, context
+    assert total.twice == 0, context
     assert findings == [], context
