@@ -15,8 +15,10 @@ noted by an earlier run is edited (``chat.update``), never posted again; an item
 (``resumed``) with no note for a part first looks for its own message in the thread
 (``conversations.replies`` with ``include_all_metadata``, from the person's message on) and
 edits what it finds. So the window Telegram leaves (a message sent, its id not yet noted) is
-closed here as far as the history answers: reading it needs the ``*:history`` scopes; without
-them (``missing_scope``) the search finds nothing and the part is posted.
+closed here as far as the history answers. Reading it needs the ``*:history`` scopes: after
+the first search refused for want of them (``missing_scope``) the process answers as Telegram
+does (each message a placeholder first, noted, then updated), so a kill at that step leaves a
+stray placeholder, never a second complete answer.
 
 Typing: Slack has no typing indicator for bots outside its assistant threads, so the turn
 marks the person's message with an :eyes: reaction instead, removed once the reply is
@@ -51,6 +53,8 @@ from gateway.edge.metrics import Metrics
 log = logging.getLogger(__name__)
 
 TYPING_REACTION: Final = "eyes"
+PLACEHOLDER: Final = "…"
+"""An answer's first text where its message could not be found again (see the docstring)."""
 EVENT_TYPE: Final = "gateway_answer"
 """The metadata event type of our answers' messages (see the module docstring)."""
 SEARCH_PAGES: Final = 5
@@ -70,6 +74,8 @@ class SlackCalls:
         self.metrics = metrics
         self.last_error: str | None = None
         self.reactions = True
+        self.history = True
+        """False once reading a thread was refused for good (the app lacks the scope)."""
 
     async def attempt(self, method: str, call: Awaitable[AsyncSlackResponse], *,
                       quiet: bool = False) -> AsyncSlackResponse | None:
@@ -99,6 +105,12 @@ class SlackCalls:
             log.warning("slack %s failed: %s", method, kind)
         if method.startswith("reactions.") and kind in _NO_REACTIONS:
             self.reactions = False
+        if method == "conversations.replies" and kind in _NO_REACTIONS:
+            if self.history:
+                log.warning("slack: this app cannot read its threads (%s; add the "
+                            "channels:history, groups:history, im:history and mpim:history "
+                            "scopes): answers open as placeholders instead", kind)
+            self.history = False
 
 
 class SlackTarget:
@@ -198,11 +210,16 @@ class SlackTarget:
                 return None
             del self._parts[part]  # deleted meanwhile: a new one takes its place
         assert self._placement is not None
-        ts = await self._post(text, {"event_type": EVENT_TYPE, "event_payload": {
-            "item": self._placement.item, "part": part}})
-        if ts is not None:
-            self._parts[part] = ts
-            await self._placement.note(part, {"channel": self.channel, "ts": ts})
+        blind = not self.calls.history  # a message not noted could not be found again
+        ts = await self._post(PLACEHOLDER if blind else text, {
+            "event_type": EVENT_TYPE,
+            "event_payload": {"item": self._placement.item, "part": part}})
+        if ts is None:
+            return None
+        self._parts[part] = ts
+        await self._placement.note(part, {"channel": self.channel, "ts": ts})
+        if blind and not await self._update(ts, text):
+            return None
         return ts
 
     async def _search(self) -> None:

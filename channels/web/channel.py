@@ -38,8 +38,9 @@ history). Bad input never gets a 500. A reply always names its session.
 
 With several workers the reply comes from whichever worker serves the conversation, relayed
 through Redis; a request still waiting looks its answer up in the session log every
-:data:`LOST_REPLY_CHECK` seconds, so a reply lost on its way (Redis restarted or flushed) is
-sent from there.
+:data:`LOST_REPLY_CHECK` seconds (1), so a reply lost on its way (Redis restarted or flushed,
+or the serving worker killed right after recording it) is sent from there within a second of
+being recorded.
 
 Idempotent on the client's message id (``"id"``, scoped to its conversation): sending the same
 id again (a retry after a lost connection) records nothing new and answers with what the first
@@ -97,9 +98,12 @@ log = logging.getLogger(__name__)
 CHANNEL = "web"
 MAX_HISTORY_PAGE = 200
 KEEPALIVE_SECONDS = 15.0
-LOST_REPLY_CHECK = 5.0
+LOST_REPLY_CHECK = 1.0
 """Seconds between looks in the session log for the answer to a request whose reply comes from
-another worker (relayed through Redis, which can lose it): found there, it is sent."""
+another worker (relayed through Redis, which can lose it, or from a worker that died right
+after recording it): found recorded there, it is sent, whether or not the item is marked
+answered yet. So a waiting request gets a recorded answer within a second of its recording,
+whatever became of the relay."""
 _ASSETS = {
     "index.html": "text/html",
     "app.js": "text/javascript",

@@ -262,16 +262,33 @@ class Router:
 
     async def _earlier(self, key: ConversationKey, item_id: str,
                        within: float) -> Answer | None:
-        """The answer the first delivery of a duplicate got (waiting for it if needed)."""
+        """The answer the first delivery of a duplicate got (waiting for it if needed).
+
+        With several workers the conversation's log is read first: an answer recorded there
+        is the answer, whether or not the item is marked answered yet (the holder that
+        recorded it may have died before its reply reached the waiting request; the next
+        holder marks it only after its lease lapsed). So a browser's retry gets the recorded
+        answer at once, and a waiting request's look-up finds it within one look."""
+        if self.shared:
+            latest = await self.registry.store.latest_session(key.tenant, key.label())
+            if latest is not None:
+                answer = await self._recorded_answer(key, latest, item_id)
+                if answer is not None:
+                    return answer
         session = await self.conversations.settled(item_id, within)
         if not session:
             return None
+        return await self._recorded_answer(key, session, item_id)
+
+    async def _recorded_answer(self, key: ConversationKey, session: str,
+                               item_id: str) -> Answer | None:
+        """The answer ``session``'s log records for the item, if its turn has one."""
         found = locate(await self.registry.store.read_log(key.tenant, session), item_id,
                        max_iterations=self.loop.settings.max_iterations)
         if found is None or found.status == "interrupted":
             return None
         if found.status == "apologised":
-            return Answer(session, False, self.loop.settings.apology)
+            return Answer(session, False, found.text or self.loop.settings.apology)
         return Answer(session, True, found.text)
 
     # -- serving -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,15 @@ from channels.telegram.sink import PLACEHOLDER, BotApi, TelegramTarget
 from gateway.edge.channel import Placed
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 from gateway.edge.metrics import Metrics
+from tests.channels.test_slack_gateway import (
+    events_url,
+    running,
+    slack_settings,
+    thread_texts,
+    turns,
+    wait_until,
+)
+from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 
@@ -279,3 +289,24 @@ async def test_slack_history_methods_follow_the_api(
         with pytest.raises(SlackApiError) as refused:
             await client.api_call(method, http_verb="GET", params=params)
         assert refused.value.response["error"] == error
+
+
+async def test_slack_without_history_scopes_opens_answers_as_placeholders(
+    tmp_path: Path,
+) -> None:
+    """An app that may not read its threads (no ``*:history`` scope, seen in auth.test's
+    ``x-oauth-scopes``) could not find an unnoted answer again: its answers open as a
+    placeholder, noted, then updated, as Telegram's do."""
+    provider = ScriptedProvider()
+    provider.script("the answer")
+    async with FakeSlackServer() as slack:
+        slack.scopes.discard("im:history")
+        async with running(slack_settings(slack, tmp_path), provider) as gateway:
+            envelope = slack.dm_event("U1", "hello")
+            await slack.deliver_event(events_url(gateway), envelope, timeout=10)
+            await wait_until(lambda: turns(gateway) == 1)
+    writes = [(c.method, c.params.get("text")) for c in slack.calls
+              if c.method in ("chat.postMessage", "chat.update")]
+    assert writes == [("chat.postMessage", "…"), ("chat.update", "the answer")]
+    event = envelope["event"]
+    assert thread_texts(slack, event["channel"], event["ts"]) == ["the answer"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 
+from app.compose import build_gateway
 from sessions.replay import replay_bytes
 from tests.channels.test_slack_gateway import (
     TEAM,
@@ -151,3 +152,59 @@ async def test_socket_mode_acks_before_the_download(tmp_path: Path) -> None:
     assert len(slack.files_served) == 1
     event = envelope["event"]
     assert thread_texts(slack, event["channel"], event["ts"]) == ["ok"]
+
+
+class CountingTranscriber:
+    """Speech to text that counts its calls (each one a paid request in production)."""
+
+    model = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def transcribe(self, audio: bytes, media_type: str, name: str) -> str:
+        self.calls.append(name)
+        return f"the words in {name}"
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_retried_event_never_downloads_or_transcribes_again(tmp_path: Path) -> None:
+    """Slack retries an event (``X-Slack-Retry-Num``) while its voice note is still being
+    fetched: the retry is answered 200 at once (the owed journal has it), and the file is
+    downloaded once, transcribed once and answered once."""
+    provider = ScriptedProvider()
+    provider.script("Heard you.")
+    transcriber = CountingTranscriber()
+    async with FakeSlackServer() as slack:
+        gateway = build_gateway(slack_settings(slack, tmp_path), provider=provider,
+                                transcriber=transcriber)
+        await gateway.start()
+        try:
+            slack.downloads.close()
+            hosted = slack.add_file(media.OGG_VOICE, "note.ogg", "audio/ogg")
+            envelope = slack.file_event(slack.im_channel_for("U1"), "U1", [hosted])
+            first = await slack.deliver_event(events_url(gateway), envelope,
+                                              timeout=ACK_BOUND)
+            await wait_until(lambda: slack.downloads.waiting == 1)  # its turn fetches it
+            retries = [await slack.deliver_event(events_url(gateway), envelope, retry_num=n,
+                                                 timeout=ACK_BOUND) for n in (1, 2)]
+            slack.downloads.open()
+            await wait_until(lambda: turns(gateway) == 1)
+            # Another message in the same DM, answered after it: by then a second turn for
+            # the retried event would have run (a conversation's turns go in order).
+            provider.script("And that.")
+            marker = slack.dm_event("U1", "one more")
+            await slack.deliver_event(events_url(gateway), marker, timeout=ACK_BOUND)
+            await wait_until(lambda: turns(gateway) == 2)
+        finally:
+            await gateway.aclose()
+    assert first == (200, "")
+    assert retries == [(200, ""), (200, "")]
+    path = hosted["url_private_download"].split("/files-pri/", 1)[1]
+    assert slack.files_served == [path]
+    assert transcriber.calls == ["note.ogg"]
+    assert len(provider.bodies) == 2
+    event = envelope["event"]
+    assert thread_texts(slack, event["channel"], event["ts"]) == ["Heard you."]

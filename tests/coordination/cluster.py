@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,8 @@ class Sent:
     attempts: list[str] = field(default_factory=list)
     died: bool = False
     """A request carrying it broke off with a worker (connection reset mid-way)."""
+    answered_at: float | None = None
+    """Wall-clock time its answer reached the client (``done``)."""
 
 
 Picker = Callable[[list[WorkerProcess]], WorkerProcess]
@@ -198,6 +201,7 @@ class ChatClient:
                     acked.set()
                 elif event == "done":
                     sent.reply = str(data["reply"])
+                    sent.answered_at = time.time()
                     return
                 elif event == "error":
                     sent.error = str(data.get("error"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -91,8 +92,10 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
     sessions = await pg_store.list_sessions("default")
     assert sorted(i.conversation or "" for i in sessions) == [f"web:{c}" for c in plan]
     calls = 0
+    late: list[float] = []  # seconds from an answer's recording to its request having it
     for conv, messages in plan.items():
         replay = await _replay(pg_store, conv)
+        late += _after_recording(replay, messages)
         assert replay.problems == ()
         users, answers = _turns(replay)
         # Order kept, nothing lost, nothing recorded twice.
@@ -121,6 +124,13 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
         assert answered_by == [i for i, m in enumerate(replay.messages)
                                if m["role"] == "assistant"]
     assert calls >= MESSAGES
+    # How long answers took to reach their waiting requests once recorded (printed for
+    # bench/RESULTS.md, "Delivery"; a figure, not a timed assertion).
+    late.sort()
+    print(f"\nweb answers after recording: {len(late)} measured, median "
+          f"{late[len(late) // 2]:.3f} s, max {late[-1]:.3f} s, "
+          f"{sum(1 for x in late if x > 1.0)} over 1 s, {sum(1 for x in late if x > 10.0)} "
+          f"over 10 s")
 
 
 async def _replay(store: PostgresSessionStore, conv: str) -> Replay:
@@ -142,6 +152,25 @@ def _turns(replay: Replay) -> tuple[list[tuple[str, int]], list[list[str]]]:
         elif message["role"] == "assistant":
             answers[-1].append(message_text(message["content"]) or "")
     return users, answers
+
+
+def _after_recording(replay: Replay, messages: list[Sent]) -> list[float]:
+    """For each message whose request got its answer: seconds from the answer's entry being
+    accepted (its ``ts``) to the request having it."""
+    sent = {s.client_id: s for s in messages}
+    delays: list[float] = []
+    waiting: Sent | None = None
+    for index in range(len(replay.messages)):
+        entry = replay.messages.entry(index)
+        message = entry["message"]
+        if message["role"] == "user" and isinstance(message["content"], str):
+            waiting = sent.get(str(entry["meta"]["platform_id"]))
+        elif message["role"] == "assistant" and waiting is not None:
+            if waiting.answered_at is not None:
+                at = datetime.fromisoformat(str(entry["ts"]).replace("Z", "+00:00"))
+                delays.append(waiting.answered_at - at.timestamp())
+            waiting = None
+    return delays
 
 
 async def redis_empty(redis: aioredis.Redis, key: str) -> bool:

@@ -20,7 +20,8 @@ events (:meth:`FakeSlackServer.file_event`), and the upload v2 flow
 Reading back: ``conversations.history`` (top-level messages, newest first) and
 ``conversations.replies`` (a thread, parent first) with ``oldest``/``latest``/``inclusive``,
 ``limit`` and cursors, and message metadata (``chat.postMessage``/``chat.update`` keep it; an
-update without it leaves it intact) returned only with ``include_all_metadata``.
+update without it leaves it intact) returned only with ``include_all_metadata``. Every answer
+to the bot token carries the token's scopes (``x-oauth-scopes``; :attr:`scopes`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ from tests.waiting import WAIT
 JSONDict = dict[str, Any]
 MethodHandler = Callable[[JSONDict], Awaitable[JSONDict]]
 
+BOT_SCOPES = frozenset({"app_mentions:read", "channels:history", "chat:write", "commands",
+                        "files:read", "files:write", "groups:history", "im:history",
+                        "mpim:history", "reactions:write", "users:read"})
 MAX_TEXT_CHARS = 40_000
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3_000
@@ -186,6 +190,8 @@ class FakeSlackServer:
         self.bot_name = bot_name
         self.app_id = app_id
         self.strict_channels = strict_channels
+        self.scopes: set[str] = set(BOT_SCOPES)
+        """The bot token's scopes, sent as ``x-oauth-scopes`` (a test may take some away)."""
 
         # Recording
         self.calls: list[SlackCall] = []
@@ -487,6 +493,8 @@ class FakeSlackServer:
             self.outbound.applied(method, params, body)
         except SlackError as exc:
             body = {"ok": False, "error": exc.error, **exc.extra}
+        if token == self.bot_token:  # as Slack does on every Web API answer to a bot token
+            headers["x-oauth-scopes"] = ",".join(sorted(self.scopes))
         self.calls.append(SlackCall(method, params, token, status, body, time.time()))
         self._calls_pulse.fire()
         return web.Response(
