@@ -24,7 +24,7 @@ from gateway.edge.channel import Placed, PlacingSink, ReplySink
 from gateway.edge.metrics import Metrics
 from sessions import entries
 
-log = logging.getLogger("gateway.delivery.placing")
+log = logging.getLogger(__name__)
 
 
 class SessionPlacement:
