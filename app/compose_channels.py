@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config import Settings
@@ -18,7 +20,9 @@ from gateway.edge.channel import Channel
 from gateway.edge.coordination import Coordinator
 from gateway.edge.errors import ConfigError
 from gateway.edge.history import History
+from gateway.edge.hosts import TrustedProxies
 from gateway.edge.metrics import Metrics
+from sessions.files import FILE_MODE, ensure_private_dir, write_all
 
 if TYPE_CHECKING:  # imported when built: a gateway without the channel never loads it
     from channels.console.channel import ConsoleChannel
@@ -26,8 +30,11 @@ if TYPE_CHECKING:  # imported when built: a gateway without the channel never lo
 
 def web_channel(settings: Settings, history: History) -> Channel:
     from channels.web.channel import WebChannel
+    from channels.web.identity import WebIdentities
 
     token = settings.web_token.get_secret_value() if settings.web_token else None
+    identities = WebIdentities(web_identity_key(settings.data_dir),
+                               token=token.encode() if token else None)
     return WebChannel(
         history=history, host=settings.host, token=token,
         max_message_chars=settings.max_message_chars,
@@ -35,7 +42,43 @@ def web_channel(settings: Settings, history: History) -> Channel:
         shutdown_grace=settings.shutdown_grace,
         max_body_bytes=settings.max_request_bytes,
         replay_command=replay_hint(settings.data_dir),
+        tenant=settings.web_tenant, identities=identities,
+        proxies=TrustedProxies.parse(settings.trusted_proxies),
     )
+
+
+WEB_IDENTITY_KEY = "web-identity.key"
+
+
+def web_identity_key(data_dir: Path) -> bytes:
+    """The key web identities are signed with: ``<data>/state/web-identity.key`` (0600),
+    made on first use, so browsers keep their identity across restarts."""
+    folder = ensure_private_dir(data_dir / "state")
+    path = folder / WEB_IDENTITY_KEY
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, FILE_MODE)
+            except FileExistsError:
+                continue  # made meanwhile by another process: read it
+            try:
+                key = secrets.token_bytes(32)
+                write_all(fd, key)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return key
+        try:
+            key = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if len(key) >= 32:
+            return key
+        raise ConfigError(f"{path} is not a web identity key (remove it to make a new one)")
+    raise ConfigError(f"cannot read or create {path}")
 
 
 def telegram_channel(settings: Settings, metrics: Metrics, coordinator: Coordinator) -> Channel:

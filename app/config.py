@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.logs import parse_levels
 from gateway.edge.hosts import TrustedProxies
+from gateway.edge.ids import WEB_TENANT
+from sessions.names import validate_tenant
 from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
 
@@ -93,6 +95,8 @@ class Settings(BaseSettings):
                                    validation_alias=_env("GATEWAY_MAX_MESSAGE_CHARS"))
     web_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_WEB_TOKEN"))
     admin_token: SecretStr | None = Field(None, validation_alias=_env("GATEWAY_ADMIN_TOKEN"))
+    # The web chat's tenant: its sessions, memory and budgets, apart from Telegram's.
+    web_tenant: str = Field(WEB_TENANT, validation_alias=_env("GATEWAY_WEB_TENANT"))
     # Reverse proxies whose X-Forwarded-For / -Proto are believed (addresses or networks).
     trusted_proxies: str = Field("", validation_alias=_env("GATEWAY_TRUSTED_PROXIES"))
     # /metrics and the details of /healthz: with a token, Bearer <token>; without, loopback only.
@@ -288,6 +292,11 @@ class Settings(BaseSettings):
                 f"must be at least {MIN_ADMIN_TOKEN_CHARS} random characters (for example: "
                 "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
         return value
+
+    @field_validator("web_tenant")
+    @classmethod
+    def _web_tenant(cls, value: str) -> str:
+        return validate_tenant(value)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -235,7 +235,7 @@ async def caching() -> list[str]:
                             assert resp.status == 200, await resp.text()
             finally:
                 await gateway.aclose()
-        [log] = list((data / "sessions").glob("*.jsonl"))
+        [log] = list(data.rglob("sessions/*.jsonl"))  # (the web chat's own tenant)
         outcomes = [e for e in map(orjson.loads, log.read_bytes().splitlines())
                     if e["type"] == "outcome"]
     usage = [o["usage"] for o in outcomes]
@@ -296,7 +296,7 @@ async def compaction() -> list[str]:
             finally:
                 await gateway.aclose()
             received = [r.raw for r in srv.requests]
-        [log] = list((data / "sessions").glob("*.jsonl"))
+        [log] = list(data.rglob("sessions/*.jsonl"))  # (the web chat's own tenant)
         replay = replay_bytes(log.read_bytes())
     equal = sum(encode_body(replay.request(t)) == raw
                 for t, raw in zip(replay.calls, received, strict=True))

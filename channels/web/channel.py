@@ -46,6 +46,11 @@ Idempotent on the client's message id (``"id"``, scoped to its conversation): se
 id again (a retry after a lost connection) records nothing new and answers with what the first
 delivery got, waiting for it if its turn is still running.
 
+Who is talking: the server says (:mod:`channels.web.identity`): the token's user, the browser
+of the ``gateway_web`` cookie the page sets, or, for a request without one, its address; never
+the conversation id. The web chat is its own tenant (``web`` unless ``GATEWAY_WEB_TENANT``
+says otherwise), apart from Telegram's and every Slack workspace's sessions and budgets.
+
 Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
 refuses to run without ``GATEWAY_WEB_TOKEN``; with a token every ``/api`` route needs
 ``Authorization: Bearer <token>``. Without a token the API answers only requests whose ``Host``
@@ -84,13 +89,14 @@ from channels.web.convert import (
     int_param,
     parse_chat,
 )
+from channels.web.identity import COOKIE, COOKIE_MAX_AGE, WebIdentities
 from channels.web.sink import WebSink
 from gateway.edge.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
 from gateway.edge.errors import RETRY_AFTER, ConfigError, UnavailableError
 from gateway.edge.history import History
-from gateway.edge.hosts import host_of, is_loopback, same_origin
+from gateway.edge.hosts import TrustedProxies, host_of, is_loopback, same_origin
 from gateway.edge.http_limits import body_timeout
-from gateway.edge.ids import DEFAULT_TENANT
+from gateway.edge.ids import WEB_TENANT
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 
 log = logging.getLogger(__name__)
@@ -152,9 +158,11 @@ class WebChannel:
         reply_timeout: float = 90.0,
         shutdown_grace: float = 10.0,
         lost_reply_check: float = LOST_REPLY_CHECK,
-        tenant: str = DEFAULT_TENANT,
+        tenant: str = WEB_TENANT,
         max_body_bytes: int = 2 * 1024 * 1024,
         replay_command: str = "gateway replay {session}",
+        identities: WebIdentities | None = None,
+        proxies: TrustedProxies | None = None,
     ) -> None:
         self.history = history
         self.max_body_bytes = max_body_bytes
@@ -166,6 +174,10 @@ class WebChannel:
         self.lost_reply_check = lost_reply_check
         self.tenant = tenant
         self._token = token.encode() if token else None
+        # Without a key from the composition root (tests), one for this process only.
+        self.identities = identities or WebIdentities(secrets.token_bytes(32),
+                                                      token=self._token)
+        self.proxies = proxies or TrustedProxies()
         self._assets = _load_assets()  # a few small files, read once at composition time
         # The page's replay hint, as the operator types it here (``.venv/bin/gateway ...``).
         self._assets["index.html"] = _with_replay(self._assets["index.html"], replay_command)
@@ -225,7 +237,17 @@ class WebChannel:
         ]
 
     async def _page(self, request: web.Request) -> web.Response:
-        return self._asset("index.html")
+        response = self._asset("index.html")
+        identity = self.identities.for_page(request.cookies.get(COOKIE), self._address(request))
+        if identity.cookie is not None:
+            response.set_cookie(COOKIE, identity.cookie, max_age=COOKIE_MAX_AGE, path="/",
+                                httponly=True, samesite="Strict", secure=request.secure)
+        return response
+
+    def _address(self, request: web.Request) -> str:
+        """The client's address (behind a trusted proxy, the one it forwards)."""
+        return self.proxies.client(request.remote,
+                                   request.headers.getall("X-Forwarded-For", []))
 
     async def _static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -264,7 +286,9 @@ class WebChannel:
         if not is_loopback(host_of(host)):
             return _error(403, "this server answers loopback host names only")
         origin = request.headers.get("Origin")
-        if origin is not None and not same_origin(origin, request.scheme, host):
+        scheme = self.proxies.scheme(request.remote, request.scheme,
+                                     request.headers.get("X-Forwarded-Proto"))
+        if origin is not None and not same_origin(origin, scheme, host):
             return _error(403, "cross-origin requests are not allowed")
         return None
 
@@ -279,9 +303,10 @@ class WebChannel:
         rid = f"{self._run}-{next(self._ids)}"
         inbound = Inbound(
             key=ConversationKey(CHANNEL, chat.conversation, tenant=self.tenant),
-            # The web chat has no accounts: a conversation id is the only identity it has, so
-            # each conversation is its own person (its own memory scope).
-            sender=Sender(id=chat.conversation, name=chat.name),
+            # The person is whom the server says (channels/web/identity.py), never the
+            # conversation id the client picks: limits, budgets and memory are theirs.
+            sender=Sender(id=self.identities.of(request.cookies.get(COOKIE),
+                                                self._address(request)), name=chat.name),
             text=chat.text,
             platform_id=chat.client_id,
             chat_type="private",

@@ -183,13 +183,20 @@ async def rows_holding(schema: str) -> list[str]:
 async def scenario(deployment: Deployment) -> None:
     """The person's data, forget while serving, then every check of the module docstring."""
     first, other = deployment.bases[0], deployment.bases[-1]
-    async with aiohttp.ClientSession() as http:
+    # Two browsers: each is the person of the identity cookie its chat page set.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http, \
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as bob:
+        for browser, base in ((http, first), (bob, other)):
+            async with browser.get(f"{base}/") as page:
+                assert page.status == 200
         await chat(http, first, ADA, f"remember that my secret word is {SECRET}")
         await chat(http, first, ADA, "here is my photo", photo=PHOTO)
-        await chat(http, other, BOB, "remember that I like coffee")
+        await chat(bob, other, BOB, "remember that I like coffee")
         logs = await logs_of(deployment)
         [ada_log] = [log for log in logs.values() if SECRET.encode() in log]
         tenant, person = scope_of(ada_log)
+        [bob_log] = [log for log in logs.values() if b"I like coffee" in log]
+        bob_person = scope_of(bob_log)[1]
 
         code, out, err = await forget(deployment, f"web:{person}", tenant)
         assert (code, err) == (0, ""), (out, err)
@@ -210,7 +217,7 @@ async def scenario(deployment: Deployment) -> None:
     assert SECRET not in (turn.prompt.text or "")
     assert [m["content"] for m in fresh.sent(turn)] == ["hello again"]
     memory = deployment.persona / "memory" / tenant / "web" / "people"
-    assert (memory / BOB / "MEMORY.md").read_text() == "I like coffee\n"
+    assert (memory / bob_person / "MEMORY.md").read_text() == "I like coffee\n"
     assert not (memory / person).exists()
     assert files_holding([*deployment.data_dirs, deployment.persona]) == []
     if deployment.schema is not None:

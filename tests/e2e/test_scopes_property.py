@@ -19,7 +19,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
+from channels.web.identity import COOKIE
 from providers.anthropic import AnthropicProvider
 from sessions.replay import replay_bytes
 from tests.e2e.replaying import assert_replay_shows_what_was_read, system_read
@@ -110,10 +111,19 @@ class World:
     provider: FakeProviderServer
     telegram: FakeTelegramServer
     slack: FakeSlackServer
+    cookies: dict[str, str] = field(default_factory=dict)
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.gateway.bound_port}"
+
+    async def browser(self, actor: Actor) -> str:
+        """The identity cookie of ``actor``'s browser (each web actor is its own person: the
+        server says who, by the cookie its chat page set)."""
+        if actor.name not in self.cookies:
+            async with aiohttp.ClientSession() as http, http.get(f"{self.base}/") as page:
+                self.cookies[actor.name] = page.cookies[COOKIE].value
+        return self.cookies[actor.name]
 
     def turns(self) -> float:
         return sum(sample.value for family in self.gateway.metrics.registry.collect()
@@ -127,6 +137,7 @@ class World:
             async with aiohttp.ClientSession() as http, http.post(
                 f"{self.base}/api/chat",
                 json={"conversation": actor.scope[3], "text": text, "name": actor.name},
+                headers={"Cookie": f"{COOKIE}={await self.browser(actor)}"},
             ) as response:
                 assert response.status == 200, await response.text()
         elif actor.name.startswith("tg-group"):
@@ -194,6 +205,10 @@ async def run_plan(plan: list[Step], data: Path) -> None:
                 written[f"SECRET-{n:03d}"] = actor.scope
         logs = [(info, await w.gateway.store.read_log(info.tenant, info.session_id))
                 for info in await w.gateway.store.list_sessions()]
+        # A web actor's person is the identity its browser was given (``c-`` and the id in its
+        # cookie), not the name the plan calls it by.
+        web_person = {BY_NAME[name].scope: "c-" + cookie.partition(".")[0]
+                      for name, cookie in w.cookies.items()}
 
     for n, (actor, raws, bodies) in enumerate(per_step, start=1):
         for secret, owner in written.items():
@@ -215,7 +230,8 @@ async def run_plan(plan: list[Step], data: Path) -> None:
         # Each conversation has exactly the scope the rules give it, and its header says so.
         (own,) = conversations[(info.tenant, info.conversation or "")]
         scope = orjson.loads(log.split(b"\n", 1)[0])["scope"]
-        assert (info.tenant, info.channel, scope["kind"], scope["id"]) == own
+        assert (info.tenant, info.channel, scope["kind"], scope["id"]) == (
+            *own[:3], web_person.get(own, own[3]))
         for secret, owner in written.items():
             if owner != own:
                 assert secret.encode() not in log, f"{secret} of {owner} in the log of {own}"

@@ -45,18 +45,26 @@ async def _record(tmp_path: Path) -> Recorded:
     started = time.time()
     async with FakeProviderServer() as srv:
         provider = AnthropicProvider("k", MODEL, base_url=srv.anthropic_base_url, max_retries=0)
-        settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data), GATEWAY_PORT=0)
+        settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data), GATEWAY_PORT=0,
+                            GATEWAY_WEB_TENANT="web")
         store = JsonlSessionStore(data, clock=lambda: started)
         gateway = build_gateway(settings, store=store, provider=provider)
         await gateway.start()
         base = f"http://127.0.0.1:{gateway.bound_port}"
         try:
-            async with aiohttp.ClientSession() as http:
-                for conversation, text in [("a", LONG), ("a", "and again"), ("b", "hello")]:
+            # Two browsers (each keeps the identity cookie the chat page sets): the person of
+            # conversation a, and the person of conversation b.
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as one, \
+                    aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as two:
+                for http in (one, two):
+                    async with http.get(f"{base}/") as response:
+                        assert response.status == 200
+                for http, conversation, text in [(one, "a", LONG), (one, "a", "and again"),
+                                                 (two, "b", "hello")]:
                     async with http.post(f"{base}/api/chat", json={
                             "conversation": conversation, "text": text}) as response:
                         assert response.status == 200, await response.text()
-                async with http.get(f"{base}/metrics") as response:
+                async with one.get(f"{base}/metrics") as response:
                     metrics = await response.text()
         finally:
             await gateway.aclose()
@@ -118,7 +126,7 @@ def sample(metrics: str, family: str, **labels: str) -> float:
 
 def test_metrics_count_tokens_and_cost(recorded: Recorded) -> None:
     """/metrics counts tokens by kind and dollars, by provider, model and tenant."""
-    labels = {"provider": "anthropic", "model": MODEL, "tenant": "default"}
+    labels = {"provider": "anthropic", "model": MODEL, "tenant": "web"}
     for key, kind in [("input_tokens", "input"), ("output_tokens", "output"),
                       ("cache_read_input_tokens", "cache_read"),
                       ("cache_creation_input_tokens", "cache_write")]:
@@ -134,8 +142,8 @@ def test_json_by_conversation_adds_up_the_outcomes(
     result = cli("--format", "json")
     assert result.code == 0, result.err
     doc = orjson.loads(result.out)
-    assert [(r["key"], r["calls"]) for r in doc["rows"]] == [("default/web:a", 2),
-                                                             ("default/web:b", 1)]
+    assert [(r["key"], r["calls"]) for r in doc["rows"]] == [("web/web:a", 2),
+                                                             ("web/web:b", 1)]
     whole = doc["total"]
     assert whole["cost_usd"] == pytest.approx(sum(o["cost_usd"] for o in recorded.outcomes),
                                               abs=1e-6)
@@ -145,12 +153,14 @@ def test_json_by_conversation_adds_up_the_outcomes(
 
 
 def test_by_user_model_and_filters(cli: Callable[..., Result]) -> None:
-    """--by user names the web people (each web conversation is its own person); --user and
-    --since filter; a future --since is empty."""
+    """--by user names the web people (each browser is its own person, by the identity the
+    server gave it); --user and --since filter; a future --since is empty."""
     by_user = orjson.loads(cli("--by", "user", "--format", "json").out)
-    assert [(r["key"], r["calls"]) for r in by_user["rows"]] == [("default/web:a", 2),
-                                                                 ("default/web:b", 1)]
-    assert orjson.loads(cli("--user", "web:a", "--format", "json").out)["total"]["calls"] == 2
+    rows = sorted((r["calls"], r["key"]) for r in by_user["rows"])
+    assert [calls for calls, _ in rows] == [1, 2]
+    assert all(key.startswith("web/web:c-") for _, key in rows)
+    first = rows[1][1].removeprefix("web/")
+    assert orjson.loads(cli("--user", first, "--format", "json").out)["total"]["calls"] == 2
     assert orjson.loads(cli("--user", "web:nobody", "--format", "json").out)["rows"] == []
     assert orjson.loads(cli("--since", "1d", "--format", "json").out)["total"]["calls"] == 3
     assert cli("--since", "2099-01-01").out == "no provider calls (since 2099-01-01 00:00 UTC)\n"
@@ -163,7 +173,7 @@ def test_table_and_csv(cli: Callable[..., Result]) -> None:
     table = cli("--by", "tenant").out.splitlines()
     assert table[0] == "usage by tenant, all time"
     assert table[1].split()[:3] == ["tenant", "calls", "input"]
-    assert table[2].split()[:2] == ["default", "3"]
+    assert table[2].split()[:2] == ["web", "3"]
     assert set(table[3]) == {"-", " "}
     assert table[4].split()[:2] == ["total", "3"]
     rows = list(csv.reader(io.StringIO(cli("--format", "csv", "--by", "day").out)))
