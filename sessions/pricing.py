@@ -6,11 +6,12 @@ Prices are US dollars per million tokens, four of them per model: ``input`` (unc
 starts with, so a dated version (``claude-sonnet-4-5-20250929``, ``gpt-4o-mini-2024-07-18``)
 takes its family's price; a ``vendor/`` path in front is ignored.
 
-:data:`DEFAULT_PRICES` holds the published list prices of current Anthropic and OpenAI models
-as of late 2025 (Anthropic's 5-minute cache write: 1.25x input; OpenAI has no cache-write
-surcharge). Prices change: an operator overrides or extends them with a file
-(:func:`parse_price_file`, ``GATEWAY_PRICES_FILE``). A model the table does not know has no
-cost (``None``), never a guessed one.
+:data:`DEFAULT_PRICES` holds the published list prices of current Anthropic and OpenAI models as
+of late 2025 (Anthropic's 5-minute cache write: 1.25x input; OpenAI has no cache-write
+surcharge), checked against the ``genai-prices`` package's snapshot (0.2.5, 2026-12: every model
+agrees; how to repeat the check: docs/operator-tools.md, "Prices"). Prices change: an operator
+overrides or extends them with a file (:func:`parse_price_file`, ``GATEWAY_PRICES_FILE``). A
+model the table does not know has no cost (``None``), never a guessed one.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ DEFAULT_PRICES: Mapping[str, Price] = {
     "claude-3-7-sonnet": _anthropic(3.0, 15.0),
     "claude-haiku-4-5": _anthropic(1.0, 5.0),
     "claude-3-5-haiku": _anthropic(0.8, 4.0),
-    "claude-3-haiku": _anthropic(0.25, 1.25),
+    # Anthropic lists Haiku 3's cache reads at $0.03, not a tenth of $0.25.
+    "claude-3-haiku": Price(0.25, 1.25, cache_write=0.30, cache_read=0.03),
     "claude-3-opus": _anthropic(15.0, 75.0),
     # OpenAI
     "gpt-5": _openai(1.25, 10.0, 0.125),

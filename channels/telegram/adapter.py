@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from aiohttp import web
-from telegram import BotCommand, Update
+from telegram import BotCommand, BotCommandScopeAllPrivateChats, Update
 from telegram.ext import AIORateLimiter, ExtBot
 
 from channels.streaming import TYPING_DELAY, EditStreamer
@@ -205,11 +205,16 @@ class TelegramChannel:
         log.info("telegram: @%s is up (%s)", self.identity.username, self.options.mode)
 
     async def _set_menu(self) -> None:
-        """The chat commands as the bot's menu (``setMyCommands``); a failure costs the menu
-        only, so it is logged, not fatal."""
-        menu = [BotCommand(c.name, c.summary) for c in commands.listed()]
+        """The chat commands as the bot's menu (``setMyCommands``): every listed one in
+        private chats, those for groups too everywhere else (``/forget`` is for direct
+        messages only, so group menus leave it out). A failure costs the menu only, so it is
+        logged, not fatal."""
+        groups = [BotCommand(c.name, c.summary) for c in commands.listed(direct=False)]
+        direct = [BotCommand(c.name, c.summary) for c in commands.listed(direct=True)]
         try:
-            await self.api.request(lambda: self.bot.set_my_commands(menu))
+            await self.api.request(lambda: self.bot.set_my_commands(groups))
+            await self.api.request(lambda: self.bot.set_my_commands(
+                direct, scope=BotCommandScopeAllPrivateChats()))
         except Exception as exc:
             log.warning("telegram: setMyCommands failed (%s); the menu stays as it was",
                         error_kind(exc))

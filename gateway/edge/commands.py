@@ -29,18 +29,21 @@ MAX_ARGS = 200
 
 @dataclass(frozen=True, slots=True)
 class ChatCommand:
-    """One command: its name (no slash), one line for menus and help, and whether the
-    platform menus list it (``start`` is Telegram's first contact, not a menu entry)."""
+    """One command: its name (no slash), one line for menus and help, whether the platform
+    menus list it (``start`` is Telegram's first contact, not a menu entry), and whether it
+    is for direct messages only (``forget``: menus of group chats leave it out)."""
 
     name: str
     summary: str
     listed: bool = True
+    direct_only: bool = False
 
 
 NEW = ChatCommand("new", "start a new conversation (the agent forgets this chat's history)")
 HELP = ChatCommand("help", "show the commands")
 START = ChatCommand("start", "say hello and show the commands", listed=False)
-FORGET = ChatCommand("forget", "erase what I remember about you and our direct chats (asks first)")
+FORGET = ChatCommand("forget", "erase what I remember about you and our direct chats (asks first)",
+                     direct_only=True)
 USAGE = ChatCommand("usage", "what you and this chat used today (tokens, cost, allowance)")
 REMINDERS = ChatCommand("reminders", "this chat's reminders (cancel ID to cancel one; timezone "
                         "ZONE for yours)")
@@ -51,9 +54,10 @@ COMMANDS: tuple[ChatCommand, ...] = (NEW, HELP, FORGET, USAGE, REMINDERS, START)
 GREETING = "Hi! Write to me as you would to a person, and I will answer."
 
 
-def listed(commands: Sequence[ChatCommand] = COMMANDS) -> list[ChatCommand]:
-    """The commands platform menus show."""
-    return [c for c in commands if c.listed]
+def listed(commands: Sequence[ChatCommand] = COMMANDS, *,
+           direct: bool = True) -> list[ChatCommand]:
+    """The commands platform menus show: in a direct chat (``direct``), or in a group."""
+    return [c for c in commands if c.listed and (direct or not c.direct_only)]
 
 
 def parse(text: str, commands: Sequence[ChatCommand] = COMMANDS) -> ChatCommand | None:

@@ -46,8 +46,9 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 
 
 async def test_telegram_menu_start_and_help(telegram: FakeTelegramServer, tmp_path: Path) -> None:
-    """At start the bot's menu is the table's listed commands; /start greets with the help,
-    /help lists the commands; neither reaches the model or opens a session."""
+    """At start the bot's menus are the table's listed commands (/forget in private chats
+    only); /start greets with the help, /help lists the commands; neither reaches the model or
+    opens a session."""
     provider = ScriptedProvider()
     async with running(telegram_settings(telegram, tmp_path), provider) as gateway:
         telegram.user_message(ALICE, "/start")
@@ -55,13 +56,17 @@ async def test_telegram_menu_start_and_help(telegram: FakeTelegramServer, tmp_pa
         telegram.user_message(ALICE, "/help")
         await wait_until(lambda: len(telegram.texts_to(ALICE)) == 2)
         listed = await gateway.store.list_sessions(None)
-    assert list(telegram.commands.values()) == [[
+    in_groups = [
         {"command": "new", "description": commands.NEW.summary},
         {"command": "help", "description": commands.HELP.summary},
-        {"command": "forget", "description": commands.FORGET.summary},
         {"command": "usage", "description": commands.USAGE.summary},
         {"command": "reminders", "description": commands.REMINDERS.summary},
-    ]]
+    ]
+    in_private = [*in_groups[:2], {"command": "forget", "description": commands.FORGET.summary},
+                  *in_groups[2:]]
+    # /forget (direct messages only) is in the private chats' menu alone.
+    assert telegram.commands == {('{"type":"default"}', ""): in_groups,
+                                 ('{"type":"all_private_chats"}', ""): in_private}
     greeting, help_reply = telegram.texts_to(ALICE)
     assert greeting.startswith(commands.GREETING)
     assert greeting.splitlines()[-len(HELP_LINES):] == HELP_LINES

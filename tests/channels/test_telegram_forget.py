@@ -63,3 +63,17 @@ async def test_forget_in_a_private_chat_erases_that_person(
     assert not (memory / "people" / str(ALICE)).exists()
     assert (memory / "people" / str(BOB) / "MEMORY.md").read_text() == "I like coffee\n"
     assert len(list((memory / "chats").iterdir())) == 1  # the group keeps its memory
+
+
+async def test_forget_is_in_the_private_chat_menu_only(
+    fake: FakeTelegramServer, tmp_path: Path
+) -> None:
+    """The bot's menu in private chats lists /forget; the default menu (what groups show)
+    does not, as /forget does nothing in a group; every other listed command is in both."""
+    async with running(telegram_settings(fake, tmp_path)):
+        pass
+    default = [c["command"] for c in fake.commands[('{"type":"default"}', "")]]
+    private = [c["command"] for c in fake.commands[('{"type":"all_private_chats"}', "")]]
+    assert "forget" in private
+    assert "forget" not in default
+    assert [c for c in private if c != "forget"] == default

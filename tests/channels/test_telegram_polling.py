@@ -56,10 +56,11 @@ async def test_polling_round_trip(fake: FakeTelegramServer, tmp_path: Path) -> N
         await settled(gateway, 1)
         await wait_until(lambda: fake.confirmed_offset == update["update_id"] + 1)
         assert await sessions(gateway) == [(f"telegram:{ALICE}", "hi there")]
-    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
+    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "setMyCommands",
+                                             "sendChatAction",
                                              "sendMessage", "editMessageText",
                                              "editMessageText"]
-    placeholder, preview, final = fake.sent[3:6]
+    placeholder, preview, final = fake.sent[4:7]
     assert placeholder.text == PLACEHOLDER
     assert (preview.text, preview.params.get("parse_mode")) == ("Hello **Alice**", None)
     assert (final.text, final.params["parse_mode"]) == ("Hello <b>Alice</b>", "HTML")
@@ -79,9 +80,10 @@ async def test_fast_reply_sent_once_without_preview(
     async with running(telegram_settings(fake, tmp_path), provider) as gateway:
         fake.user_message(ALICE, "hi")
         await settled(gateway, 1)
-    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "sendChatAction",
+    assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "setMyCommands",
+                                             "sendChatAction",
                                              "sendMessage", "editMessageText"]
-    assert (fake.sent[3].text, fake.sent[4].params["parse_mode"]) == (PLACEHOLDER, "HTML")
+    assert (fake.sent[4].text, fake.sent[5].params["parse_mode"]) == (PLACEHOLDER, "HTML")
     assert fake.texts_to(ALICE) == ["Quick one"]
 
 
@@ -126,7 +128,7 @@ async def test_long_markdown_reply_split_into_valid_chunks(
     assert all(c.ok for c in fake.sent)
     # The preview (cut at 3,500 characters) became the first chunk; each of the others is a
     # placeholder of its own, noted, then edited.
-    assert [(c.method, c.text == PLACEHOLDER) for c in fake.sent[3:]] == [
+    assert [(c.method, c.text == PLACEHOLDER) for c in fake.sent[4:]] == [
         ("sendMessage", True), ("editMessageText", False), ("editMessageText", False),
         ("sendMessage", True), ("editMessageText", False),
         ("sendMessage", True), ("editMessageText", False)]
