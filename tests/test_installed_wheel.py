@@ -80,7 +80,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_package_comes_from_the_wheel(installed: Path, tmp_path: Path) -> None:
     """Each of the project's packages imports in the virtualenv, from its site-packages (not
-    the source tree, not the dev venv's editable install), typing markers included."""
+    the source tree, not the dev venv's editable install), typing markers included; the
+    wheel's license expression and files cover what it bundles."""
     probe = ("import importlib, json, sys, pathlib\n"
              "out = {}\n"
              "for name in sys.argv[1:]:\n"
@@ -94,10 +95,27 @@ def test_every_package_comes_from_the_wheel(installed: Path, tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     found = orjson.loads(done.stdout)
     site = str(installed.parent / "lib")
+    # The license of what the wheel bundles: DOMPurify's and markdown-it's texts beside ours.
+    meta = subprocess.run([str(installed / "python"), "-c", LICENSE_PROBE], cwd=tmp_path,
+                          capture_output=True, text=True, check=True, timeout=120,
+                          env=_clean_env())
+    expression, *files = meta.stdout.splitlines()
+    assert expression == "MIT AND (Apache-2.0 OR MPL-2.0)"
+    assert {Path(f).name for f in files} >= {"LICENSE", "dompurify.LICENSE.txt",
+                                             "markdown-it.LICENSE.txt"}
     for name in PACKAGES:
         folder, typed = found[name]
         assert folder.startswith(site), (name, folder)
         assert typed, f"{name} has no py.typed"
+
+
+LICENSE_PROBE = """
+from importlib import metadata
+dist = metadata.distribution("gateway")
+print(dist.metadata["License-Expression"])
+for name in dist.metadata.get_all("License-File") or []:
+    print(name)
+"""
 
 
 def _clean_env() -> dict[str, str]:

@@ -574,7 +574,10 @@ async def test_page_and_static_files(server: Server) -> None:
         assert resp.content_type == "text/html"
         assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
     assert '<script src="/static/app.js"' in page
-    for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+    # The page names its icon (no request for a missing /favicon.ico), served like the rest.
+    assert '<link rel="icon" href="/static/favicon.svg"' in page
+    for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css"),
+                       ("favicon.svg", "image/svg+xml")):
         async with server.client.get(f"{server.base}/static/{name}") as resp:
             assert (resp.status, resp.content_type) == (200, kind)
     for name in ("nope.js", "index.html", "..%2Fchannel.py"):
