@@ -92,7 +92,9 @@ def build_store(settings: Settings, reserve: DiskReserve | None = None,
     return open_store(settings.data_dir, settings.store_url.get_secret_value()
                       if settings.store_url is not None else None,
                       schema=settings.store_schema, durability=settings.durability,
-                      stall_after=settings.persist_timeout, reserve=reserve, syncer=syncer)
+                      stall_after=settings.persist_timeout, reserve=reserve, syncer=syncer,
+                      pool_size=settings.store_pool_size,
+                      pgbouncer=settings.store_pgbouncer)
 
 
 def build_reserve(settings: Settings) -> DiskReserve | None:
@@ -116,14 +118,19 @@ def open_store(data_dir: Path, store_url: str | None = None, *,
                schema: str = pg_schema.DEFAULT_SCHEMA,
                durability: Durability = "turn", stall_after: float = 2.0,
                reserve: DiskReserve | None = None,
-               syncer: SyncLane | None = None) -> SessionStore:
+               syncer: SyncLane | None = None, pool_size: int | None = None,
+               pgbouncer: bool = False) -> SessionStore:
     """A store from its parts (operator commands whose flags override the settings).
     ``stall_after``: when a JSONL write the disk has not finished counts as failed (the
-    persist timeout). ``syncer``: the JSONL files' fsyncs (:mod:`sessions.sync_lane`)."""
+    persist timeout). ``syncer``: the JSONL files' fsyncs (:mod:`sessions.sync_lane`).
+    ``pool_size``, ``pgbouncer``: the PostgreSQL store's pool (``GATEWAY_STORE_POOL_SIZE``,
+    ``GATEWAY_STORE_PGBOUNCER``)."""
     if store_url is not None:
+        from sessions.postgres.pool import POOL_SIZE
         from sessions.postgres.store import PostgresSessionStore
 
-        return PostgresSessionStore(store_url, schema=schema)
+        return PostgresSessionStore(store_url, schema=schema, max_size=pool_size or POOL_SIZE,
+                                    statement_cache=not pgbouncer)
     return JsonlSessionStore(data_dir, durability=durability, stall_after=stall_after,
                              reserve=reserve, syncer=syncer)
 
@@ -253,7 +260,8 @@ def build_coordinator(settings: Settings, store: SessionStore | None = None,
 
     return RedisCoordinator(settings.redis_url.get_secret_value(),
                             PostgresInbox(cast(PostgresSessionStore, store)),
-                            prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl)
+                            prefix=settings.redis_prefix, lease_ttl=settings.lease_ttl,
+                            linger=settings.lease_linger)
 
 
 def build_provider(settings: Settings, name: str | None = None,

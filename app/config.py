@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     # PostgreSQL schema of the session tables (several deployments can share a database).
     store_schema: str = Field(pg_schema.DEFAULT_SCHEMA,
                               validation_alias=_env("GATEWAY_STORE_SCHEMA"))
+    # Connections one worker's store opens at most (every worker's together stay under the
+    # server's max_connections).
+    store_pool_size: int = Field(5, ge=1, le=1000,
+                                 validation_alias=_env("GATEWAY_STORE_POOL_SIZE"))
+    # The store is reached through PgBouncer in transaction mode: no prepared statements kept.
+    store_pgbouncer: bool = Field(False, validation_alias=_env("GATEWAY_STORE_PGBOUNCER"))
     persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
     shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
     max_concurrent_turns: int = Field(32, ge=1,
@@ -131,6 +137,10 @@ class Settings(BaseSettings):
     redis_prefix: str = Field("gw:", min_length=1, max_length=64,
                               validation_alias=_env("GATEWAY_REDIS_PREFIX"))
     lease_ttl: float = Field(15.0, ge=1.0, le=30.0, validation_alias=_env("GATEWAY_LEASE_TTL"))
+    # Seconds a worker keeps a conversation's lease after answering its last queued message,
+    # waiting for the next one (same lease, same token, session as it is); 0: let go at once.
+    lease_linger: float = Field(10.0, ge=0.0, le=300.0,
+                                validation_alias=_env("GATEWAY_LEASE_LINGER"))
 
     # -- OpenTelemetry (the standard variables; live traces when an endpoint is set) -------
     otel_endpoint: str | None = Field(None, validation_alias=_env("OTEL_EXPORTER_OTLP_ENDPOINT"))

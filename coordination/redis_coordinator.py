@@ -44,8 +44,10 @@ class RedisCoordinator:
     """See :class:`gateway.edge.coordination.Coordinator` and the module docstring."""
 
     def __init__(self, url: str, inbox: SharedInbox, *, prefix: str = DEFAULT_PREFIX,
-                 lease_ttl: float = DEFAULT_LEASE_TTL, worker: str | None = None) -> None:
-        """``inbox``: the owed messages, kept with the sessions (PostgreSQL)."""
+                 lease_ttl: float = DEFAULT_LEASE_TTL, worker: str | None = None,
+                 linger: float = 0.0) -> None:
+        """``inbox``: the owed messages, kept with the sessions (PostgreSQL). ``linger``:
+        seconds a lease is kept after its queue emptied, for the next message."""
         self._url = url
         self.keys = Keys(prefix)
         self.worker = worker or new_worker_id()
@@ -57,7 +59,7 @@ class RedisCoordinator:
         )
         self.relay = Relay(self.redis, self.keys, self.worker)
         self.conversations = RedisConversations(self.redis, self.keys, self.worker, self.relay,
-                                                inbox, lease_ttl=lease_ttl)
+                                                inbox, lease_ttl=lease_ttl, linger=linger)
         self._electors: dict[str, RedisLeaderElector] = {}
         self._pairing: RedisPairingState | None = None
         self._bus: RedisErasureBus | None = None

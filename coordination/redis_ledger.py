@@ -7,10 +7,19 @@ Keys (under ``GATEWAY_REDIS_PREFIX``)::
 
 A Redis outage never stops a conversation: a count that cannot be written is dropped (logged
 once per outage), and a budget that cannot be read lets the message through.
+
+**Counts are written together.** A call's counts go to three scopes (tenant, chat, person),
+four commands each: twelve commands a message. Instead, every count added while a write is
+on its way waits for the next write (a group commit: one at low load, fewer than one a call
+under load), the counts of each key are summed first, and each key is one script call
+(:data:`_ADD`: the three increments and the expiry) in one pipeline: one round trip, a
+command per key. ``add`` still returns once its count is written (or dropped), so a budget
+read after it sees it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
@@ -18,6 +27,7 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from coordination.scripts import run_many
 from gateway.edge.episodes import Episode
 from gateway.edge.ledger import NOTHING, Spent
 from gateway.edge.tasks import bounded
@@ -41,6 +51,17 @@ return '0'
 """
 
 
+# KEYS: one usage hash; ARGV: calls, tokens, cost, seconds to keep it. The counts of every
+# call added meanwhile, summed, in one command (see the module docstring).
+_ADD = """
+redis.call('HINCRBY', KEYS[1], 'calls', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'tokens', ARGV[2])
+redis.call('HINCRBYFLOAT', KEYS[1], 'cost', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+
 class RedisLedger:
     """See the module docstring."""
 
@@ -50,6 +71,11 @@ class RedisLedger:
         self._prefix = prefix
         self._down = Episode(log, "the usage ledger in Redis")
         self._closed = False
+        self._add = self._redis.register_script(_ADD)
+        self._waiting: dict[str, list[float]] = {}  # key -> [calls, tokens, cost] not written
+        self._written: asyncio.Future[None] | None = None  # the write the waiting ones join
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"RedisLedger(prefix={self._prefix!r})"  # never the URL: it may hold a password
@@ -58,16 +84,46 @@ class RedisLedger:
         return f"{self._prefix}usage:{day}:{scope}"
 
     async def add(self, scopes: Sequence[str], day: str, tokens: int, cost_usd: float) -> None:
+        if self._closed:
+            return  # the gateway stops: nothing is counted after the ledger closed
+        for scope in scopes:
+            totals = self._waiting.setdefault(self._key(day, scope), [0, 0, 0.0])
+            totals[0] += 1
+            totals[1] += tokens
+            totals[2] += cost_usd
+        if self._written is None:
+            self._written = asyncio.get_running_loop().create_future()
+        written = self._written
+        self._wake.set()
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_forever(), name="usage-ledger")
+        # shield: a caller cancelled while it waits must not cancel the write others share
+        await asyncio.shield(written)
+
+    async def _write_forever(self) -> None:
+        """The one writer: each round writes every count added since the last (its task is
+        the ledger's, stopped by :meth:`aclose`)."""
+        while not self._closed or self._written is not None:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._write_waiting()
+
+    async def _write_waiting(self) -> None:
+        if self._written is None:
+            return
+        batch, self._waiting = self._waiting, {}
+        done, self._written = self._written, None
+        try:
+            await self._write(batch)
+        finally:
+            done.set_result(None)
+
+    async def _write(self, batch: dict[str, list[float]]) -> None:
         try:
             async with bounded():
-                pipe = self._redis.pipeline(transaction=False)
-                for scope in scopes:
-                    key = self._key(day, scope)
-                    pipe.hincrby(key, "calls", 1)
-                    pipe.hincrby(key, "tokens", tokens)
-                    pipe.hincrbyfloat(key, "cost", cost_usd)
-                    pipe.expire(key, KEEP_DAYS)
-                await pipe.execute()
+                await run_many(self._redis, self._add, [
+                    ([key], [int(calls), int(tokens), repr(cost), KEEP_DAYS])
+                    for key, (calls, tokens, cost) in batch.items()])
             self._down.ok()
         except (RedisError, TimeoutError) as exc:
             self._down.failed(type(exc).__name__)
@@ -98,7 +154,13 @@ class RedisLedger:
         return max(0.0, float(wait))
 
     async def aclose(self) -> None:
+        """Write what is still waiting, stop the writer, close the connections (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        await self._redis.aclose()
+        try:
+            if self._writer is not None:
+                self._wake.set()  # the writer writes what waits, then ends (each write is
+                await self._writer  # bounded), rather than be cut off mid-write
+        finally:
+            await self._redis.aclose()

@@ -16,7 +16,8 @@ The holder takes the head row (:meth:`SharedInbox.head`), records it in the sess
 turn starts, and marks it answered (:meth:`RedisConversations.done`) the moment its reply is
 out. When the queue is empty it gives the lease up and looks once more: a message entered
 meanwhile is either seen then or finds the lease free, so nothing is stranded. Its fencing
-token comes from PostgreSQL (:meth:`SharedInbox.next_fence`), never from Redis, so a token
+token comes from PostgreSQL's sequence (drawn with the first row it takes,
+:meth:`SharedInbox.head`, or :meth:`SharedInbox.next_fence`), never from Redis, so a token
 cannot repeat or go back and a worker whose lease passed on cannot write to the session any
 more (``StaleWriterError``). While it serves, :class:`~coordination.lease_guard.LeaseGuard`
 stops the turn as soon as the lease may have lapsed. The database being away makes the holder
@@ -25,16 +26,34 @@ the inbox (``503 coordination unavailable`` to the sender, who retries into a du
 
 Every worker sweeps every ``ttl/3`` or so: conversations with unanswered rows and no lease
 are adopted. A head row taken before (``attempts > 1``) comes back marked ``resumed``.
+
+**A lease kept a moment** (``linger``, ``GATEWAY_LEASE_LINGER``). People send one message at
+a time, so a queue is empty after almost every answer. Rather than give the lease up at once
+(and take a new lease and a new fencing token, and have the session moved on to it, for the
+next message a few seconds later), the holder keeps it, renewed, for ``linger`` seconds,
+waiting for the conversation's next message: one received by this worker wakes it directly
+(:meth:`keep`); one received by another worker finds the lease taken, and its receiver tells
+the holder's worker through its relay list (a *poke*: the lease's value names the worker).
+The holder then serves it under the same lease and token, with the session as it left it, and
+a reply to a request held elsewhere is relayed as before. The poke only saves time: a holder
+whose wait ends gives the lease up and looks once more, as always, so a lost poke (Redis
+flushed) delays a message by at most ``linger``, never strands it. Fencing is unchanged: the
+lease is held, and renewed, the whole time (a holder that loses it is stopped by its guard
+as during a turn), and a newer holder still takes a newer token, which refuses this one's
+writes. The answer that ends a turn also takes the next item in the same statement
+(:meth:`SharedInbox.answered_then_head`), so a queue is read once per message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TypeVar
 
 import redis.asyncio as aioredis
@@ -44,7 +63,14 @@ from coordination import scripts
 from coordination.keys import Keys, decode_item, encode_item, key_of, member
 from coordination.lease_guard import LeaseGuard, guarded
 from coordination.relay import Relay
-from gateway.edge.coordination import Claim, Entered, LeaseLostError, QueueItem, SharedInbox
+from gateway.edge.coordination import (
+    Claim,
+    Entered,
+    LeaseLostError,
+    OwedHead,
+    QueueItem,
+    SharedInbox,
+)
 from gateway.edge.episodes import Episode
 from gateway.edge.errors import UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey
@@ -71,18 +97,26 @@ class RedisConversations:
     records_on_receipt = False
 
     def __init__(self, redis: aioredis.Redis, keys: Keys, worker: str, relay: Relay,
-                 inbox: SharedInbox, *, lease_ttl: float) -> None:
+                 inbox: SharedInbox, *, lease_ttl: float, linger: float = 0.0) -> None:
+        """``linger``: seconds a holder keeps its lease after its queue emptied, waiting for
+        the conversation's next message (see the module docstring; 0: let go at once)."""
         self._redis = redis
         self.keys = keys
         self.worker = worker
         self.relay = relay
         self.inbox = inbox
         self.lease_ttl = lease_ttl
+        self.linger = linger
         self._ttl_ms = max(1, int(lease_ttl * 1000))
+        self._take_script = redis.register_script(scripts.TAKE)
         self._extend = redis.register_script(scripts.EXTEND)
         self._release = redis.register_script(scripts.RELEASE_LEASE)
         self._held: dict[ConversationKey, tuple[LeaseGuard, Claim]] = {}
         self._deferred: set[ConversationKey] = set()  # see keep()
+        self._wakes: dict[ConversationKey, asyncio.Event] = {}  # a held queue may have grown
+        self._ahead: dict[ConversationKey, QueueItem | None] = {}  # taken with an answer
+        self._winding_down = False
+        relay.on_poke = self._poked
         self._granted: dict[str, float] = {}  # lease mark -> loop time the lease was asked for
         self._marks = itertools.count(1)
         self._origins: dict[str, tuple[str, bool]] = {}  # item id -> (receiver, relayed)
@@ -128,9 +162,10 @@ class RedisConversations:
             # both would share one cached session, so the fence could not tell them apart,
             # and both would record and answer the same messages (the redis-flush trial).
             self._deferred.add(key)
+            self._wake(key)
             return None
         try:
-            mark = await self._take(key)
+            mark = await self._take(key, poke=True)
         except (RedisError, OSError, TimeoutError) as exc:
             # Recorded already: the sweep serves it once Redis is back. The sender is told
             # so (503), and its retry is a duplicate answered from the record.
@@ -168,14 +203,18 @@ class RedisConversations:
         guard = LeaseGuard(task, granted + self.lease_ttl * LEASE_SAFETY, claim.key.label())
         held = (guard, claim)
         self._held[claim.key] = held
+        self._wakes[claim.key] = asyncio.Event()
         try:
             async with guarded(guard):
-                if claim.token is None:
-                    claim.token = await self._store(self.inbox.next_fence)
+                # The claim's token is drawn with its first item (next()): one round trip.
                 yield
         finally:
             if self._held.get(claim.key) is held:
                 del self._held[claim.key]
+                self._wakes.pop(claim.key, None)
+                ahead = self._ahead.pop(claim.key, None)  # taken, not served: the next
+                if ahead is not None:  # holder gets it as resumed
+                    self._origins.pop(ahead.id, None)
                 self._deferred.discard(claim.key)  # left owed: the sweep hands it on
 
     def check(self, claim: Claim) -> None:
@@ -187,14 +226,19 @@ class RedisConversations:
         key = claim.key
         conversation = member(key)
         while True:
-            head = await self._store(self.inbox.head, key.tenant, conversation)
-            if head is not None:
-                wire = decode_item(head.body, resumed=head.attempts > 1)
-                item = wire.item
-                if wire.relay:
-                    item.sink = self.relay.sink(item.id, wire.origin)
-                self._origins[item.id] = (wire.origin, wire.relay)
+            if key in self._ahead:  # looked at with the last answer (done())
+                item = self._ahead.pop(key)
+            else:
+                self._looking(key)
+                head = await self._store(partial(self.inbox.head, fenced=claim.token is None),
+                                         key.tenant, conversation)
+                if head is not None and head.fence is not None:
+                    claim.token = head.fence  # drawn after the lease was taken: newer than
+                item = self._item(head)  # any earlier holder's
+            if item is not None:
                 return item
+            if await self._lingered(key):
+                continue  # woken: a message for it came meanwhile (or may have)
             # Empty: give the lease up, then look again. A message entered meanwhile is seen
             # now, or its receiver found the lease free and serves it, or (a receiver in this
             # worker, which left it to us) it is named in _deferred.
@@ -211,15 +255,68 @@ class RedisConversations:
             held = self._held.get(key)
             if held is not None:
                 held[0].extend(granted + self.lease_ttl * LEASE_SAFETY)
-            # Someone may have held it in between: a new lease, a new token.
-            claim.token = await self._store(self.inbox.next_fence)
+            # Someone may have held it in between: a new lease, a new token (drawn with the
+            # item the next look finds).
+            claim.token = None
 
     async def done(self, claim: Claim, item: QueueItem) -> None:
         if item.id not in self._origins:
             return  # marked already (at its reply; this is the end of its turn)
-        await self._store(self.inbox.answered, item.id, item.session)
+        key = claim.key
+        if self._held.get(key, (None, None))[1] is claim:
+            # The same statement takes the next item (one read of the queue per message).
+            self._looking(key)
+            head = await self._store(self.inbox.answered_then_head, item.id, item.session,
+                                     key.tenant, member(key))
+            self._ahead[key] = self._item(head)
+        else:
+            await self._store(self.inbox.answered, item.id, item.session)
         self._origins.pop(item.id, None)
         await self._prune()
+
+    def wind_down(self) -> None:
+        """The worker stops: holders keep no lease waiting for more (those waiting let go)."""
+        self._winding_down = True
+        for wake in self._wakes.values():
+            wake.set()
+
+    def _item(self, head: OwedHead | None) -> QueueItem | None:
+        if head is None:
+            return None
+        wire = decode_item(head.body, resumed=head.attempts > 1)
+        item = wire.item
+        if wire.relay:
+            item.sink = self.relay.sink(item.id, wire.origin)
+        self._origins[item.id] = (wire.origin, wire.relay)
+        return item
+
+    def _looking(self, key: ConversationKey) -> None:
+        """About to read the queue: a wake-up from now on is for what this read may miss."""
+        wake = self._wakes.get(key)
+        if wake is not None:
+            wake.clear()
+
+    def _wake(self, key: ConversationKey) -> None:
+        wake = self._wakes.get(key)
+        if wake is not None:
+            wake.set()
+
+    def _poked(self, conversation: str) -> None:
+        """Another worker received a message for a conversation held here (the relay)."""
+        with contextlib.suppress(ValueError, TypeError):
+            self._wake(key_of(conversation))
+
+    async def _lingered(self, key: ConversationKey) -> bool:
+        """Keep the lease up to ``linger`` seconds for the next message; True if woken."""
+        wake = self._wakes.get(key)
+        if wake is None or self.linger <= 0 or self._winding_down:
+            return False
+        try:
+            async with asyncio.timeout(self.linger):
+                await wake.wait()
+        except TimeoutError:
+            return False
+        return not self._winding_down
 
     async def release(self, claim: Claim) -> None:
         await self._give_up(claim)
@@ -315,11 +412,10 @@ class RedisConversations:
                 if not held:
                     continue
                 asked = loop.time()
-                async with bounded(), self._redis.pipeline(transaction=False) as pipe:
-                    for key, _, mark in held:
-                        await self._extend(keys=[self.keys.lease(key)],
-                                           args=[mark, self._ttl_ms], client=pipe)
-                    results = await pipe.execute()
+                async with bounded():
+                    results = await scripts.run_many(self._redis, self._extend, [
+                        ([self.keys.lease(key)], [mark, self._ttl_ms])
+                        for key, _, mark in held])
                 renewing.ok()
                 for (key, entry, mark), extended in zip(held, results, strict=True):
                     guard, claim = entry
@@ -335,17 +431,22 @@ class RedisConversations:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    async def _take(self, key: ConversationKey) -> str | None:
-        """The lease's mark if this worker took it now (``None``: someone holds it)."""
+    async def _take(self, key: ConversationKey, *, poke: bool = False) -> str | None:
+        """The lease's mark if this worker took it now (``None``: someone holds it). With
+        ``poke``, a holder on another worker that may be keeping its lease for more is told
+        that a message waits (see the module docstring)."""
         asked = asyncio.get_running_loop().time()
         mark = f"{self.worker}/{next(self._marks)}"
         async with bounded():
-            taken = await self._redis.set(self.keys.lease(key), mark, nx=True,
-                                          px=self._ttl_ms)
-        if not taken:
-            return None
-        self._granted[mark] = asked
-        return mark
+            holder = await self._take_script(keys=[self.keys.lease(key)],
+                                             args=[mark, self._ttl_ms])
+        if holder is None:
+            self._granted[mark] = asked
+            return mark
+        worker = str(holder).rpartition("/")[0]
+        if poke and self.linger > 0 and worker and worker != self.worker:
+            await self.relay.poke(worker, member(key))
+        return None
 
     async def _give_up(self, claim: Claim) -> None:
         """Delete the claim's lease if it is still the one the claim took (idempotent)."""

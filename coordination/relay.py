@@ -6,7 +6,9 @@ sink in :class:`Relay` under the item's id; the worker serving the conversation 
 reply events into the receiver's inbox list (``{p}inbox:<worker>``, ``RPUSH``) through a
 :class:`RelaySink`, and the receiver's reader task (``BLPOP``) plays them into the sink.
 
-Events: ``recorded`` (with the session id, so the request can be acknowledged), ``typing``,
+Events: ``poke`` (a message for a conversation whose lease this worker holds was received
+elsewhere: :mod:`coordination.redis_queue`, "a lease kept a moment"), ``recorded`` (with the
+session id, so the request can be acknowledged), ``typing``,
 ``delta`` (batched to one push per :data:`DELTA_INTERVAL`: the final text supersedes them),
 ``retract`` (the serving worker abandoned its reply: the deltas so far are void), ``finish``
 and ``fail``. An inbox whose worker died expires after :data:`INBOX_TTL`; the reply
@@ -19,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from coordination.keys import Keys
 from gateway.edge.channel import ReplySink, RetractSink
@@ -36,6 +39,7 @@ INBOX_TTL = 600
 WAITER_TTL = 3600.0
 """A reply that has not come within this many seconds is no longer waited for."""
 POLL_SECONDS = 1
+POP_MANY = 64
 
 
 @dataclass(slots=True)
@@ -133,6 +137,9 @@ class Relay:
         self.worker = worker
         self._waiters: dict[str, _Waiter] = {}
         self._pruned = time.monotonic()
+        self._many = True  # BLMPOP until the server says it has none
+        self.on_poke: Callable[[str], None] = lambda conversation: None
+        """Called with the conversation a poke names (the queue sets it)."""
 
     @property
     def waiting(self) -> int:
@@ -157,6 +164,10 @@ class Relay:
         if waiter is not None:
             return _LocalEnd(self, item_id, waiter.sink)
         return RelaySink(self._redis, self._keys.inbox(origin), item_id)
+
+    async def poke(self, worker: str, conversation: str) -> None:
+        """Tell ``worker`` a message for ``conversation`` (which it holds) waits."""
+        await push(self._redis, self._keys.inbox(worker), "", "poke", conversation)
 
     async def recorded(self, item_id: str, origin: str, session_id: str) -> None:
         if origin == self.worker:
@@ -185,7 +196,7 @@ class Relay:
         while True:
             try:
                 async with bounded():
-                    popped = await self._redis.blpop([inbox], timeout=POLL_SECONDS)
+                    events = await self._pop(inbox)
             except (RedisError, TimeoutError) as exc:
                 log.warning("relay: reading the inbox failed (%s); retrying",
                             type(exc).__name__)
@@ -193,13 +204,36 @@ class Relay:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.1
-            if popped is not None:
-                await self._dispatch(popped[1])
+            for event in events:
+                await self._dispatch(event)
             self._prune()
+
+    async def _pop(self, inbox: str) -> list[str | bytes]:
+        """The events waiting (up to :data:`POP_MANY`) in one round trip, blocking up to
+        :data:`POLL_SECONDS` for the first (``BLMPOP``; ``BLPOP``, one at a time, on a Redis
+        older than 7.0)."""
+        if self._many:
+            try:
+                popped = await self._redis.blmpop(POLL_SECONDS, 1, inbox, direction="LEFT",
+                                                  count=POP_MANY)
+            except ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                self._many = False
+            else:
+                if not popped:
+                    return []
+                values = popped[1]  # [key, [values...]]
+                return list(values) if isinstance(values, list) else [values]
+        single = await self._redis.blpop([inbox], timeout=POLL_SECONDS)
+        return [single[1]] if single else []
 
     async def _dispatch(self, raw: str | bytes) -> None:
         event = orjson.loads(raw)
         item_id, kind, text = str(event["i"]), str(event["k"]), str(event["t"])
+        if kind == "poke":
+            self.on_poke(text)
+            return
         if kind == "recorded":
             self._recorded(item_id, text)
             return

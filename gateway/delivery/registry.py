@@ -140,14 +140,13 @@ class ConversationRegistry:
         writer = conv.recorder.writer
         if writer.pending_bytes or cast("FencedWriter", writer).fenced_off:
             return False  # fenced off: refused entries were counted, so next_seq proves nothing
-        if await self.store.latest_session(key.tenant, key.label()) != conv.session_id:
-            return False
         try:
-            next_seq = await self._fenced().refence(key.tenant, conv.session_id, fence)
-        except SessionNotFoundError:  # erased since the look above
+            next_seq = await self._fenced().refence(key.tenant, conv.session_id, fence,
+                                                    latest_of=key.label())
+        except SessionNotFoundError:  # erased
             return False
-        if next_seq != writer.state.next_seq:
-            return False
+        if next_seq is None or next_seq != writer.state.next_seq:
+            return False  # rotated (not the latest any more), or written by another worker
         cast("FencedWriter", writer).refenced(fence)
         self._fences[key] = fence
         return True

@@ -370,6 +370,7 @@ class Router:
         Items not answered by then stay owed (answered after the next start, or by another
         worker)."""
         self._closing = True
+        self.conversations.wind_down()  # a lease kept for more is let go, not waited out
         if self._adopter is not None:
             self._adopter.cancel()
         workers = list(self._workers.values())

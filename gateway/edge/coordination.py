@@ -172,6 +172,11 @@ class ConversationQueue(Protocol):
         has passed on (then the newer token is the new holder's, and must stay ahead)."""
         ...
 
+    def wind_down(self) -> None:
+        """The worker is stopping: a holder waiting for its conversation's next message
+        (a lease kept a moment) lets go now, and none waits from now on."""
+        ...
+
     def records_later(self, key: ConversationKey) -> bool:
         """True while an item queued in the conversation and not served yet must be recorded
         before a message received now, which then waits to be recorded as its turn starts: a
@@ -243,6 +248,11 @@ class OwedHead(Protocol):
         it)."""
         ...
 
+    @property
+    def fence(self) -> int | None:
+        """A fresh fencing token drawn with it (``head(..., fenced=True)``), else ``None``."""
+        ...
+
 
 class SharedInbox(Protocol):
     """The durable record of what workers owe (``sessions.postgres.inbox``): it lives with
@@ -259,9 +269,19 @@ class SharedInbox(Protocol):
     async def enter(self, tenant: str, conversation: str, item: str, dedup: str | None,
                     body: str) -> SeenDelivery | None: ...
 
-    async def head(self, tenant: str, conversation: str) -> OwedHead | None: ...
+    async def head(self, tenant: str, conversation: str, *,
+                   fenced: bool = False) -> OwedHead | None:
+        """The oldest unanswered item (``fenced``: with a fresh token, as :meth:`next_fence`
+        gives, drawn in the same round trip; none is drawn when the queue is empty)."""
+        ...
 
     async def answered(self, item: str, session_id: str | None) -> None: ...
+
+    async def answered_then_head(self, item: str, session_id: str | None, tenant: str,
+                                 conversation: str) -> OwedHead | None:
+        """:meth:`answered`, then :meth:`head` of ``conversation``, atomically (one statement:
+        the answer that ends a turn reads the queue for the next)."""
+        ...
 
     async def owed_conversations(self, limit: int = 10_000) -> list[tuple[str, str]]: ...
 
@@ -309,9 +329,11 @@ class FencedStore(Protocol):
     async def open(self, tenant: str, session_id: str,
                    fence: int | None = None) -> SessionWriter: ...
 
-    async def refence(self, tenant: str, session_id: str, fence: int) -> int:
+    async def refence(self, tenant: str, session_id: str, fence: int, *,
+                      latest_of: str | None = None) -> int | None:
         """Move the session on to the newer token ``fence`` without reading it; its
-        ``next_seq`` (``StaleWriterError`` when it holds a newer token)."""
+        ``next_seq`` (``StaleWriterError`` when it holds a newer token). ``latest_of``: only
+        if it is still that conversation's latest session, else ``None``, unchanged."""
         ...
 
 

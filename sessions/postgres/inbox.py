@@ -38,11 +38,13 @@ class Seen:
 
 @dataclass(frozen=True, slots=True)
 class Owed:
-    """The head of a conversation's queue, as one holder takes it."""
+    """The head of a conversation's queue, as one holder takes it (``fence``: a fresh
+    fencing token drawn with it, when asked for)."""
 
     item: str
     body: str
     attempts: int
+    fence: int | None = None
 
 
 class PostgresInbox:
@@ -61,8 +63,19 @@ class PostgresInbox:
                       f" SELECT id FROM {q}.inbox WHERE tenant = $1 AND conversation = $2"
                       "  AND answered_at IS NULL ORDER BY id LIMIT 1)"
                       " RETURNING item, body, attempts")
+        # The token is drawn only when a row comes back (a CTE is read when it is used).
+        self._head_fenced = (f"WITH t AS (SELECT nextval('{q}.fences') AS token)"
+                             f" {self._head}, (SELECT token FROM t) AS fence")
         self._answered = (f"UPDATE {q}.inbox SET answered_at = now(), session_id = $2"
                           " WHERE item = $1 AND answered_at IS NULL")
+        # Both in one statement: the CTE runs to completion whatever the main query reads, and
+        # the main query's snapshot still sees the item unanswered, hence ``item <> $1``.
+        self._answered_then_head = (
+            f"WITH done AS ({self._answered} RETURNING id)"
+            f" UPDATE {q}.inbox SET attempts = attempts + 1 WHERE id = ("
+            f" SELECT id FROM {q}.inbox WHERE tenant = $3 AND conversation = $4"
+            "  AND answered_at IS NULL AND item <> $1 ORDER BY id LIMIT 1)"
+            " RETURNING item, body, attempts")
         self._owed = (f"SELECT DISTINCT tenant, conversation FROM {q}.inbox"
                       " WHERE answered_at IS NULL LIMIT $1")
         self._has_owed = (f"SELECT EXISTS (SELECT 1 FROM {q}.inbox WHERE tenant = $1"
@@ -90,18 +103,34 @@ class PostgresInbox:
                     return Seen(str(row["item"]), row["session_id"], bool(row["answered"]))
         raise AssertionError("a conflicting inbox row neither stayed nor went")
 
-    async def head(self, tenant: str, conversation: str) -> Owed | None:
-        """The oldest unanswered item of a conversation, counted as taken once more."""
+    async def head(self, tenant: str, conversation: str, *,
+                   fenced: bool = False) -> Owed | None:
+        """The oldest unanswered item of a conversation, counted as taken once more; with
+        ``fenced``, with a fresh fencing token (:meth:`next_fence`) drawn in the same
+        statement, for a holder that has none yet."""
         async with self._store.connection() as conn:
-            row = await conn.fetchrow(self._head, tenant, conversation)
+            row = await conn.fetchrow(self._head_fenced if fenced else self._head, tenant,
+                                      conversation)
         if row is None:
             return None
-        return Owed(str(row["item"]), str(row["body"]), int(row["attempts"]))
+        return Owed(str(row["item"]), str(row["body"]), int(row["attempts"]),
+                    int(row["fence"]) if fenced else None)
 
     async def answered(self, item: str, session_id: str | None) -> None:
         """The item's reply went out (idempotent)."""
         async with self._store.connection() as conn:
             await conn.execute(self._answered, item, session_id)
+
+    async def answered_then_head(self, item: str, session_id: str | None, tenant: str,
+                                 conversation: str) -> Owed | None:
+        """:meth:`answered`, then :meth:`head` of the item's conversation, in one statement
+        (one round trip, one commit)."""
+        async with self._store.connection() as conn:
+            row = await conn.fetchrow(self._answered_then_head, item, session_id, tenant,
+                                      conversation)
+        if row is None:
+            return None
+        return Owed(str(row["item"]), str(row["body"]), int(row["attempts"]))
 
     async def owed_conversations(self, limit: int = 10_000) -> list[tuple[str, str]]:
         """``(tenant, conversation)`` of conversations with unanswered items (the partial

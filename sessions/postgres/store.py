@@ -72,6 +72,7 @@ from sessions.names import (
 from sessions.order import GENERATION, newest_first
 from sessions.postgres import schema as pg_schema
 from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
+from sessions.postgres.pool import POOL_SIZE, open_pool
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
 from sessions.scan import SCHEDULED_MARK, recover_state, summarise
 from sessions.store import MessagePage, SessionInfo, SessionState, page_item
@@ -92,11 +93,13 @@ __all__ = [
 
 CLOSE_TIMEOUT = 10.0
 """Seconds :meth:`PostgresSessionStore.aclose` waits for busy connections before cutting them."""
-
 _GENERATION = (  # a header's generation as sessions.order reads it: 0 unless a whole number > 0
     f"CASE WHEN jsonb_typeof(header->'{GENERATION}') = 'number' AND header->>'{GENERATION}'"
     f" ~ '^[1-9][0-9]{{0,17}}$' THEN (header->>'{GENERATION}')::bigint ELSE 0 END"
 )
+_NEWEST = (f" ORDER BY {_GENERATION} DESC, started_at COLLATE \"C\" DESC,"
+           ' id COLLATE "C" DESC')
+"""A conversation's sessions, newest first, as the JSONL store orders them."""
 
 
 class StoreUnavailableError(SessionError, OSError):
@@ -140,21 +143,26 @@ class PostgresSessionStore:
         *,
         schema: str = pg_schema.DEFAULT_SCHEMA,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int = POOL_SIZE,
         connect_timeout: float = 10.0,
+        statement_cache: bool = True,
         command_timeout: float | None = 30.0,
         new_id: Callable[[], str] = new_session_id,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``new_id`` draws the ids of sessions created without one (tests force collisions).
-        ``clock``: the Unix time entries are stamped with (``ts``, a header's ``startedAt``)."""
+        ``clock``: the Unix time entries are stamped with (``ts``, a header's ``startedAt``).
+        ``statement_cache=False``: no prepared statements kept per connection, for a server
+        reached through PgBouncer in transaction mode (a statement prepared on one server
+        connection is not there on the next)."""
         self._url = url
         self.new_id = new_id
         self._clock = clock
         self.schema = pg_schema.validate_schema(schema)
         self._pool_args: dict[str, Any] = {
-            "min_size": min_size, "max_size": max_size, "timeout": connect_timeout,
-            "command_timeout": command_timeout,
+            "min_size": min(min_size, max_size), "max_size": max_size,
+            "connect_timeout": connect_timeout, "command_timeout": command_timeout,
+            "statement_cache": statement_cache,
         }
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._pool_lock = asyncio.Lock()
@@ -200,14 +208,7 @@ class PostgresSessionStore:
             if self._closed:
                 raise StoreUnavailableError("CLOSED", "the store is closed")
             if self._pool is None:
-                pool = await asyncpg.create_pool(self._url, **self._pool_args)
-                try:
-                    async with pool.acquire() as conn:
-                        await pg_schema.check(conn, self.schema)
-                except BaseException:
-                    pool.terminate()  # nothing runs on it yet: no grace needed
-                    raise
-                self._pool = pool
+                self._pool = await open_pool(self._url, self.schema, **self._pool_args)
         return self._pool
 
     def connection(self) -> AbstractAsyncContextManager[PoolConnectionProxy[asyncpg.Record]]:
@@ -356,28 +357,38 @@ class PostgresSessionStore:
                 at_least)
         return int(token)
 
-    async def refence(self, tenant: str, session_id: str, fence: int) -> int:
+    async def refence(self, tenant: str, session_id: str, fence: int, *,
+                      latest_of: str | None = None) -> int | None:
         """Move a session on to the newer token ``fence`` without reading it; returns the
         session's ``next_seq`` (so the caller can tell whether its copy is still the log).
         Raises :class:`~sessions.errors.StaleWriterError` when the session holds a newer one.
+        ``latest_of``: only while it is still that conversation's latest session (checked in
+        the same statement); ``None`` (nothing changed) when it is not.
         """
         token = _token(fence)
+        extra: tuple[str, ...] = ()
+        latest = "true"
+        if latest_of is not None:
+            extra = (latest_of,)
+            latest = (f"id = (SELECT id FROM {self._q}.sessions WHERE tenant = $1"
+                      f" AND conversation = $3 AND started_at IS NOT NULL{_NEWEST} LIMIT 1)")
         async with self._writing(session_id) as conn:
             row = await conn.fetchrow(
                 f"WITH old AS (SELECT fence FROM {self._q}.sessions"
-                " WHERE tenant = $1 AND id = $2 FOR UPDATE)"
-                f" UPDATE {self._q}.sessions s SET fence = $3 FROM old"
-                " WHERE s.tenant = $1 AND s.id = $2 AND old.fence <= $3"
-                " RETURNING s.next_seq, old.fence",
-                tenant, session_id, token)
-            if row is None:
-                current = await conn.fetchval(
-                    f"SELECT fence FROM {self._q}.sessions WHERE tenant = $1 AND id = $2",
-                    tenant, session_id)
-                if current is None:
+                f" WHERE tenant = $1 AND id = $2 AND {latest} FOR UPDATE)"
+                f" UPDATE {self._q}.sessions s SET fence = ${2 + len(extra) + 1} FROM old"
+                f" WHERE s.tenant = $1 AND s.id = $2 AND old.fence <= ${2 + len(extra) + 1}"
+                " RETURNING s.next_seq", tenant, session_id, *extra, token)
+            if row is None:  # why not (rare: another worker wrote, rotated or erased)
+                found = await conn.fetchrow(
+                    f"SELECT fence, {latest} AS latest FROM {self._q}.sessions"
+                    " WHERE tenant = $1 AND id = $2", tenant, session_id, *extra)
+                if found is None:
                     raise SessionNotFoundError(
                         f"no session {session_id!r} for tenant {tenant!r}")
-                raise StaleWriterError(session_id, token, int(current))
+                if not found["latest"]:
+                    return None  # not the conversation's latest session any more
+                raise StaleWriterError(session_id, token, int(found["fence"]))
         return int(row["next_seq"])
 
     async def import_log(
@@ -438,8 +449,7 @@ class PostgresSessionStore:
         async with self._reading() as conn:
             found = await conn.fetchval(
                 f"SELECT id FROM {self._q}.sessions WHERE tenant = $1 AND conversation = $2"
-                f" AND started_at IS NOT NULL ORDER BY {_GENERATION} DESC,"
-                ' started_at COLLATE "C" DESC, id COLLATE "C" DESC LIMIT 1',
+                f" AND started_at IS NOT NULL{_NEWEST} LIMIT 1",
                 tenant, conversation,
             )
         return None if found is None else str(found)

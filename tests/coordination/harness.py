@@ -105,12 +105,13 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
                  handlers: Callable[[ConversationRegistry], Mapping[str, CommandHandler]]
                  | None = None,
                  queue: Callable[[ConversationQueue], ConversationQueue] | None = None,
-                 ) -> AsyncIterator[Worker]:
+                 linger: float = 0.0) -> AsyncIterator[Worker]:
     """One gateway worker without HTTP: deliveries through ``worker.channel.say``.
 
     ``sessions``: the store its registry opens sessions in (default ``store``, whose inbox
     the coordinator uses); ``handlers``: chat-command handlers, made from its registry;
-    ``queue``: wraps the coordinator's queue (a test's hook at that seam)."""
+    ``queue``: wraps the coordinator's queue (a test's hook at that seam); ``linger``: how
+    long a lease is kept for a conversation's next message."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
@@ -119,7 +120,7 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     registry = ConversationRegistry(sessions or store, metrics)
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
-                                lease_ttl=ttl) as coord:
+                                lease_ttl=ttl, linger=linger) as coord:
         conversations: ConversationQueue = coord.conversations
         router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
                         metrics=metrics,

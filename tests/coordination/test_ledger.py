@@ -7,10 +7,12 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 import pytest
+import redis.asyncio as redis_async
 
 from coordination.memory_ledger import MemoryLedger
 from coordination.redis_ledger import RedisLedger
 from gateway.edge.ledger import NOTHING, SeedEntry, Spent, UsageLedger
+from tests.coordination.private_services import PrivateRedis
 from tests.coordination.services import REDIS_URL, delete_prefix, new_prefix, redis_client
 from tests.waiting import until
 
@@ -52,6 +54,52 @@ async def test_message_window_slides(ledger: UsageLedger) -> None:
     assert await ledger.hit(scope, 59.0, 3, 60.0) == pytest.approx(1.0)
     assert await ledger.hit(scope, 60.5, 3, 60.0) == 0  # the first left the window
     assert await ledger.hit("user:t:web:bob", 30.0, 3, 60.0) == 0  # people apart
+
+
+async def test_counts_added_meanwhile_share_one_write_of_one_command_per_key() -> None:
+    """Fifty calls counted at once (one tenant, one chat, fifty people) are written as one
+    script call per key, 52 commands sent, where each call's four commands a scope were 600;
+    every total is right and each ``add`` returned only once its count was written."""
+    server = PrivateRedis()  # of its own: INFO commandstats counts every client's commands
+    server.create()
+    try:
+        ledger = RedisLedger(server.url, "gwtest:")
+        client = redis_async.Redis.from_url(server.url)
+        try:
+            scopes = [["tenant:t", "chat:t:c", f"user:t:web:u{n}"] for n in range(50)]
+            await asyncio.gather(*(ledger.add(s, DAY, 10, 0.5) for s in scopes))
+            stats = await client.info("commandstats")
+            assert stats["cmdstat_evalsha"]["calls"] == 52
+            # (commandstats counts a script's own calls too: two increments in each, no more)
+            assert stats["cmdstat_hincrby"]["calls"] == 2 * 52
+            assert await ledger.spent("tenant:t", DAY) == Spent(50, 500, 25.0)
+            assert await ledger.spent("chat:t:c", DAY) == Spent(50, 500, 25.0)
+            assert await ledger.spent("user:t:web:u7", DAY) == Spent(1, 10, 0.5)
+        finally:
+            await ledger.aclose()
+            await client.aclose()
+    finally:
+        server.destroy()
+
+
+async def test_counts_waiting_when_the_ledger_closes_are_written() -> None:
+    """``aclose`` writes what was counted before it, rather than drop it."""
+    client = await redis_client()
+    prefix = new_prefix()
+    ledger = RedisLedger(REDIS_URL, prefix)
+    try:
+        adding = asyncio.create_task(ledger.add(["tenant:t"], DAY, 7, 0.0))
+        await asyncio.sleep(0)  # counted, its write not yet done
+        await ledger.aclose()
+        await adding
+        reader = RedisLedger(REDIS_URL, prefix)
+        try:
+            assert await reader.spent("tenant:t", DAY) == Spent(1, 7, 0.0)
+        finally:
+            await reader.aclose()
+    finally:
+        await delete_prefix(client, prefix)
+        await client.aclose()
 
 
 async def test_redis_outage_lets_people_through() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from sessions.errors import (
     SessionExistsError,
+    SessionNotFoundError,
     SessionReadError,
     SessionWriteError,
     StaleWriterError,
@@ -168,6 +169,27 @@ async def test_explicit_fence_token_from_a_lease(pg_store: PostgresSessionStore)
         await pg_store.open("default", "s1", fence=0)
     page = await pg_store.message_page("default", "s1")
     assert [m["message"] for m in page.messages] == [user("still mine"), user("newest")]
+
+
+async def test_refence_moves_only_the_conversations_latest_session(
+        pg_store: PostgresSessionStore) -> None:
+    """refence(latest_of=C) moves the latest session of C to the newer token in one
+    statement and returns its next seq; once a newer session exists (``/new`` on another
+    worker) it changes nothing and returns None; a newer token is stale; a deleted session is
+    not found."""
+    first = await pg_store.create(channel="web", conversation="web:c", fence=5)
+    await add(first, user("hi"))
+    assert await pg_store.refence("default", first.session_id, 8, latest_of="web:c") == 2
+    with pytest.raises(StaleWriterError):
+        await pg_store.refence("default", first.session_id, 7, latest_of="web:c")
+    second = await pg_store.create(channel="web", conversation="web:c", fence=9)
+    assert await pg_store.refence("default", first.session_id, 10, latest_of="web:c") is None
+    writer = await pg_store.open("default", first.session_id, fence=8)  # still at 8
+    await add(writer, user("the same holder writes on"))
+    assert await pg_store.refence("default", second.session_id, 11, latest_of="web:c") == 1
+    await pg_store.erase("default", [second.session_id], {"type": "erasure"})
+    with pytest.raises(SessionNotFoundError):
+        await pg_store.refence("default", second.session_id, 12, latest_of="web:c")
 
 
 # -- failures ------------------------------------------------------------------------------------
