@@ -26,7 +26,7 @@ import asyncpg
 
 from sessions.postgres import schema as pg_schema
 
-log = logging.getLogger("sessions.postgres")
+log = logging.getLogger(__name__)
 
 POOL_SIZE = 5
 """Connections one store opens at most, by default (see the module docstring)."""

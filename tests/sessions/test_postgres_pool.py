@@ -159,7 +159,7 @@ async def test_a_server_without_room_for_the_pool_is_named_in_one_warning(
         limit = int(await admin.fetchval("SHOW max_connections"))
     finally:
         await admin.close()
-    with caplog.at_level(logging.WARNING, logger="sessions.postgres"):
+    with caplog.at_level(logging.WARNING, logger="sessions.postgres.pool"):
         async with PostgresSessionStore(PG_URL, schema=schema, max_size=2):
             pass
         assert not [r for r in caplog.records if "free connections" in r.getMessage()]
