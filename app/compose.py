@@ -9,6 +9,7 @@ gateway is one stateless worker among several: see :mod:`gateway.edge.coordinati
 from __future__ import annotations
 
 import asyncio
+import resource
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -443,6 +444,20 @@ def build_loop(
     )
 
 
+def open_sessions_bound(settings: Settings, store: SessionStore) -> int | None:
+    """How many sessions may stay open by count: ``GATEWAY_MAX_OPEN_SESSIONS``, else for a
+    JSONL store (a descriptor each) a quarter of the descriptors the process may open, at
+    most 4,096; a PostgreSQL store holds none (memory alone bounds it)."""
+    if settings.max_open_sessions is not None:
+        return settings.max_open_sessions
+    if not isinstance(store, JsonlSessionStore):
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(64, min(soft // 4, 4096))
+
+
 def limit_settings(settings: Settings) -> LimitSettings:
     """Budgets and the rate limit from ``GATEWAY_BUDGET_*`` and ``GATEWAY_RATE_LIMIT_*``."""
     return LimitSettings(
@@ -558,7 +573,8 @@ def build_gateway(
                       observer=observer, blobs=blobs, workspace=workspace, fallbacks=fallbacks,
                       ledger=ledger, extra_tools=schedule_tools(schedules))
     registry = ConversationRegistry(store, metrics, persist_timeout=settings.persist_timeout,
-                                    max_open=settings.max_open_sessions,
+                                    max_open=open_sessions_bound(settings, store),
+                                    max_bytes=settings.open_sessions_memory,
                                     idle_rotate=settings.idle_rotate)
 
     # What an erasure holds still: built before the router (which brackets its work with them)
@@ -571,7 +587,8 @@ def build_gateway(
                 USAGE.name: UsageCommand(ledger, limit_settings(settings)).run,
                 REMINDERS.name: RemindersCommand(schedules).run}
     router = Router(registry=registry, loop=loop, sink_for=directory.sink_for,
-                    metrics=metrics, max_concurrent_turns=settings.max_concurrent_turns,
+                    metrics=metrics, max_concurrent_turns=settings.turn_limit,
+                    max_concurrent_downloads=settings.max_concurrent_downloads,
                     conversations=coordinator.conversations, handlers=handlers,
                     wait_for_channels=True, take_in=intake.prepare, pauses=pauses)
     scheduler = Scheduler(

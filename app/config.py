@@ -92,9 +92,20 @@ class Settings(BaseSettings):
     store_pgbouncer: bool = Field(False, validation_alias=_env("GATEWAY_STORE_PGBOUNCER"))
     persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
     shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
-    max_concurrent_turns: int = Field(32, ge=1,
-                                      validation_alias=_env("GATEWAY_MAX_CONCURRENT_TURNS"))
-    max_open_sessions: int = Field(256, ge=1, validation_alias=_env("GATEWAY_MAX_OPEN_SESSIONS"))
+    # Turns one worker runs at once: a number, or auto (derived from the model's latency and
+    # the CPU a turn costs: gateway/delivery/limit.py).
+    max_concurrent_turns: int | Literal["auto"] = Field(
+        "auto", validation_alias=_env("GATEWAY_MAX_CONCURRENT_TURNS"))
+    # Files fetched as their turn starts, downloading at once at most (each may be held whole).
+    max_concurrent_downloads: int = Field(
+        16, ge=1, validation_alias=_env("GATEWAY_MAX_CONCURRENT_DOWNLOADS"))
+    # Sessions kept open at once, by count (unset: JSONL, a quarter of the file descriptors
+    # the process may open, at most 4,096; PostgreSQL, no count) and by memory, in bytes (the
+    # least recently used are closed first).
+    max_open_sessions: int | None = Field(None, ge=1,
+                                          validation_alias=_env("GATEWAY_MAX_OPEN_SESSIONS"))
+    open_sessions_memory: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
+                                      validation_alias=_env("GATEWAY_OPEN_SESSIONS_MEMORY"))
     window_tokens: int = Field(16_000, ge=64, validation_alias=_env("GATEWAY_WINDOW_TOKENS"))
     max_iterations: int = Field(8, ge=1, validation_alias=_env("GATEWAY_MAX_ITERATIONS"))
     max_message_chars: int = Field(16_000, ge=1,
@@ -274,6 +285,18 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: {sorted(known)}")
         return ",".join(names)
+
+    @field_validator("max_concurrent_turns")
+    @classmethod
+    def _turn_limit(cls, value: int | str) -> int | str:
+        if value != "auto" and (not isinstance(value, int) or value < 1):
+            raise ValueError("give a number of turns (at least 1) or auto")
+        return value
+
+    @property
+    def turn_limit(self) -> int | None:
+        """``GATEWAY_MAX_CONCURRENT_TURNS`` as a number, or ``None`` for auto."""
+        return None if self.max_concurrent_turns == "auto" else int(self.max_concurrent_turns)
 
     @field_validator("log_level")
     @classmethod

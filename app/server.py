@@ -242,6 +242,7 @@ class Gateway:
         if refusal is not None:
             return refusal
         self.metrics.queue_depth.set(self.router.queued)
+        self.metrics.turn_limit.set(self.router.turn_limit)
         # The client library's own exposition: content negotiation (OpenMetrics when the
         # scraper asks), ``name[]`` filters and gzip, all as Prometheus expects them.
         return await self._exposition(request)

@@ -166,6 +166,9 @@ class LocalConversations:
     async def refence(self, claim: Claim, at_least: int) -> None:
         claim.token = at_least
 
+    def serving(self, key: ConversationKey) -> bool:
+        return True  # one process serves every conversation
+
     def wind_down(self) -> None:
         """Nothing waits here: a conversation's task ends with its queue."""
 

@@ -274,6 +274,9 @@ class RedisConversations:
         self._origins.pop(item.id, None)
         await self._prune()
 
+    def serving(self, key: ConversationKey) -> bool:
+        return key in self._held
+
     def wind_down(self) -> None:
         """The worker stops: holders keep no lease waiting for more (those waiting let go)."""
         self._winding_down = True

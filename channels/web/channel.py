@@ -39,8 +39,9 @@ history). Bad input never gets a 500. A reply always names its session.
 With several workers the reply comes from whichever worker serves the conversation, relayed
 through Redis; a request still waiting looks its answer up in the session log every
 :data:`LOST_REPLY_CHECK` seconds (1), so a reply lost on its way (Redis restarted or flushed,
-or the serving worker killed right after recording it) is sent from there within a second of
-being recorded.
+or the serving worker killed right after recording it) is sent from there within two looks of
+being recorded (a look is one small read; the log itself is read once it moved and then stayed
+still: ``Router._watch``).
 
 Idempotent on the client's message id (``"id"``, scoped to its conversation): sending the same
 id again (a retry after a lost connection) records nothing new and answers with what the first
@@ -108,7 +109,7 @@ LOST_REPLY_CHECK = 1.0
 """Seconds between looks in the session log for the answer to a request whose reply comes from
 another worker (relayed through Redis, which can lose it, or from a worker that died right
 after recording it): found recorded there, it is sent, whether or not the item is marked
-answered yet. So a waiting request gets a recorded answer within a second of its recording,
+answered yet. So a waiting request gets a recorded answer within two looks of its recording,
 whatever became of the relay."""
 _ASSETS = {
     "index.html": "text/html",

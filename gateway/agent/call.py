@@ -126,6 +126,9 @@ class Caller:
         self.metrics = metrics
         self.accounting = accounting
         self.prompt_cache = prompt_cache
+        self.waited = 0.0
+        """Seconds every call so far spent waiting for its provider (the turn limit reads it:
+        :mod:`gateway.delivery.limit`)."""
 
     @property
     def primary(self) -> Provider:
@@ -225,6 +228,7 @@ class Caller:
                          system=min(spec.stable, len(spec.prompt.sections)))
 
     def _count(self, provider: Provider, outcome: str, latency: float) -> None:
+        self.waited += latency
         labels = {"provider": provider.name, "model": provider.model, "outcome": outcome}
         self.metrics.provider_calls.labels(**labels).inc()
         self.metrics.provider_latency.labels(**labels).observe(latency)

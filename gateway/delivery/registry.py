@@ -1,9 +1,14 @@
 """Conversation registry: conversation key -> its current session, opened lazily.
 
 A conversation's session is created on its first message or resumed (the newest session whose
-header names the conversation). Only a bounded number stay open: least-recently-used idle
-conversations are closed (writer flushed, file descriptor released) and resumed from the log
-when they speak again, so an idle conversation costs neither a task nor a descriptor. A
+header names the conversation). What stays open is bounded by memory (``max_bytes``,
+``GATEWAY_OPEN_SESSIONS_MEMORY``: each conversation's :attr:`~gateway.agent.conversation.
+Conversation.approx_bytes`, counted when it is opened and each time its use ends) and,
+optionally, by count (``max_open``: a JSONL session holds a file descriptor):
+least-recently-used idle conversations are closed (writer flushed, descriptor released) and
+resumed from the log when they speak again, so an idle conversation costs neither a task nor
+a descriptor, and a worker keeps as many as fit, whether a thousand short ones or a few long
+ones. A
 conversation in use (:meth:`ConversationRegistry.hold`: a delivery recording into it, a worker
 serving it) is never closed, nor rotated for idleness, under its user.
 
@@ -49,6 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+OPEN_BYTES = 256 * 1024 * 1024
+"""What open conversations may weigh together, by default (``GATEWAY_OPEN_SESSIONS_MEMORY``):
+a few thousand conversations of some tens of messages each (``docs/sizing.md``)."""
+
 
 class ConversationRegistry:
     """Owns every open :class:`Conversation`; the router asks it for one per inbound message."""
@@ -59,7 +68,8 @@ class ConversationRegistry:
         metrics: Metrics,
         *,
         persist_timeout: float = 2.0,
-        max_open: int = 256,
+        max_open: int | None = None,
+        max_bytes: int = OPEN_BYTES,
         idle_rotate: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -67,6 +77,9 @@ class ConversationRegistry:
         self.metrics = metrics
         self.persist_timeout = persist_timeout
         self.max_open = max_open
+        self.max_bytes = max_bytes
+        self._bytes = 0  # what the open conversations weighed when last counted
+        self._sizes: dict[ConversationKey, int] = {}
         self.idle_rotate = idle_rotate
         self.clock = clock
         self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
@@ -80,11 +93,26 @@ class ConversationRegistry:
         self._held[key] = self._held.get(key, 0) + 1
 
     def release(self, key: ConversationKey) -> None:
-        """End one :meth:`hold` of the conversation."""
+        """End one :meth:`hold` of the conversation (its weight is counted again: it may
+        have grown while in use)."""
         if self._held[key] == 1:
             del self._held[key]
+            self._weigh(key)
         else:
             self._held[key] -= 1
+
+    @property
+    def open_bytes(self) -> int:
+        """What the open conversations weigh, about (as last counted)."""
+        return self._bytes
+
+    def _weigh(self, key: ConversationKey) -> None:
+        """Count the conversation's weight again (or drop it, when it is no longer open)."""
+        conv = self._open.get(key)
+        now = conv.approx_bytes if conv is not None else 0
+        self._bytes += now - self._sizes.pop(key, 0)
+        if conv is not None:
+            self._sizes[key] = now
 
     def in_use(self, key: ConversationKey) -> bool:
         return key in self._held
@@ -123,8 +151,9 @@ class ConversationRegistry:
                 # Room is made before the insert: from the insert until the caller holds the
                 # conversation (and can mark it busy) nothing awaits, so a concurrent eviction
                 # can never close a session that is being handed out.
-                await self._evict(reserve=1)
+                await self._evict(room=conv.approx_bytes)
                 self._open[key] = conv
+                self._weigh(key)
         self._locks.pop(key, None)
         return conv
 
@@ -181,11 +210,13 @@ class ConversationRegistry:
         """Start a fresh session for the conversation (``/new``, idle rotation)."""
         old = self._open.pop(key, None)
         self._fences.pop(key, None)
+        self._weigh(key)
         if old is not None:
             await _close(old.recorder.writer)
         writer = await self._create(key, context, fence)
         conv = self._wrap(key, writer, context, [])
         self._open[key] = conv
+        self._weigh(key)
         if fence is not None:
             self._fences[key] = fence
         return conv
@@ -200,6 +231,7 @@ class ConversationRegistry:
             return
         conv = self._open.pop(key, None)
         self._fences.pop(key, None)
+        self._weigh(key)
         if conv is not None:
             await _close(conv.recorder.writer)
 
@@ -272,27 +304,36 @@ class ConversationRegistry:
         conv.last_active = self.clock()
         return conv
 
-    async def _evict(self, reserve: int = 0) -> None:
-        limit = self.max_open - reserve
-        if len(self._open) <= limit:
+    def _full(self, room: int) -> bool:
+        """Whether one more conversation of ``room`` bytes would not fit."""
+        return ((self.max_open is not None and len(self._open) >= self.max_open)
+                or self._bytes + room > self.max_bytes)
+
+    async def _evict(self, room: int = 0) -> None:
+        """Close least-recently-used idle conversations until one more of ``room`` bytes
+        fits (or none is left to close)."""
+        if not self._full(room):
             return
         for key in list(self._open):
-            if len(self._open) <= limit:
+            if not self._full(room):
                 break
             if self.in_use(key) or key not in self._open:  # (a concurrent eviction took it)
                 continue
             if self._open[key].recorder.writer.pending_bytes:
                 # The disk failed its last writes: closed now, they could only be dropped (or
                 # use up the room kept for the stop); open, its next append or the stop writes
-                # them. (Only while the disk fails can more than max_open stay open.)
+                # them. (Only while the disk fails can more than the bound stay open.)
                 continue
             conv = self._open.pop(key)
             self._fences.pop(key, None)
+            self._weigh(key)
             await _close(conv.recorder.writer)
 
     async def aclose(self) -> None:
         """Flush and close every open session (idempotent)."""
         self._fences.clear()
+        self._sizes.clear()
+        self._bytes = 0
         while self._open:
             _, conv = self._open.popitem(last=False)
             await _close(conv.recorder.writer)

@@ -20,8 +20,10 @@ restart or another worker fetches the files again from those references.
 **Serving.** A conversation with queued items has exactly one worker task, which answers them
 one by one in arrival order (each gets its own turn; they are not merged) and exits when the
 queue is empty, so an idle conversation holds no task. Conversations run concurrently up to
-``max_concurrent_turns``. How each item is served (recorded or looked up in the log, its
-turn run, its reply fenced) is :mod:`gateway.delivery.serving`'s; the item is then marked answered.
+``max_concurrent_turns`` (derived from the model's latency and the CPU a turn costs when
+``None``: :mod:`gateway.delivery.limit`). How each item is served (recorded or looked up in
+the log, its turn run, its reply fenced) is :mod:`gateway.delivery.serving`'s; the item is
+then marked answered.
 An item whose session cannot be opened or written before its turn (the store is down) is
 tried again with a backoff, never dropped or apologised for.
 
@@ -35,14 +37,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.agent.loop import AgentLoop
 from gateway.delivery.pause import Pauses
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.serving import (
+    DOWNLOADS,
     MAX_RETRY_DELAY,
     NOT_HERE,
     RETRY_DELAY,
@@ -69,6 +73,9 @@ from gateway.edge.errors import UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey, Inbound
 from gateway.edge.metrics import Metrics
 
+if TYPE_CHECKING:
+    from gateway.edge.coordination import FencedStore
+
 log = logging.getLogger(__name__)
 
 class Router:
@@ -82,7 +89,8 @@ class Router:
         sink_for: SinkFactory,
         metrics: Metrics,
         conversations: ConversationQueue,
-        max_concurrent_turns: int = 32,
+        max_concurrent_turns: int | None = None,
+        max_concurrent_downloads: int = DOWNLOADS,
         handlers: Mapping[str, CommandHandler] | None = None,
         retry_delay: float = RETRY_DELAY,
         wait_for_channels: bool = False,
@@ -106,6 +114,7 @@ class Router:
                                  metrics=metrics, conversations=conversations,
                                  handlers=self.handlers, spawn=self._spawn,
                                  max_concurrent_turns=max_concurrent_turns,
+                                 max_concurrent_downloads=max_concurrent_downloads,
                                  retry_delay=retry_delay, take_in=take_in)
         # Each worker holds its conversation in the registry while it runs, as a delivery
         # does from registry.get() until its worker starts: the registry must not close the
@@ -163,6 +172,11 @@ class Router:
     def queued(self) -> int:
         # (The queue_depth gauge is set from this when /metrics is scraped.)
         return self.conversations.queued
+
+    @property
+    def turn_limit(self) -> int:
+        """Turns run at once at most now (the turn_limit gauge, set when scraped)."""
+        return self._items.turns.limit
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -226,7 +240,7 @@ class Router:
         # Several workers: whichever worker serves it records and answers it, and its reply is
         # relayed here through Redis; the log is where the answer is still found if the relay
         # loses it (Redis restarted or flushed meanwhile).
-        answered = (partial(self._earlier, key, item.id)
+        answered = (partial(self._watch, key, item.id, _Seen())
                     if self.shared and recorded is not None else None)
         return Accepted(session_id=item.session, recorded=recorded, answered=answered)
 
@@ -275,6 +289,34 @@ class Router:
                 answer = await self._recorded_answer(key, latest, item_id)
                 if answer is not None:
                     return answer
+        session = await self.conversations.settled(item_id, within)
+        if not session:
+            return None
+        return await self._recorded_answer(key, session, item_id)
+
+    async def _watch(self, key: ConversationKey, item_id: str, seen: _Seen,
+                     within: float) -> Answer | None:
+        """One look, for a request still waiting for its reply (every second or so), for an
+        answer recorded but not relayed (Redis lost the reply, or its holder died right after
+        recording it), at a cost that does not grow with the log or the wait.
+
+        While this worker holds the conversation there is nothing to look for: its own holder
+        answers the request directly, and a worker that dies loses the request with it.
+        Otherwise one small statement says where the conversation's log stands (its latest
+        session and next seq); the log is read only when it has moved since the last read and
+        then stayed still for a look (an answer is the turn's last write, and a dead holder
+        writes nothing after it), so a turn waiting on a slow model costs at most one read,
+        and a recorded answer is found within two looks of its recording. The inbox says
+        whether another session answered it (``settled``, one row)."""
+        if self.conversations.serving(key):
+            return None
+        mark = await cast("FencedStore", self.registry.store).log_mark(key.tenant, key.label())
+        if mark is not None and mark == seen.mark and mark != seen.read:
+            seen.read = mark
+            answer = await self._recorded_answer(key, mark[0], item_id)
+            if answer is not None:
+                return answer
+        seen.mark = mark
         session = await self.conversations.settled(item_id, within)
         if not session:
             return None
@@ -378,6 +420,16 @@ class Router:
             await asyncio.wait(workers, timeout=grace)
         for task in self._workers.values():
             task.cancel()
+
+
+@dataclass(slots=True)
+class _Seen:
+    """Where a waiting request's looks found the log (see :meth:`Router._watch`)."""
+
+    mark: tuple[str, int] | None = None
+    """The latest session and its next seq at the last look."""
+    read: tuple[str, int] | None = None
+    """... and when the log was last read."""
 
 
 def dedup_key(inbound: Inbound) -> str | None:

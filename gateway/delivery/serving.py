@@ -30,6 +30,7 @@ from typing import Any
 from gateway.agent.conversation import Conversation
 from gateway.agent.loop import AgentLoop
 from gateway.delivery.answering import Answering, Spawn
+from gateway.delivery.limit import TurnLimit
 from gateway.delivery.placing import SessionPlacement, place, placed_of
 from gateway.delivery.registry import ConversationRegistry
 from gateway.delivery.speakers import context_of, user_message
@@ -55,6 +56,9 @@ NOT_HERE = "That command is not available here."
 
 STORE_FAULTS: tuple[type[Exception], ...] = (OSError, SessionError, NotRecordedError)
 """What opening, reading or writing a session raises when the store is down or refuses."""
+DOWNLOADS = 16
+"""Files fetched as their turns start, at once at most (``GATEWAY_MAX_CONCURRENT_DOWNLOADS``):
+each may hold up to ``GATEWAY_MAX_ATTACHMENT_BYTES`` in memory."""
 RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 10.0
 """Backoff (seconds) while the store cannot take an item's writes: doubled up to this."""
@@ -76,7 +80,8 @@ class ItemServer:
         conversations: ConversationQueue,
         handlers: Mapping[str, CommandHandler],
         spawn: Spawn,
-        max_concurrent_turns: int = 32,
+        max_concurrent_turns: int | None = None,
+        max_concurrent_downloads: int = DOWNLOADS,
         retry_delay: float = RETRY_DELAY,
         take_in: TakeIn | None = None,
     ) -> None:
@@ -89,7 +94,9 @@ class ItemServer:
         self.spawn = spawn
         self.retry_delay = retry_delay
         self.take_in = take_in
-        self._slots = asyncio.Semaphore(max_concurrent_turns)
+        self.turns = TurnLimit(max_concurrent_turns, waited=lambda: loop.caller.waited)
+        """Turns running at once: ``max_concurrent_turns``, or derived (``None``)."""
+        self._downloads = asyncio.Semaphore(max_concurrent_downloads)
         self._unwritable = Episode(log, "serving messages (session store)")
 
     @property
@@ -126,12 +133,13 @@ class ItemServer:
         if prepared is None:
             return True
         conv, sink = prepared
-        async with self._slots:
+        async with self.turns:
             try:
                 await self._turn(claim, conv, item, sink)
             except BaseException:
                 sink.abandon()  # no final reply from here (the next holder answers)
                 raise
+        self.turns.observe()
         if self.shared:
             # The next holder opens the session under a newer token, fencing off whatever
             # this one has not written yet: it is written before the item counts as answered
@@ -191,13 +199,14 @@ class ItemServer:
     async def _take_in_and_record(self, claim: Claim, item: QueueItem,
                                   conv: Conversation) -> tuple[Conversation, Answering]:
         """A message whose files are fetched after the acknowledgement: download them now,
-        within a turn slot (a burst of large files is held to the bound on concurrent turns
-        rather than all in memory at once), while the person sees the reply being prepared
+        within a download slot (a burst of large files is held to the bound on concurrent
+        downloads rather than all in memory at once), while the person sees the reply being
+        prepared
         (typing; Slack's reaction), then record it. The sink that showed the indicator carries
         the reply; a failure before it is handed over takes the indicator back."""
         channel_sink = item.sink or self.sink_for(item.inbound)
         try:
-            async with self._slots:
+            async with self._downloads:
                 await channel_sink.typing()
                 item.inbound = await self._take_in(item.inbound)
             item.index = await conv.receive(user_message(item.inbound), meta_of(item))

@@ -172,6 +172,11 @@ class ConversationQueue(Protocol):
         has passed on (then the newer token is the new holder's, and must stay ahead)."""
         ...
 
+    def serving(self, key: ConversationKey) -> bool:
+        """True while this worker holds the conversation (its replies go straight to the
+        requests waiting here, never through Redis)."""
+        ...
+
     def wind_down(self) -> None:
         """The worker is stopping: a holder waiting for its conversation's next message
         (a lease kept a moment) lets go now, and none waits from now on."""
@@ -328,6 +333,11 @@ class FencedStore(Protocol):
 
     async def open(self, tenant: str, session_id: str,
                    fence: int | None = None) -> SessionWriter: ...
+
+    async def log_mark(self, tenant: str, conversation: str) -> tuple[str, int] | None:
+        """Where the conversation's log stands: its latest session and that session's next
+        seq (one small read), ``None`` when it has none."""
+        ...
 
     async def refence(self, tenant: str, session_id: str, fence: int, *,
                       latest_of: str | None = None) -> int | None:

@@ -13,7 +13,13 @@ from typing import Any
 
 import orjson
 
-from sessions.errors import CorruptHeaderError, EmptySessionError, SessionReadError
+from sessions.errors import (
+    CorruptHeaderError,
+    EmptySessionError,
+    InvalidNameError,
+    SessionReadError,
+)
+from sessions.names import validate_session_id
 from sessions.scan import Summary, split_lines, summarise
 
 _INVALID = object()
@@ -84,3 +90,17 @@ class ImportResult:
     entries: int
     size_bytes: int
     torn_bytes: int
+
+
+def header_id(header: Mapping[str, Any], fallback: str | None) -> object:
+    """The id an imported session gets: the header's when it is a valid name, else
+    ``fallback`` (a file name, say), else the header's as it is (refused by the caller)."""
+    try:
+        return validate_session_id(header.get("id"))
+    except InvalidNameError:
+        return fallback if fallback is not None else header.get("id")
+
+
+def text_of(value: object) -> str | None:
+    """A header field as a column's text (``None`` unless it is a string)."""
+    return value if isinstance(value, str) else None

@@ -53,7 +53,6 @@ import orjson
 from sessions import entries
 from sessions.encoding import loads_entry
 from sessions.errors import (
-    InvalidNameError,
     SessionError,
     SessionExistsError,
     SessionNotFoundError,
@@ -71,10 +70,17 @@ from sessions.names import (
 )
 from sessions.order import GENERATION, newest_first
 from sessions.postgres import schema as pg_schema
-from sessions.postgres.importer import ImportPlan, ImportResult, plan_import
+from sessions.postgres.importer import (
+    ImportPlan,
+    ImportResult,
+    header_id,
+    plan_import,
+    text_of,
+)
 from sessions.postgres.pool import POOL_SIZE, open_pool
+from sessions.postgres.rewrite import rewrite_lines
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
-from sessions.scan import SCHEDULED_MARK, recover_state, summarise
+from sessions.scan import SCHEDULED_MARK, recover_state
 from sessions.store import MessagePage, SessionInfo, SessionState, page_item
 from sessions.tombstones import decode_lines, encode
 
@@ -409,7 +415,7 @@ class PostgresSessionStore:
         plan = plan_import(data)
         head = plan.header
         sid = validate_session_id(session_id if session_id is not None
-                                  else _header_id(head, fallback_id))
+                                  else header_id(head, fallback_id))
         version = head.get("version") if isinstance(head.get("version"), int) else None
         async with self._writing(sid) as conn, conn.transaction():
             try:
@@ -418,8 +424,8 @@ class PostgresSessionStore:
                     " conversation, version, header, fence, next_seq, message_count,"
                     " first_user_text, size_bytes)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, 0, $8, $9, $10, $11)",
-                    tenant, sid, _str(head.get("startedAt")), _str(head.get("channel")),
-                    _str(head.get("conversation")), version, plan.rows[0][2].decode(),
+                    tenant, sid, text_of(head.get("startedAt")), text_of(head.get("channel")),
+                    text_of(head.get("conversation")), version, plan.rows[0][2].decode(),
                     len(plan.rows), plan.summary.message_count, plan.summary.first_user_text,
                     plan.size,
                 )
@@ -453,6 +459,17 @@ class PostgresSessionStore:
                 tenant, conversation,
             )
         return None if found is None else str(found)
+
+    async def log_mark(self, tenant: str, conversation: str) -> tuple[str, int] | None:
+        """The conversation's latest session and its next seq, or ``None`` (one small read:
+        whether anything was appended since a look before)."""
+        validate_tenant(tenant)
+        async with self._reading() as conn:
+            row = await conn.fetchrow(
+                f"SELECT id, next_seq FROM {self._q}.sessions WHERE tenant = $1"
+                f" AND conversation = $2 AND started_at IS NOT NULL{_NEWEST} LIMIT 1",
+                tenant, conversation)
+        return None if row is None else (str(row["id"]), int(row["next_seq"]))
 
     async def list_sessions(self, tenant: str | None = None) -> list[SessionInfo]:
         if tenant is not None:
@@ -540,7 +557,7 @@ class PostgresSessionStore:
         async with self._writing(ids[0] if ids else "erasure") as conn, conn.transaction():
             for sid, lines in changed.items():
                 if sid not in ids:
-                    await self._rewrite(conn, tenant, sid, lines)
+                    await rewrite_lines(conn, self._q, tenant, sid, lines)
             rows = await conn.fetch(
                 f"DELETE FROM {self._q}.sessions WHERE tenant = $1 AND id = ANY($2::text[])"
                 " RETURNING id", tenant, ids,
@@ -549,33 +566,6 @@ class PostgresSessionStore:
                                tenant, line)
         deleted = {str(r["id"]) for r in rows}
         return [sid for sid in ids if sid in deleted]
-
-    async def _rewrite(self, conn: PoolConnectionProxy[asyncpg.Record], tenant: str,
-                       session_id: str, lines: Mapping[int, bytes]) -> None:
-        """Replace the session's lines by ``seq`` (in the caller's transaction), then what the
-        listing shows of it (its first user text, its size), computed from the new log."""
-        head = await conn.fetchval(
-            f"SELECT id FROM {self._q}.sessions WHERE tenant = $1 AND id = $2 FOR UPDATE",
-            tenant, session_id,
-        )
-        if head is None:
-            return
-        await conn.executemany(
-            f"UPDATE {self._q}.entries SET line = $4"
-            " WHERE tenant = $1 AND session_id = $2 AND seq = $3",
-            [(tenant, session_id, seq, data) for seq, data in sorted(lines.items())],
-        )
-        rows = await conn.fetch(
-            f"SELECT line FROM {self._q}.entries WHERE tenant = $1 AND session_id = $2"
-            " ORDER BY seq", tenant, session_id,
-        )
-        log_bytes = b"".join(bytes(r["line"]) + b"\n" for r in rows)
-        summary = summarise(log_bytes)
-        await conn.execute(
-            f"UPDATE {self._q}.sessions SET first_user_text = $3, size_bytes = $4"
-            " WHERE tenant = $1 AND id = $2",
-            tenant, session_id, summary.first_user_text, len(log_bytes),
-        )
 
     async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
         if tenant is not None:
@@ -605,13 +595,3 @@ def _token(fence: object) -> int:
         raise ValueError("a fencing token is an int >= 1")
     return fence
 
-
-def _header_id(header: Mapping[str, Any], fallback: str | None) -> object:
-    try:
-        return validate_session_id(header.get("id"))
-    except InvalidNameError:
-        return fallback if fallback is not None else header.get("id")
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None

@@ -79,7 +79,8 @@ async def running_core(
     budgets: LimitSettings | None = None,
     fetch: FetchFile | None = None,
     clock: Callable[[], float] = time.time,
-    max_concurrent_turns: int = 32,
+    max_concurrent_turns: int | None = 32,
+    max_concurrent_downloads: int = 16,
     retry_delay: float = RETRY_DELAY,
     channel: MemoryChannel | None = None,
 ) -> AsyncIterator[Core]:
@@ -117,7 +118,8 @@ async def running_core(
               if blobs is not None else None)
     router = Router(registry=registry, loop=loop, sink_for=channel.reply_sink, metrics=metrics,
                     conversations=queue, handlers=handlers,
-                    max_concurrent_turns=max_concurrent_turns, retry_delay=retry_delay,
+                    max_concurrent_turns=max_concurrent_turns,
+                    max_concurrent_downloads=max_concurrent_downloads, retry_delay=retry_delay,
                     take_in=intake.prepare if intake is not None else None)
     deliver = router.deliver
     if intake is not None:

@@ -218,16 +218,17 @@ async def test_a_message_behind_one_with_files_to_fetch_is_recorded_after_it(
                     ("user", "later"), ("assistant", ["ok"])]
 
 
-async def test_downloads_wait_for_a_turn_slot_and_show_the_reply_coming(tmp_path: Path) -> None:
-    """Files fetched as their turns start count against ``max_concurrent_turns``: with one
-    slot, the second conversation's download starts only once the first's is done. Each
+async def test_downloads_wait_for_a_download_slot_and_show_the_reply_coming(
+        tmp_path: Path) -> None:
+    """Files fetched as their turns start count against ``max_concurrent_downloads``: with
+    one slot, the second conversation's download starts only once the first's is done. Each
     person sees the reply being prepared (typing) while their file downloads."""
     files, provider = Files(), ScriptedProvider()
     files.hold = asyncio.Event()
     store = JsonlSessionStore(tmp_path / "d", durability="none")
     async with running_core(store, provider, tmp_path / "p", blobs=FileBlobStore(tmp_path / "d"),
                             fetch=files.fetch, prompt_cache=False,
-                            max_concurrent_turns=1) as core:
+                            max_concurrent_downloads=1) as core:
         for chat in ("a", "b"):
             await core.channel.say(chat, "what is it?", attachments=(ref(f"{chat}.jpg"),))
         await until(lambda: files.fetched)

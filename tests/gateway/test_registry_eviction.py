@@ -48,3 +48,37 @@ async def test_a_session_with_unwritten_entries_stays_open_past_max_open(tmp_pat
     assert [m["content"] for m in replay_bytes(first.recorder.writer.path.read_bytes()).messages
             ] == ["written when the disk has room", "next"]
     await registry.aclose()
+
+
+async def test_open_conversations_are_bounded_by_what_they_weigh(tmp_path: Path) -> None:
+    """With room for about five short conversations, ten in turn leave the five most recent
+    open, within the bound; one long conversation takes the room of several."""
+    store = JsonlSessionStore(tmp_path, durability="none")
+    short = await ConversationRegistry(store, Metrics()).get(  # what one weighs
+        ConversationKey("web", "probe"), context("probe"))
+    registry = ConversationRegistry(store, Metrics(), max_bytes=5 * short.approx_bytes + 100)
+    names = [f"c{n}" for n in range(10)]
+    for name in names:
+        await registry.get(ConversationKey("web", name), context(name))
+    assert [k.chat for k in registry._open] == names[5:]
+    assert registry.open_bytes <= registry.max_bytes
+    long = await registry.get(ConversationKey("web", "long"), context("long"))
+    registry.hold(long.key)
+    for _ in range(8):  # it grows while in use ...
+        await long.receive(user("x" * 400))
+    registry.release(long.key)  # ... and is weighed again as its use ends
+    await registry.get(ConversationKey("web", "next"), context("next"))
+    assert [k.chat for k in registry._open] == ["long", "next"]
+    assert registry.open_bytes == long.approx_bytes + short.approx_bytes
+    await registry.aclose()
+
+
+async def test_a_count_bound_still_applies_beside_the_memory_bound(tmp_path: Path) -> None:
+    """``max_open`` (a JSONL session holds a descriptor) bounds the count even when memory
+    would allow more."""
+    registry = ConversationRegistry(JsonlSessionStore(tmp_path, durability="none"), Metrics(),
+                                    max_open=3)
+    for n in range(6):
+        await registry.get(ConversationKey("web", f"c{n}"), context(f"c{n}"))
+    assert [k.chat for k in registry._open] == ["c3", "c4", "c5"]
+    await registry.aclose()

@@ -52,14 +52,17 @@ async def test_thousand_concurrent_conversations_keep_order_and_lose_nothing(
         result = await run_load(web, CONVERSATIONS, MESSAGES)
         await settle(web, CONVERSATIONS * MESSAGES)
         samples = await web.metrics()
-        open_now = len(web.gateway.registry)
+        registry = web.gateway.registry
+        open_now, weight = len(registry), registry.open_bytes
     expected = {c: [(200, f"echo: {message_text(c, n)}") for n in range(MESSAGES)]
                 for c in result.replies}
     assert len(expected) == CONVERSATIONS
     assert result.replies == expected
     assert total(samples, "gateway_turns_total", outcome="answered") == CONVERSATIONS * MESSAGES
     assert total(samples, "gateway_persist_failures_total") == 0
-    assert open_now <= settings.max_open_sessions
+    assert registry.max_open is not None  # JSONL: a descriptor each
+    assert open_now <= registry.max_open
+    assert weight <= registry.max_bytes
     logs = {}
     for path in session_files(tmp_path / "data"):
         replay = replay_bytes(path.read_bytes())
