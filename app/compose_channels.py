@@ -41,7 +41,7 @@ def web_channel(settings: Settings, history: History) -> Channel:
         reply_timeout=settings.provider_timeout + 30.0,
         shutdown_grace=settings.shutdown_grace,
         max_body_bytes=settings.max_request_bytes,
-        replay_command=replay_hint(settings.data_dir),
+        replay_command=replay_hint(settings.data_dir, settings.web_tenant),
         tenant=settings.web_tenant, identities=identities,
         proxies=TrustedProxies.parse(settings.trusted_proxies),
     )

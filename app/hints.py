@@ -17,6 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from sessions.names import DEFAULT_TENANT
+
 DEFAULT_DATA_DIR = Path("./data")
 _BARE = re.compile(r"`gateway ")
 
@@ -37,10 +39,13 @@ def cli_command() -> str:
     return shlex.quote(_shown(script))
 
 
-def replay_hint(data_dir: Path) -> str:
-    """``<gateway> replay {session}`` (a format string), with ``--data-dir`` when the sessions
+def replay_hint(data_dir: Path, tenant: str = DEFAULT_TENANT) -> str:
+    """``<gateway> replay {session}`` (a format string), with ``--tenant`` when the sessions
+    are not the default tenant's (the web chat's are ``web``'s) and ``--data-dir`` when they
     are not in the default ``./data``."""
     hint = f"{cli_command()} replay {{session}}"
+    if tenant != DEFAULT_TENANT:
+        hint += f" --tenant {shlex.quote(tenant)}"
     if data_dir != DEFAULT_DATA_DIR:
         hint += f" --data-dir {shlex.quote(str(data_dir))}"
     return hint

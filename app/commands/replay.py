@@ -49,7 +49,8 @@ Never writes to a session; --rerun sends one recorded call again to compare answ
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", nargs="?", help="session id, or a path to a .jsonl file")
     parser.add_argument("--list", action="store_true", help="list sessions, newest first")
-    parser.add_argument("--tenant", default=None, help=f"tenant (default: {DEFAULT_TENANT})")
+    parser.add_argument("--tenant", default=None, help=f"tenant (default: {DEFAULT_TENANT}, "
+                        "else the one tenant that has the session)")
     parser.add_argument("--call", "--turn", type=int, metavar="N", dest="call",
                         help="show call N (1-based) verbatim: system prompt, tools, messages "
                              "(--turn is its old name)")
@@ -66,15 +67,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def load(store: SessionStore, target: str, tenant: str | None) -> Replay:
-    """Read and replay a session given by id (in ``tenant``) or by path."""
-    data = await _read(store, target, tenant or DEFAULT_TENANT)
+    """Read and replay a session given by id (in ``tenant``) or by path. An id without a
+    tenant is the default tenant's, else that of the one tenant that has it: ids from
+    ``--list`` name sessions of every tenant, and the web chat's are the ``web`` tenant's."""
+    data = await _read(store, target, tenant)
     try:
         return replay_bytes(data)
     except SessionReadError as exc:
         raise CommandError(f"{target}: {exc}", EXIT_UNREADABLE) from exc
 
 
-async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
+async def _read(store: SessionStore, target: str, tenant: str | None) -> bytes:
     if target.endswith(".jsonl") or "/" in target:
         path = Path(target)
         try:
@@ -88,16 +91,29 @@ async def _read(store: SessionStore, target: str, tenant: str) -> bytes:
         except OSError as exc:
             raise CommandError(f"cannot read {target}: {exc.strerror}", EXIT_UNREADABLE) from exc
     try:
-        return await store.read_log(tenant, target)
+        return await store.read_log(tenant or DEFAULT_TENANT, target)
     except InvalidNameError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     except SessionNotFoundError as exc:
-        raise CommandError(str(exc), EXIT_USAGE) from exc
+        holders = sorted({info.tenant for info in await store.list_sessions(None)
+                          if info.session_id == target})
+        if tenant is None and len(holders) == 1:
+            return await _read(store, target, holders[0])
+        raise CommandError(f"{exc}{_elsewhere(holders)}", EXIT_USAGE) from exc
     except SessionReadError as exc:
         raise CommandError(f"cannot read session {target}: {exc}", EXIT_UNREADABLE) from exc
     except OSError as exc:
         raise CommandError(f"cannot read session {target}: {exc.strerror}",
                            EXIT_UNREADABLE) from exc
+
+
+def _elsewhere(holders: list[str]) -> str:
+    """What finds a session the tenant asked for lacks: the tenants that have it."""
+    if not holders:
+        return ""
+    if len(holders) == 1:
+        return f"; it is in tenant {holders[0]!r}: add --tenant {holders[0]}"
+    return f"; tenants {', '.join(map(repr, holders))} have it: add --tenant with one of them"
 
 
 async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None = None,

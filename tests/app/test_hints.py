@@ -59,3 +59,35 @@ def test_a_suggested_command_in_a_failure_is_spelled_as_typed(tmp_path: Path) ->
     message = as_typed("schema 'x' is at version 0; run `gateway db upgrade`")
     assert message == f"schema 'x' is at version 0; run `{cli_command()} db upgrade`"
     assert as_typed("no command here") == "no command here"
+
+
+async def test_the_web_pages_replay_hint_works_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the shipped web tenant (``web``, not the default tenant), the replay command the
+    chat page shows for a session, pasted into a shell, replays that session."""
+    import html
+
+    import aiohttp
+
+    from app.compose import build_gateway
+    from tests.channels.test_web import settings
+
+    monkeypatch.delenv("GATEWAY_WEB_TENANT", raising=False)  # the shipped default: web
+    gateway = build_gateway(settings(tmp_path / "data"))
+    await gateway.start()
+    base = f"http://127.0.0.1:{gateway.bound_port}"
+    try:
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"{base}/") as page:
+                found = re.search(r'data-command="([^"]*)"', await page.text())
+            async with client.post(f"{base}/api/chat", json={
+                    "conversation": "c-hint", "text": "hello", "id": "m-1"}) as chat:
+                session = (await chat.json())["session"]
+    finally:
+        await gateway.aclose()
+    assert found is not None
+    hint = html.unescape(found.group(1)).format(session=session)
+    replayed = run(hint, Path.cwd())  # the shell that started the gateway
+    assert (replayed.returncode, f"session {session}" in replayed.stdout) == (0, True), \
+        (hint, replayed.stderr)

@@ -485,3 +485,15 @@ def test_turn_is_the_old_name_of_call(cli: Callable[..., Result]) -> None:
     assert cli("s1", "--turn", "2", "--json") == cli("s1", "--call", "2", "--json")
     assert cli("s1", "--turn", "9").err == cli("s1", "--call", "9").err
     assert "has no call 9 (it has 3)" in cli("s1", "--call", "9").err
+
+
+def test_an_id_from_the_list_replays_whatever_its_tenant(cli: Callable[..., Result]) -> None:
+    """An id from ``--list`` that lives in another tenant (as the web chat's live in ``web``)
+    replays without ``--tenant``; with a tenant that lacks it, one line names the option that
+    finds it."""
+    found = cli("t1")
+    assert (found.code, found.err) == (0, "")
+    assert "tenant acme" in found.out.splitlines()[1]
+    missing = cli("t1", "--tenant", "default")
+    assert_one_line_error(missing, 2)
+    assert missing.err.endswith("; it is in tenant 'acme': add --tenant acme\n")
