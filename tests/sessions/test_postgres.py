@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import asyncpg
 import orjson
 import pytest
 
@@ -72,6 +73,58 @@ def committed_elsewhere(schema: str, session_id: str, expected: list[int]) -> No
     worker.join()
     if failed:
         raise failed[0]
+
+
+class LockedEntries:
+    """A connection in a thread of its own holding the entries table locked until released.
+
+    :meth:`release_and_wait` blocks the calling thread (and so its event loop) while the lock
+    goes: whatever waited behind it at the server commits with this loop unable to read its
+    reply."""
+
+    def __init__(self, schema: str) -> None:
+        self._schema = schema
+        self._locked = threading.Event()
+        self._release = threading.Event()
+        self._failed: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name="locked-entries")
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._locked.wait(60) or self._failed:
+            raise self._failed[0] if self._failed else TimeoutError("no table lock in 60 s")
+
+    def release_and_wait(self) -> None:
+        self._release.set()
+        self._thread.join()
+        if self._failed:
+            raise self._failed[0]
+
+    def _run(self) -> None:
+        async def hold() -> None:
+            conn = await connect()
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"LOCK TABLE {pg_schema.quoted(self._schema)}.entries"
+                                       " IN EXCLUSIVE MODE")
+                    self._locked.set()
+                    await asyncio.to_thread(self._release.wait)
+            finally:
+                await conn.close()
+
+        try:
+            asyncio.run(hold())
+        except BaseException as exc:  # raised again in the caller's thread
+            self._failed.append(exc)
+            self._locked.set()
+
+
+async def waiting_on_a_lock(conn: asyncpg.Connection, schema: str) -> bool:
+    """Whether an append to ``schema``'s log is waiting at the server for a lock."""
+    count = await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE '%' || $1 || '%append_entries%'", pg_schema.quoted(schema))
+    return bool(count)
 
 
 # -- seq integrity -------------------------------------------------------------------------------
@@ -231,11 +284,19 @@ async def test_lost_reply_is_recognised_on_retry(pg_store: PostgresSessionStore)
     """An append committed but cancelled before its reply was read is not written twice."""
     writer = await pg_store.create(channel="console", conversation="c", session_id="s1")
     await add(writer, user("one"))
+    # The append is held at the server behind a table lock taken by another thread's
+    # connection, so it is surely sent and its reply surely not read yet; that thread then
+    # lets it commit while this loop is blocked (joined), and the reply waits unread.
+    held = LockedEntries(pg_store.schema)
+    held.start()
     task = asyncio.create_task(add(writer, user("two")))
-    for _ in range(20):  # let the task send its query
-        await asyncio.sleep(0)
-    # Block the loop on purpose until the server has committed (seen from a thread with a
-    # loop and a store of its own): the reply then waits unread.
+    watcher = await connect()
+    try:
+        await until(lambda: waiting_on_a_lock(watcher, pg_store.schema),
+                    what="the append waiting behind the lock")
+    finally:
+        await watcher.close()
+    held.release_and_wait()  # blocks this loop until the server has committed the append
     committed_elsewhere(pg_store.schema, "s1", [0, 1, 2])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
