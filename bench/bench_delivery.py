@@ -68,7 +68,7 @@ async def trials(count: int, batch: int, seed: int) -> list[Summary]:
         plans = random_plans(rng, size, EVENTS, stops=max(1, size // 10))
         with tempfile.TemporaryDirectory(prefix="bench-delivery-") as tmp:
             summary = await run_schedule(f"bench-delivery-{number // batch + 1}", plans,
-                                         Path(tmp))
+                                         Path(tmp), test="crash-random")
         print(summary.line(), flush=True)
         summaries.append(summary)
     return summaries

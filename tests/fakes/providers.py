@@ -746,7 +746,10 @@ class FakeProviderServer:
             if cut_after is not None and sent >= cut_after:
                 self._drop_connection(request)
                 return response
-            await response.write(event)
+            try:
+                await response.write(event)
+            except ConnectionResetError:
+                return response  # the client went away mid-stream (killed): nothing to send
             if pace:
                 await self._sleep(pace)
         await response.write_eof()

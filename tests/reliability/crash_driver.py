@@ -73,10 +73,10 @@ class Driver:
             return self.traffic.telegram_message()
         if channel == "slack" or (channel is None and draw < 0.7):
             message = self.traffic.slack_message()
-            self._spawn(self.traffic.deliver(self.url, message))
+            self.spawn(self.traffic.deliver(self.url, message))
             return message.token
         web = self.traffic.web_message()
-        self._spawn(web.send(self.http, self.gateway.base))
+        self.spawn(web.send(self.http, self.gateway.base))
         return web.token
 
     def one_new(self) -> None:
@@ -88,21 +88,27 @@ class Driver:
         if draw == 0:
             self.traffic.telegram_message(FRESH_TG_USERS[self._fresh % len(FRESH_TG_USERS)])
         elif draw == 1:
-            self._spawn(self.traffic.deliver(self.url, self.traffic.slack_mention(None)))
+            self.spawn(self.traffic.deliver(self.url, self.traffic.slack_mention(None)))
         else:
             message = self.traffic.web_message(f"fresh{self._fresh}")
-            self._spawn(message.send(self.http, self.gateway.base))
+            self.spawn(message.send(self.http, self.gateway.base))
 
     def retry_unacked(self) -> None:
         """What Slack does for events it got no 200 for, and a browser for a message it got
         no answer for: deliver them again."""
         for message in self.traffic.unacked_slack:
-            self._spawn(self.traffic.deliver(self.url, message, retry=True))
+            self.spawn(self.traffic.deliver(self.url, message, retry=True))
         for web in self.traffic.web_messages:
             if web.wants_retry:
-                self._spawn(web.send(self.http, self.gateway.base))
+                self.spawn(web.send(self.http, self.gateway.base))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    @property
+    def busy(self) -> bool:
+        """Deliveries are in flight."""
+        return bool(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a delivery as a task (a kill never waits on it)."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -133,24 +139,35 @@ async def final_run(driver: Driver, tg: FakeTelegramServer, slack: FakeSlackServ
     tokens += [message.token for message in last]
     web = [traffic.web_message(conversation)
            for conversation in sorted({*WEB_CONVERSATIONS, *traffic.web_conversations})]
-    await asyncio.gather(*(traffic.deliver(driver.url, m) for m in last),
-                         *(m.send(driver.http, driver.gateway.base) for m in web))
+    for message in last:
+        driver.spawn(traffic.deliver(driver.url, message))
+    for page in web:
+        driver.spawn(page.send(driver.http, driver.gateway.base))
     findings: list[str] = []
     # Queues are served in order, so once the last messages are answered, whatever was
-    # redelivered before them has been handled too. The bound is on progress, not on the
-    # whole: a loaded machine answers slowly but steadily (a fixed 30 s for everything was
-    # what a run at load 9-17 ran out of), and a run that stops answering fails after
-    # SETTLE_TIMEOUT seconds without a new answer.
-    progress, last = time.monotonic(), -1
-    while (traffic.unacked_telegram or traffic.unacked_slack
-           or not set(tokens) <= set(answered(tg, slack))):
-        now = len(answered(tg, slack)) + len(traffic.acknowledged())
-        if now != last:
-            progress, last = time.monotonic(), now
+    # redelivered before them has been handled too. Meanwhile the platforms go on doing what
+    # they do (Slack retries what got no 200, a page asks again for an answer it did not
+    # get). The bound is on progress, not on the whole: a loaded machine answers slowly but
+    # steadily (a fixed 30 s for everything, and a browser's 30 s, were what runs at load
+    # 9-28 ran out of), and a run that stops answering fails after SETTLE_TIMEOUT seconds
+    # without a new answer.
+    progress, seen = time.monotonic(), -1
+    while True:
+        pages = [m for m in traffic.web_messages if m.reply is None and (m.acked or m in web)]
+        if not (traffic.unacked_telegram or traffic.unacked_slack or pages
+                or not set(tokens) <= set(answered(tg, slack))):
+            break
+        if not driver.busy:
+            driver.retry_unacked()
+        now = (len(answered(tg, slack)) + len(traffic.acknowledged())
+               + sum(1 for m in traffic.web_messages if m.reply is not None))
+        if now != seen:
+            progress, seen = time.monotonic(), now
         elif time.monotonic() - progress > SETTLE_TIMEOUT:
             findings.append(f"final run made no progress for {SETTLE_TIMEOUT:.0f} s")
             break
         await asyncio.sleep(0.05)
+    await driver.settled()
     findings += [f"final web message {m.client_id} got {m.statuses}"
                  for m in web if m.reply is None]
     # Every conversation's last message is answered, so everything owed before it was served

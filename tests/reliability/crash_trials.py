@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from tests.fakes.providers import FakeProviderServer
 from tests.fakes.slack_api import FakeSlackServer
@@ -88,6 +89,8 @@ class Summary:
     final: list[str]
     seconds: float
     kept: Path | None = None
+    test: str = ""
+    """The name the schedule replays under (``GATEWAY_TRIAL_SCHEDULE='<test>=...'``)."""
 
     def total(self, column: str) -> int:
         return sum(int(getattr(row, column)) for row in self.rows)
@@ -112,7 +115,8 @@ class Summary:
         return "ok" if not self.final else "FAILED: " + "; ".join(self.final[:5])
 
     def report(self) -> str:
-        lines = [f"replay with: GATEWAY_TRIAL_SCHEDULE='{self.name}={self.schedule}'",
+        lines = [f"replay with: GATEWAY_TRIAL_SCHEDULE='{self.test or self.name}="
+                 f"{self.schedule}'",
                  *(r.line() for r in self.results), self.line(), "", TABLE_HEAD,
                  *(row.cells() for row in self.rows)]
         if self.kept is not None:
@@ -210,6 +214,25 @@ async def _trial(number: int, plan: TrialPlan, driver: Driver, echo: SlowEcho,
                        time.monotonic() - began, findings)
 
 
+def platform_state(traffic: Traffic) -> bytes:
+    """What the platforms hold at the end, for whoever reads a kept run: the bot's messages
+    (edits applied) and every web message's attempts and answer."""
+    tg, slack = traffic.tg, traffic.slack
+    state = {
+        "telegram": [{"chat": chat, "message": mid, "text": m.get("text")}
+                     for (chat, mid), m in tg.messages.items()
+                     if m["from"]["id"] == tg.bot_user["id"]],
+        "slack": [{"channel": channel, "ts": ts, "thread": m.get("thread_ts"),
+                   "text": m.get("text"), "metadata": m.get("metadata")}
+                  for (channel, ts), m in slack.messages.items()
+                  if m.get("bot_id") == slack.bot_id],
+        "web": [{"token": w.token, "id": w.client_id, "statuses": w.statuses,
+                 "reply": w.reply} for w in traffic.web_messages],
+        "sent": {token: channel for token, channel in traffic.channel_of.items()},
+    }
+    return orjson.dumps(state, option=orjson.OPT_INDENT_2)
+
+
 def keep_on_failure(tmp_path: Path, name: str) -> Path:
     """Copy the data directory and the gateway's logs where the next run will not clean
     them up; the copy's path."""
@@ -220,10 +243,13 @@ def keep_on_failure(tmp_path: Path, name: str) -> Path:
 
 
 async def run_schedule(name: str, plans: list[TrialPlan], tmp_path: Path,
-                       extra_env: dict[str, str] | None = None) -> Summary:
-    """Every trial of ``plans`` in order, then a final clean run; see the module docstring."""
+                       extra_env: dict[str, str] | None = None, *,
+                       test: str | None = None) -> Summary:
+    """Every trial of ``plans`` in order, then a final clean run; see the module docstring.
+    ``test``: the name ``GATEWAY_TRIAL_SCHEDULE`` replays the run under (default ``name``)."""
     schedule = encode(plans)
-    print(f"\n{name}: GATEWAY_TRIAL_SCHEDULE='{name}={schedule}'", flush=True)
+    replay = f"{test or name}={schedule}"
+    print(f"\n{name}: GATEWAY_TRIAL_SCHEDULE='{replay}'", flush=True)
     data_dir = tmp_path / "data"
     results: list[TrialResult] = []
     started = time.monotonic()
@@ -264,8 +290,10 @@ async def run_schedule(name: str, plans: list[TrialPlan], tmp_path: Path,
         final += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
         final += repeated(traffic, tg, slack, logs)
         rows = tally(traffic, tg, slack, logs, Counter(_kind(r.plan) for r in results))
+        (tmp_path / "platform.json").write_bytes(platform_state(traffic))
         summary = Summary(name, schedule, results, rows, acknowledged_by_channel(traffic),
-                          strays(tg, slack), final, time.monotonic() - started)
+                          strays(tg, slack), final, time.monotonic() - started,
+                          test=test or name)
     if summary.final or summary.with_findings or summary.total("twice") or summary.total(
             "never") or summary.total("lost"):
         summary.kept = keep_on_failure(tmp_path, name)

@@ -67,7 +67,7 @@ def checked(summary: Summary, capsys: pytest.CaptureFixture[str], planned_count:
         print(f"\n{summary.report()}")
     problems = [f"trial {r.number} [{r.plan.encode()}]: {f}"
                 for r in summary.results for f in r.findings] + summary.final
-    context = (f"{summary.line()}\nreplay: GATEWAY_TRIAL_SCHEDULE='{summary.name}="
+    context = (f"{summary.line()}\nreplay: GATEWAY_TRIAL_SCHEDULE='{summary.test}="
                f"{summary.schedule}'\n"
                f"kept: {summary.kept}\n" + "\n".join(problems[:40]))
     # What the summary claims, checked: every planned trial ran and ended at a kill, every

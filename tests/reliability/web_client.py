@@ -16,10 +16,13 @@ import aiohttp
 import orjson
 
 WEB_CONVERSATIONS = ("w1", "w2", "w3")
-MAX_ATTEMPTS = 12
-"""A browser gives up in the end: a message never answered 200 counts as not acknowledged."""
-REQUEST_TIMEOUT = 30.0
-"""The reply comes in the response, after the queued turns ahead of it: generous."""
+MAX_ATTEMPTS = 50
+"""A browser gives up in the end: a message never answered 200 counts as not acknowledged.
+Generous: every trial's kill cuts the requests then open, and a page whose message was
+acknowledged keeps asking for its answer as long as it is open."""
+REQUEST_TIMEOUT = 90.0
+"""The reply comes in the response, after the queued turns ahead of it: generous (a restart
+on a loaded machine can owe a conversation dozens of turns from the trials before)."""
 
 
 @dataclass
