@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 
 from tests import capabilities
@@ -108,6 +109,28 @@ def unnoted(data_dir: Path, tg: FakeTelegramServer, slack: FakeSlackServer) -> s
     paid = paid_items(data_dir)
     items = items_of_tokens(data_dir)
     return {token for token in answered(tg, slack) if not items.get(token, set()) & paid}
+
+
+def paid_in_journal(data_dir: Path, finding: str) -> bool:
+    """Whether the message a :func:`missing` line names (by its token) is noted answered in
+    the owed journal (its ``owe`` line, then its ``paid`` one)."""
+    token = finding.rsplit("(", 1)[-1].rstrip(")")
+    try:
+        lines = (data_dir / "state" / "delivery.jsonl").read_bytes().splitlines()
+    except FileNotFoundError:
+        return False
+    items: set[str] = set()
+    paid: set[str] = set()
+    for raw in lines:
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(line, list) and line and line[0] == "owe" and token in str(line[-1]):
+            items.add(str(line[1]))
+        elif isinstance(line, list) and line and line[0] == "paid":
+            paid.add(str(line[1]))
+    return bool(items & paid)
 
 
 async def paced(driver: Driver, rng: random.Random, count: int, *, fresh: bool) -> None:
@@ -189,6 +212,7 @@ async def test_disk_fault_under_load_then_recovery(
     data_dir = disk.path / "data"
     findings: list[str] = []
     window: set[str] = set()
+    in_memory: list[str] = []
     stop_note = ""
     steps: dict[str, str] = {}
     timings: dict[str, float] = {}
@@ -233,9 +257,13 @@ async def test_disk_fault_under_load_then_recovery(
                 # Recorded is in a session log or owed in the journal: a message whose session
                 # write the full disk refused (kept in memory, written when there is room) is
                 # acknowledged once its journal line is written.
+                absent = missing(traffic.acknowledged(), during, owed_bodies(data_dir))
+                # Answered (noted paid) while its session entries wait in memory for room:
+                # the window docs/architecture.md states for a *kill* while the disk is full
+                # (a stop writes them into the reserve, checked below). Counted, not a finding.
+                in_memory = [m for m in absent if paid_in_journal(data_dir, m)]
                 findings += [f"acknowledged but not recorded during {fault}: {m}"
-                             for m in missing(traffic.acknowledged(), during,
-                                              owed_bodies(data_dir))]
+                             for m in absent if m not in in_memory]
                 refused = refusals(traffic)
                 # Polling: updates whose offset is held (or not asked for yet) at the end.
                 held = len(traffic.unacked_telegram) if FAULTS[fault] == "polling" else None
@@ -302,6 +330,7 @@ async def test_disk_fault_under_load_then_recovery(
             f"during the fault: {dict(refused) or 'nothing'}"
             f"{'' if held is None else f', {held} Telegram updates not confirmed'}; "
             f"{len(window)} answers out at the stop that the journal had not noted; "
+            f"{len(in_memory)} answered while only in memory (the disk full); "
             f"{''.join(f'{k} {v:.1f} s; ' for k, v in timings.items())}{stop_note}"
             f"{'ok' if not findings else 'FINDINGS: ' + '; '.join(findings[:5])}")
     failed = bool(findings) or total.acknowledged != total.once or total.twice > 0
