@@ -184,9 +184,11 @@ def person_owner(channel: str, person: str) -> str:
 
 
 def belongs_to(record: ScheduleRecord, channel: str, person: str) -> bool:
-    """Whether ``record`` is the person's, for erasure: they own it, or it speaks in their
-    one-to-one chat (an operator's schedule addressed to them)."""
-    if record.owner == person_owner(channel, person):
+    """Whether ``record`` is the person's, for erasure: they own it, they set it (a reminder
+    set in a group is the group's to count and cancel, but it would fire in their name and
+    with their words after the erasure), or it speaks in their one-to-one chat (an
+    operator's schedule addressed to them)."""
+    if person_owner(channel, person) in (record.owner, record.created_by):
         return True
     target = record.target
     return target.channel == channel and target.chat_type == "private" and (

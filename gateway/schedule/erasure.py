@@ -1,6 +1,7 @@
-"""The eraser's step for schedules: a person's reminders, the schedules that speak in their
-one-to-one chat, and their time zone (:func:`sessions.schedules.belongs_to`). A group's
-schedules are the group's and stay, as its log does."""
+"""The eraser's step for schedules: a person's reminders (those they set in a group too: they
+would fire in the person's name), the schedules that speak in their one-to-one chat, and
+their time zone (:func:`sessions.schedules.belongs_to`). A group's other schedules are the
+group's and stay, as its log does."""
 
 from __future__ import annotations
 

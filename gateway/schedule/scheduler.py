@@ -165,11 +165,13 @@ class Scheduler:
     def _plan(self, record: ScheduleRecord, now: float) -> ScheduleRecord:
         claimed = triggers.plan(record, now, self.settings.grace)
         if claimed.skipped > record.skipped:
-            newest = claimed.history[-1]
-            self._count_skipped(claimed.skipped - record.skipped)
-            log.warning("schedule %s (tenant %s): skipped the occurrence of %s (%s)",
-                        record.id, record.tenant, iso_time(newest.occurrence),
-                        newest.reason)
+            skipped = claimed.skipped - record.skipped
+            self._count_skipped(skipped)
+            assert record.next_at is not None  # a due record: the first one skipped
+            log.warning("schedule %s (tenant %s): skipped %s from %s (%s)",
+                        record.id, record.tenant,
+                        "1 occurrence" if skipped == 1 else f"{skipped} occurrences",
+                        iso_time(record.next_at), claimed.history[-1].reason)
         return claimed
 
     async def _deliver(self, record: ScheduleRecord) -> ScheduleRecord:

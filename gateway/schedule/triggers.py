@@ -170,9 +170,9 @@ def plan(record: ScheduleRecord, now: float, grace: float) -> ScheduleRecord:
     if following is not None and following <= now:  # more than MAX_CATCH_UP: jump ahead
         following = next_after(record, now)
     claimed = dataclasses.replace(record, next_at=following)
-    if missed:
+    if missed:  # recorded at the first one missed: the newest may still fire
         claimed = claimed.with_outcome(
-            Outcome(occurrence, "skipped", now,
+            Outcome(record.next_at, "skipped", now,
                     f"late: {missed}{'+' if missed >= MAX_CATCH_UP else ''} older missed"),
             count=missed)
     if now - occurrence > grace:

@@ -64,7 +64,9 @@ class PostgresScheduleStore:
         self._cancel_row = (f"SELECT body FROM {q}.schedules WHERE tenant = $1 AND id = $2"
                             " AND state = 'active' AND ($3::text IS NULL OR owner = $3)"
                             " FOR UPDATE")
+        # As sessions.schedules.belongs_to: who set it is in the body only (erasure is rare).
         self._erase = (f"DELETE FROM {q}.schedules WHERE tenant = $1 AND (owner = $2"
+                       " OR body::jsonb ->> 'created_by' = $2"
                        " OR (target_channel = $3 AND target_person = $4)) RETURNING id")
         self._erase_zone = f"DELETE FROM {q}.schedule_zones WHERE tenant = $1 AND person = $2"
         self._zone = f"SELECT zone FROM {q}.schedule_zones WHERE tenant = $1 AND person = $2"

@@ -103,6 +103,16 @@ def test_plan_after_downtime_fires_the_newest_once_late_and_skips_the_older() ->
     assert claimed.history[-1].reason == "late: 3 older missed"
 
 
+def test_the_skip_after_downtime_names_the_first_missed_not_the_one_that_fires() -> None:
+    """The recorded skip of the missed occurrences says when they began (09:00), never the
+    time of the occurrence that fires (12:00): `gateway schedule show` must not call a
+    delivered occurrence skipped."""
+    every = record("every", "3600.0", next_at=NOW, start=NOW)
+    claimed = triggers.plan(every, NOW + 3.5 * 3600, grace=3600)
+    assert [(o.occurrence, o.outcome) for o in claimed.history] == [(NOW, "skipped")]
+    assert claimed.firing == NOW + 3 * 3600
+
+
 def test_plan_beyond_the_grace_period_skips_and_records_it() -> None:
     """A one-off reminder found two hours late (grace one hour) is skipped, recorded, done."""
     once = record("at", repr(NOW), next_at=NOW)

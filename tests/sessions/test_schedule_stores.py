@@ -84,6 +84,21 @@ async def test_erase_person_takes_theirs_and_their_dms_and_their_zone(
     assert await store.zone("default", "telegram:1") is None
 
 
+async def test_erase_person_takes_the_reminders_they_set_in_a_group(
+        store: ScheduleStore) -> None:
+    """A reminder the person set in a group goes with them (it would fire in their name, with
+    their words, after the erasure); one another member set in that group stays."""
+    group = Target("telegram", "-5", "group")
+    await store.add(dataclasses.replace(record("theirs", owner="chat:telegram:-5", target=group),
+                                        created_by="person:telegram:1"),
+                    per_owner=0, per_tenant=0)
+    await store.add(dataclasses.replace(record("members", owner="chat:telegram:-5", target=group),
+                                        created_by="person:telegram:2"),
+                    per_owner=0, per_tenant=0)
+    assert await store.erase_person("default", "telegram", "1") == ["theirs"]
+    assert [r.id for r in await store.find(None)] == ["members"]
+
+
 async def test_claim_then_deliver(store: ScheduleStore) -> None:
     """Step 1 claims what is due (only that), step 2 hands it over and writes the outcome;
     a held delivery waits until its time."""
