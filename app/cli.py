@@ -60,6 +60,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("export", "export calls as OTLP/JSON traces or JSONL"),
     ("usage", "tokens and cost by conversation, person, model"),
     ("sessions", "prune old sessions, size, import/export"),
+    ("prune", "apply the configured retention once"),
     ("viewer", "browse sessions in a read-only web page"),
     ("db", "PostgreSQL store schema: upgrade, status"),
     ("pairing", "approve or revoke people in DMs"),
@@ -75,7 +76,7 @@ imported only when that command is the one being run, completed or described: th
 the server behind them cost seconds to import, and ``--version``, ``--help`` and a shell's
 Tab must not wait for them."""
 
-STORE_READERS = ("replay", "drift", "export", "viewer", "usage", "forget", "schedule")
+STORE_READERS = ("replay", "drift", "export", "viewer", "usage", "forget", "schedule", "prune")
 """Commands that read sessions from a store: they take ``--store-url`` and ``--schema``."""
 
 
@@ -168,6 +169,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
         from app.commands import pairing as pairing_cmd
 
         return pairing_cmd.run(args, settings)
+    if args.command == "prune":
+        from app.commands import prune as prune_cmd
+
+        return await prune_cmd.run(args, settings, sys.stdout)
     if args.command == "memory":
         from app.commands import memory as memory_cmd
 

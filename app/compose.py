@@ -65,6 +65,7 @@ from gateway.schedule import heartbeat
 from gateway.schedule.clock import Clock, SystemClock
 from gateway.schedule.command import RemindersCommand
 from gateway.schedule.fire import Reach
+from gateway.schedule.retention import Retention
 from gateway.schedule.scheduler import Scheduler
 from gateway.schedule.service import Schedules, ScheduleSettings
 from gateway.schedule.store import ScheduleStore
@@ -470,9 +471,12 @@ def build_ledger(settings: Settings, store: SessionStore) -> UsageLedger:
     """Usage totals in the workers' Redis when they share one, else in this process (seeded
     from today's logs on first use, so a restart does not reset a budget)."""
     if settings.redis_url is not None:
-        from coordination.redis_ledger import RedisLedger
+        from coordination.redis_ledger import KEEP_DAYS, RedisLedger
+        from sessions.retention import keep_seconds
 
-        return RedisLedger(settings.redis_url.get_secret_value(), settings.redis_prefix)
+        policy = settings.retention
+        return RedisLedger(settings.redis_url.get_secret_value(), settings.redis_prefix,
+                           keep=lambda tenant: keep_seconds(policy, tenant, KEEP_DAYS))
     return MemoryLedger(seed_from(store, load_prices(settings.prices_file)))
 
 
@@ -591,6 +595,9 @@ def build_gateway(
                     max_concurrent_downloads=settings.max_concurrent_downloads,
                     conversations=coordinator.conversations, handlers=handlers,
                     wait_for_channels=True, take_in=intake.prepare, pauses=pauses)
+    retention = Retention(settings.retention, store, blobs, schedules.clock,
+                          blob_stores=[store, rerun_store(settings.data_dir)],
+                          elector=coordinator.elector("retention"), metrics=metrics)
     scheduler = Scheduler(
         schedule_store, schedules.settings, schedules.clock, deliver=router.deliver,
         reach=Reach(directory.named, store),
@@ -614,7 +621,7 @@ def build_gateway(
         *([started("pairing", policy.pairing)] if isinstance(policy.pairing, LivePairing)
           else []),
         started("tools", loop.tools), started("erasure endpoint", erasure_endpoint),
-        started("scheduler", scheduler),
+        started("scheduler", scheduler), started("retention", retention),
     ]
     return Gateway(
         store=store, provider=provider, router=router, registry=registry,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -21,6 +21,9 @@ from gateway.edge.ids import WEB_TENANT
 from sessions.names import validate_tenant
 from sessions.postgres import schema as pg_schema
 from sessions.store import Durability
+
+if TYPE_CHECKING:
+    from sessions.retention import RetentionPolicy
 
 ProviderName = Literal["auto", "offline", "anthropic", "openai"]
 FALLBACK_PROVIDERS = ("anthropic", "openai", "offline")
@@ -91,6 +94,11 @@ class Settings(BaseSettings):
     # The store is reached through PgBouncer in transaction mode: no prepared statements kept.
     store_pgbouncer: bool = Field(False, validation_alias=_env("GATEWAY_STORE_PGBOUNCER"))
     persist_timeout: float = Field(2.0, gt=0, validation_alias=_env("GATEWAY_PERSIST_TIMEOUT"))
+    # Days a session (and the files only it refers to) is kept after its last entry; 0:
+    # forever. Per tenant: T0123=30,default=7 (0: forever). Applied hourly by the running
+    # gateway and by `gateway prune`.
+    retention_days: float = Field(0.0, ge=0, validation_alias=_env("GATEWAY_RETENTION_DAYS"))
+    retention_tenants: str = Field("", validation_alias=_env("GATEWAY_RETENTION_TENANTS"))
     shutdown_grace: float = Field(10.0, ge=0, validation_alias=_env("GATEWAY_SHUTDOWN_GRACE"))
     # Turns one worker runs at once: a number, or auto (derived from the model's latency and
     # the CPU a turn costs: gateway/delivery/limit.py).
@@ -285,6 +293,22 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: {sorted(known)}")
         return ",".join(names)
+
+    @field_validator("retention_tenants")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        if value.strip():
+            from sessions.retention import RetentionPolicy  # only when set: start-up is light
+
+            RetentionPolicy.parse(0, value)
+        return value
+
+    @property
+    def retention(self) -> RetentionPolicy:
+        """``GATEWAY_RETENTION_DAYS`` and ``GATEWAY_RETENTION_TENANTS``."""
+        from sessions.retention import RetentionPolicy
+
+        return RetentionPolicy.parse(self.retention_days, self.retention_tenants)
 
     @field_validator("max_concurrent_turns")
     @classmethod

@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from coordination.scripts import run_many
 from gateway.edge.episodes import Episode
-from gateway.edge.ledger import NOTHING, Spent
+from gateway.edge.ledger import NOTHING, Spent, tenant_of
 from gateway.edge.tasks import bounded
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,17 @@ return 1
 class RedisLedger:
     """See the module docstring."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str,
+                 keep: Callable[[str], float] | None = None) -> None:
+        """``keep``: seconds a tenant's totals are kept (at most :data:`KEEP_DAYS`: the
+        retention of ``GATEWAY_RETENTION_DAYS`` when shorter)."""
         self._redis: aioredis.Redis = aioredis.Redis.from_url(
             url, decode_responses=True, socket_connect_timeout=5.0)
         self._prefix = prefix
         self._down = Episode(log, "the usage ledger in Redis")
         self._closed = False
         self._add = self._redis.register_script(_ADD)
+        self._keep = keep or (lambda tenant: KEEP_DAYS)
         self._waiting: dict[str, list[float]] = {}  # key -> [calls, tokens, cost] not written
         self._written: asyncio.Future[None] | None = None  # the write the waiting ones join
         self._wake = asyncio.Event()
@@ -87,7 +91,10 @@ class RedisLedger:
         if self._closed:
             return  # the gateway stops: nothing is counted after the ledger closed
         for scope in scopes:
-            totals = self._waiting.setdefault(self._key(day, scope), [0, 0, 0.0])
+            totals = self._waiting.get(self._key(day, scope))
+            if totals is None:
+                keep = min(KEEP_DAYS, max(1, int(self._keep(tenant_of(scope)))))
+                totals = self._waiting[self._key(day, scope)] = [0, 0, 0.0, keep]
             totals[0] += 1
             totals[1] += tokens
             totals[2] += cost_usd
@@ -122,8 +129,8 @@ class RedisLedger:
         try:
             async with bounded():
                 await run_many(self._redis, self._add, [
-                    ([key], [int(calls), int(tokens), repr(cost), KEEP_DAYS])
-                    for key, (calls, tokens, cost) in batch.items()])
+                    ([key], [int(calls), int(tokens), repr(cost), int(keep)])
+                    for key, (calls, tokens, cost, keep) in batch.items()])
             self._down.ok()
         except (RedisError, TimeoutError) as exc:
             self._down.failed(type(exc).__name__)

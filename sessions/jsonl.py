@@ -50,8 +50,9 @@ from sessions.files import (
     ensure_private_dir,
     read_first_line,
     read_regular,
-    write_all,
 )
+from sessions.jsonl_prune import prune as prune_files
+from sessions.jsonl_rewrite import read_fd, rewrite_lines
 from sessions.jsonl_writer import JsonlSessionWriter, errno_kind
 from sessions.names import (
     DEFAULT_TENANT,
@@ -72,8 +73,10 @@ from sessions.reserve import Reserve
 from sessions.scan import recover_state, split_lines, summarise
 from sessions.store import (
     DURABILITY_LEVELS,
+    Cutoffs,
     Durability,
     MessagePage,
+    Pruned,
     SessionInfo,
     SessionState,
     page_item,
@@ -263,7 +266,7 @@ class JsonlSessionStore:
         try:
             self._lock(fd, session_id)
             os.fchmod(fd, FILE_MODE)
-            data = await asyncio.to_thread(_read_fd, fd)
+            data = await asyncio.to_thread(read_fd, fd)
             lines, torn = split_lines(data)
             # Check the header before repairing: a log we refuse to resume is left untouched.
             _check_writable_header(lines, session_id)
@@ -409,6 +412,18 @@ class JsonlSessionStore:
             messages=tuple(messages[offset : offset + limit]),
         )
 
+    # -- retention ---------------------------------------------------------------------------
+
+    async def prune(self, cutoffs: Cutoffs, *, dry: bool = False) -> list[Pruned]:
+        """See :meth:`sessions.store.SessionStore.prune`: :mod:`sessions.jsonl_prune`, in a
+        thread (file system calls). Rerun logs (a ``folder`` store) are not in its layout."""
+        if self.folder is not None:
+            return []
+        only = None if cutoffs.default is not None or len(cutoffs.tenants) != 1 \
+            else next(iter(cutoffs.tenants))
+        return await asyncio.to_thread(prune_files, self.data_dir, cutoffs, tenant=only,
+                                       dry=dry)
+
     # -- erasure -----------------------------------------------------------------------------
 
     async def erase(self, tenant: str, session_ids: Sequence[str],
@@ -442,7 +457,7 @@ class JsonlSessionStore:
                 self._lock(fd, path.stem)
             for path, lines in changed.items():
                 if path in held and path not in paths:
-                    _rewrite_lines(path, held[path], lines)
+                    rewrite_lines(path, held[path], lines)
             for path in paths:
                 if path in held:
                     path.unlink()
@@ -477,36 +492,6 @@ class JsonlSessionStore:
 
     async def aclose(self) -> None:
         return None
-
-
-def _rewrite_lines(path: Path, fd: int, lines: Mapping[int, bytes]) -> None:
-    """Replace the lines of ``path`` (open as ``fd``) whose ``seq`` is in ``lines``: a new file
-    written beside it, fsynced, renamed over it (a crash leaves the old file or the new one)."""
-    data = _read_fd(fd)
-    out: list[bytes] = []
-    for raw in data.split(b"\n"):
-        if raw and b'"seq"' in raw:
-            entry = loads_entry(raw)
-            seq = entry.get("seq") if entry is not None else None
-            if isinstance(seq, int) and seq in lines:
-                raw = lines[seq]
-        out.append(raw)
-    temporary = path.with_name(f".{path.name}.erase")
-    new = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        write_all(new, b"\n".join(out))
-        os.fsync(new)
-    except BaseException:
-        os.close(new)
-        temporary.unlink(missing_ok=True)
-        raise
-    os.close(new)
-    os.replace(temporary, path)
-
-
-def _read_fd(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    return os.pread(fd, size, 0)
 
 
 def _check_writable_header(lines: list[bytes], session_id: str) -> None:

@@ -69,6 +69,30 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Cutoffs:
+    """Per tenant, the Unix time before which its sessions go: ``tenants``' own, else
+    ``default`` (``None``: kept). :class:`sessions.retention.RetentionPolicy` makes them."""
+
+    default: float | None = None
+    tenants: Mapping[str, float | None] = field(default_factory=dict)
+
+    def __call__(self, tenant: str) -> float | None:
+        return self.tenants.get(tenant, self.default)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """A session retention removed, or kept (``kept`` says why: a live writer holds it...),
+    or, in a dry run, would remove (``kept`` None)."""
+
+    tenant: str
+    session_id: str
+    size_bytes: int
+    modified: float
+    kept: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MessagePage:
     """A page of message entries (never prompt, section, tools, call or outcome entries):
     each ``seq``, ``ts`` and ``message``, and ``meta`` when the entry has one (what the
@@ -205,6 +229,18 @@ class SessionStore(Protocol):
 
     async def tombstones(self, tenant: str | None = None) -> list[dict[str, Any]]:
         """The tombstones of one tenant (``None``: every tenant), oldest first."""
+        ...
+
+    async def prune(self, cutoffs: Cutoffs, *, dry: bool = False) -> list[Pruned]:
+        """Delete every session last modified before its tenant's cutoff; ``dry``: delete
+        nothing. Each such session comes back, with ``kept`` saying why one stayed.
+
+        Contract: a session a live writer holds is kept where the backend can tell (JSONL:
+        its ``flock``, this process's writers included); PostgreSQL cannot, and a writer of
+        a session deleted under it finds it gone at its next append (``NOT_FOUND``: the
+        conversation goes on in a new session). Retention (:mod:`sessions.retention`) calls
+        it; the bytes of the files those sessions sent go afterwards, once unreferenced.
+        """
         ...
 
     async def aclose(self) -> None: ...

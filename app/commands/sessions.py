@@ -8,27 +8,18 @@ A restored backup that lost its mtimes looks new: the safe direction.
 ``size [--tenant T]`` prints, per tenant, the number of sessions, their bytes and the oldest and
 newest last modification.
 
-Safety: only ``<data_dir>/sessions/<id>.jsonl`` and ``<data_dir>/tenants/<t>/sessions/<id>.jsonl``
-are ever considered, with valid names, as regular files. Directories are opened with
-``O_NOFOLLOW`` and files are looked at with ``lstat``, so a symlink anywhere below the data
-directory is skipped, never followed out of the layout. A session another process holds open
-for writing (its ``flock``) is skipped, not deleted; the lock is held while unlinking, so a
-gateway cannot resume the session in between. The JSONL layout only: another store backend
-needs its own retention.
+Safety (:mod:`sessions.jsonl_prune`): only the layout's own session files are considered,
+symlinks are never followed, and a session a writer holds open (its ``flock``) is skipped,
+not deleted. The JSONL layout only; ``gateway prune`` applies the configured retention
+(``GATEWAY_RETENTION_DAYS``) to either store.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
-import fcntl
-import os
 import re
-import stat
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -37,7 +28,8 @@ from app.commands.common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, CommandErr
 from app.commands.progress import progress
 from app.commands.sessions_db import add_subcommands as add_db_subcommands
 from sessions.errors import InvalidNameError
-from sessions.names import DEFAULT_TENANT, validate_session_id, validate_tenant
+from sessions.jsonl_prune import remove, session_dirs, session_files
+from sessions.names import validate_tenant
 
 PROG = "gateway sessions"
 DESCRIPTION = """\
@@ -46,7 +38,6 @@ Retention and moving logs: "prune" deletes sessions not modified for a while (JS
 "import" move logs between JSONL files and the PostgreSQL store."""
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _DURATION = re.compile(r"([0-9]+)([smhd])")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,18 +64,6 @@ def parse_duration(text: str) -> int:
     return int(match.group(1)) * UNITS[match.group(2)]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionFile:
-    """One session log found in the layout (``lstat`` data; never a symlink)."""
-
-    tenant: str
-    session_id: str
-    dir_fd: int
-    size: int
-    mtime: float
-    inode: int
-
-
 def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None,
         err: TextIO | None = None) -> int:
     """Blocking by design: a one-shot command with nothing else on its event loop."""
@@ -105,124 +84,8 @@ def run(args: argparse.Namespace, data_dir: Path, out: TextIO | None = None,
         raise CommandError(f"cannot read{where}: {exc.strerror}", EXIT_UNREADABLE) from exc
 
 
-def _session_dirs(data_dir: Path, tenant: str | None) -> Iterator[tuple[str, int]]:
-    """``(tenant, directory fd)`` of every sessions directory; fds are closed after each yield."""
-    try:
-        root = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)  # the operator named this one
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise CommandError(f"cannot open {data_dir}: {exc.strerror}", EXIT_USAGE) from exc
-    try:
-        if tenant in (None, DEFAULT_TENANT):
-            yield from _opened(DEFAULT_TENANT, root, ("sessions",))
-        if tenant != DEFAULT_TENANT:
-            names = [tenant] if tenant is not None else _tenant_names(root)
-            for name in names:
-                yield from _opened(name, root, ("tenants", name, "sessions"))
-    finally:
-        os.close(root)
-
-
-def _tenant_names(root: int) -> list[str]:
-    fd = _open_dir(root, ("tenants",))
-    if fd is None:
-        return []
-    try:
-        names = []
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                # The default tenant lives in <data_dir>/sessions, never under tenants/.
-                if entry.is_dir(follow_symlinks=False) and entry.name != DEFAULT_TENANT:
-                    try:
-                        names.append(validate_tenant(entry.name))
-                    except InvalidNameError:
-                        continue
-        return sorted(names)
-    finally:
-        os.close(fd)
-
-
-def _open_dir(root: int, parts: tuple[str, ...]) -> int | None:
-    """Open ``root/parts...`` refusing a symlink at every step; ``None`` if any step is not a
-    real directory."""
-    fd = root
-    try:
-        for part in parts:
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                    return None
-                raise
-            if fd != root:
-                os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        if fd != root:
-            os.close(fd)
-        raise
-
-
-def _opened(tenant: str, root: int, parts: tuple[str, ...]) -> Iterator[tuple[str, int]]:
-    fd = _open_dir(root, parts)
-    if fd is None:
-        return
-    try:
-        yield tenant, fd
-    finally:
-        os.close(fd)
-
-
-def _files(tenant: str, dir_fd: int) -> list[SessionFile]:
-    found: list[SessionFile] = []
-    with os.scandir(dir_fd) as entries:
-        for entry in entries:
-            if not entry.name.endswith(".jsonl"):
-                continue
-            try:
-                sid = validate_session_id(entry.name[: -len(".jsonl")])
-                st = entry.stat(follow_symlinks=False)
-            except (InvalidNameError, FileNotFoundError):
-                continue
-            if stat.S_ISREG(st.st_mode):  # a symlink or anything odd is not ours to touch
-                found.append(SessionFile(tenant, sid, dir_fd, st.st_size, st.st_mtime,
-                                         st.st_ino))
-    found.sort(key=lambda f: (f.mtime, f.session_id))
-    return found
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _remove(item: SessionFile, *, dry: bool) -> str | None:
-    """Delete one session under its writer lock (``dry``: only take and drop the lock); the
-    reason it was (or would be) kept, if it was."""
-    name = f"{item.session_id}.jsonl"
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=item.dir_fd)
-    except FileNotFoundError:
-        return "already gone"
-    except OSError as exc:
-        return exc.strerror or "cannot open"
-    try:
-        if os.fstat(fd).st_ino != item.inode:
-            return "replaced since it was listed"
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return "in use by a running gateway"
-        if dry:
-            return None
-        try:
-            os.unlink(name, dir_fd=item.dir_fd)
-        except OSError as exc:
-            return exc.strerror or "cannot delete"
-    finally:
-        os.close(fd)  # also releases the lock
-    return None
 
 
 def _prune(data_dir: Path, tenant: str | None, seconds: int, dry: bool, out: TextIO,
@@ -230,15 +93,15 @@ def _prune(data_dir: Path, tenant: str | None, seconds: int, dry: bool, out: Tex
     cutoff = time.time() - seconds
     count = total = kept = 0
     verb = "would remove" if dry else "removed"
-    for name, dir_fd in _session_dirs(data_dir, tenant):
+    for name, dir_fd in session_dirs(data_dir, tenant):
         # Listed first (cheap lstat calls), so the bar knows its length; each file is checked
         # again when it is removed.
-        old = [item for item in _files(name, dir_fd) if item.mtime < cutoff]
+        old = [item for item in session_files(name, dir_fd) if item.mtime < cutoff]
         with progress(f"prune {name}", len(old), err) as ticker:
             for item in old:
                 ticker.advance()
                 label = f"{item.tenant}/{item.session_id}"
-                reason = _remove(item, dry=dry)
+                reason = remove(item, dry=dry)
                 if reason is not None:
                     out.write(f"{'would keep' if dry else 'kept'} {label}: {reason}\n")
                     kept += 1
@@ -256,8 +119,8 @@ def _size(data_dir: Path, tenant: str | None, out: TextIO) -> int:
     header = ("tenant", "sessions", "bytes", "oldest", "newest")
     rows: list[tuple[str, ...]] = []
     all_count = all_bytes = 0
-    for name, dir_fd in _session_dirs(data_dir, tenant):
-        files = _files(name, dir_fd)
+    for name, dir_fd in session_dirs(data_dir, tenant):
+        files = session_files(name, dir_fd)
         size = sum(f.size for f in files)
         all_count += len(files)
         all_bytes += size

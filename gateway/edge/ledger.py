@@ -61,6 +61,11 @@ def scopes_of(key: ConversationKey, context: ChannelContext) -> list[str]:
     return scopes
 
 
+def tenant_of(scope: str) -> str:
+    """The tenant a scope belongs to (every scope names it second)."""
+    return scope.split(":", 2)[1] if scope.count(":") >= 1 else scope
+
+
 def day_of(moment: float) -> str:
     """The UTC day (``YYYY-MM-DD``) a Unix time falls on: budgets reset at midnight UTC."""
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d")

@@ -90,6 +90,9 @@ class Metrics:
         self.queue_depth = Gauge("gateway_queue_depth", "Inbound messages waiting for a turn",
                                  registry=r)
         self.active_turns = Gauge("gateway_active_turns", "Turns running now", registry=r)
+        self.retained = Counter("gateway_retention_removed_total",
+                                "Sessions and unreferenced blobs removed by retention",
+                                ["kind"], registry=r)
         self.turn_limit = Gauge("gateway_turn_limit",
                                 "Turns this worker runs at once at most (fixed or derived)",
                                 registry=r)

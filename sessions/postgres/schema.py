@@ -242,12 +242,19 @@ CREATE TABLE {schema}.schedule_zones (
 );
 """
 
+_V6 = """
+-- Retention (sessions.retention): the sessions whose last entry is older than a cutoff, found
+-- without reading the others (the hourly pass of a running gateway).
+CREATE INDEX sessions_by_modified ON {schema}.sessions (modified_at);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, entries, append_entries()", _V1),
     Migration(2, "blobs (attachment bytes by sha256)", _V2),
     Migration(3, "erasures (tombstones)", _V3),
     Migration(4, "fencing-token sequence, inbox (owed messages of shared workers)", _V4),
     Migration(5, "schedules, schedule_zones (scheduled turns)", _V5),
+    Migration(6, "sessions by last modification (retention)", _V6),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -75,13 +75,12 @@ from sessions.postgres.importer import (
     ImportResult,
     header_id,
     plan_import,
-    text_of,
 )
+from sessions.postgres.maintenance import insert_imported, prune_rows, rewrite_lines
 from sessions.postgres.pool import POOL_SIZE, open_pool
-from sessions.postgres.rewrite import rewrite_lines
 from sessions.postgres.writer import DB_ERRORS, PostgresSessionWriter, error_kind
 from sessions.scan import SCHEDULED_MARK, recover_state
-from sessions.store import MessagePage, SessionInfo, SessionState, page_item
+from sessions.store import Cutoffs, MessagePage, Pruned, SessionInfo, SessionState, page_item
 from sessions.tombstones import decode_lines, encode
 
 if TYPE_CHECKING:
@@ -418,24 +417,7 @@ class PostgresSessionStore:
                                   else header_id(head, fallback_id))
         version = head.get("version") if isinstance(head.get("version"), int) else None
         async with self._writing(sid) as conn, conn.transaction():
-            try:
-                await conn.execute(
-                    f"INSERT INTO {self._q}.sessions (tenant, id, started_at, channel,"
-                    " conversation, version, header, fence, next_seq, message_count,"
-                    " first_user_text, size_bytes)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, 0, $8, $9, $10, $11)",
-                    tenant, sid, text_of(head.get("startedAt")), text_of(head.get("channel")),
-                    text_of(head.get("conversation")), version, plan.rows[0][2].decode(),
-                    len(plan.rows), plan.summary.message_count, plan.summary.first_user_text,
-                    plan.size,
-                )
-            except asyncpg.UniqueViolationError as exc:
-                raise SessionExistsError(f"session {sid} already exists") from exc
-            await conn.copy_records_to_table(
-                "entries", schema_name=self.schema,
-                columns=("tenant", "session_id", "seq", "type", "line"),
-                records=[(tenant, sid, seq, kind, line) for seq, kind, line in plan.rows],
-            )
+            await insert_imported(conn, self._q, self.schema, tenant, sid, version, plan)
         return ImportResult(sid, tenant, version, len(plan.rows), plan.size, len(plan.torn))
 
     # -- readers -----------------------------------------------------------------------------
@@ -576,6 +558,11 @@ class PostgresSessionStore:
                 " ORDER BY id", tenant,
             )
         return decode_lines(b"\n".join(bytes(r["line"]) for r in rows))
+
+    async def prune(self, cutoffs: Cutoffs, *, dry: bool = False) -> list[Pruned]:
+        """See :meth:`sessions.store.SessionStore.prune` (:func:`prune_rows`)."""
+        async with self._writing("retention") as conn:
+            return await prune_rows(conn, self._q, cutoffs, dry=dry)
 
     async def aclose(self) -> None:
         """Close the pool (idempotent); connections still busy after a grace are cut."""

@@ -102,6 +102,27 @@ async def test_counts_waiting_when_the_ledger_closes_are_written() -> None:
         await client.aclose()
 
 
+async def test_a_tenants_retention_shortens_how_long_its_totals_are_kept() -> None:
+    """Totals of a tenant whose retention is one hour expire after it (not after the three
+    days kept otherwise); another tenant's keep the three days."""
+    client = await redis_client()
+    prefix = new_prefix()
+    ledger = RedisLedger(REDIS_URL, prefix, keep=lambda t: 3600.0 if t == "short" else 1e9)
+    try:
+        await ledger.add(["tenant:short", "user:short:web:ada"], DAY, 5, 0.0)
+        await ledger.add(["tenant:long"], DAY, 5, 0.0)
+        ttls = {key.removeprefix(f"{prefix}usage:{DAY}:"): await client.ttl(key)
+                for key in [k async for k in client.scan_iter(match=f"{prefix}usage:*")]}
+    finally:
+        await ledger.aclose()
+        await delete_prefix(client, prefix)
+        await client.aclose()
+    assert set(ttls) == {"tenant:short", "user:short:web:ada", "tenant:long"}
+    assert 3500 < ttls["tenant:short"] <= 3600
+    assert 3500 < ttls["user:short:web:ada"] <= 3600
+    assert ttls["tenant:long"] > 2 * 86_400
+
+
 async def test_redis_outage_lets_people_through() -> None:
     """Nothing listening: counts are dropped, totals read as nothing, messages pass."""
     ledger = RedisLedger("redis://127.0.0.1:1/0", "gwtest:down:")
