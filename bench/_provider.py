@@ -47,7 +47,7 @@ PROVIDER_PROFILE_GROUPS = (
 
 
 LLM_FLOOR = "echo/llm"
-"""The second floor (``--llm-floor``): the bare bot answering with one provider call."""
+"""The floor of the targets (issue 31): the bare bot answering with one provider call."""
 
 
 class LlmReplies:
@@ -77,37 +77,20 @@ class LlmReplies:
         await self._client.close()
 
 
-async def llm_floor_section(rounds: int, scenarios: Sequence[Any], targets: Any,
-                            one: Any) -> list[str]:
-    """``--llm-floor``: the gateway against :data:`LLM_FLOOR`, as a report section."""
-    from bench._harness import alternate, report_tables
-
-    runs = await alternate(rounds, scenarios, (LLM_FLOOR, "gateway"), one)
-    tables, _ = report_tables(runs, scenarios, "gateway", LLM_FLOOR, targets)
-    return [f"### Against a bare bot that makes the same provider call ({rounds} rounds)", "",
-            f"`{LLM_FLOOR}` is the floor above plus one streamed `chat.completions.create` per "
-            "message through the openai SDK (its typed request path), against the same fake "
-            "provider, answering with the streamed text: the least an LLM bot does, with no "
-            "history, log, journal or fsync. The issue's targets are against the floor above; "
-            "its ratios are applied to this floor for reference only.", "",
-            *(line.replace("### (", "#### (", 1) for line in tables)]
-
-
 async def platform_sections(args: Any, name: str, scenarios: Sequence[Any], targets: Any,
                             variants: Sequence[tuple[str, str]],
                             profile_groups: Sequence[tuple[str, str, str]], one: Any,
                             profiled: Any) -> list[str]:
-    """The optional sections of the Telegram and Slack reports, in order: ``--llm-floor``,
-    ``--diagnose`` (the gateway against ``variants``) and ``--profile`` (``profiled(scenario,
-    path)`` runs the gateway once under cProfile). ``name`` names the report files."""
+    """The optional sections of the Telegram and Slack reports, in order: ``--diagnose`` (the
+    gateway against ``variants``) and ``--profile`` (``profiled(scenario, path)`` runs the
+    gateway once under cProfile). ``name`` names the report files. (The second floor,
+    ``echo/llm``, is measured in the main rounds.)"""
     import tempfile
     from pathlib import Path
 
     from bench._harness import alternate, profile_shares, top_functions, variant_table, write_report
 
     lines: list[str] = []
-    if args.llm_floor:
-        lines += await llm_floor_section(args.llm_floor, scenarios, targets, one)
     if args.diagnose:
         variant_runs = await alternate(args.diagnose, scenarios,
                                        ["gateway", *(v for v, _ in variants)], one)
