@@ -16,7 +16,7 @@ import re
 from typing import Any, Final
 
 from gateway.edge import messages
-from gateway.edge.messages import ChannelContext, Inbound, Sender
+from gateway.edge.messages import SCHEDULED, ChannelContext, Inbound, Sender
 from gateway.edge.scopes import ONE_TO_ONE
 
 MAX_NAME_CHARS: Final = 64
@@ -44,6 +44,7 @@ def attribution(sender: Sender) -> str:
 
 def context_of(inbound: Inbound) -> ChannelContext:
     """The context a turn for ``inbound`` runs in (prompt, tools and memory scope)."""
+    scheduled = inbound.meta.get(SCHEDULED)
     return ChannelContext(
         channel=inbound.key.channel,
         chat_type=inbound.chat_type,
@@ -52,6 +53,8 @@ def context_of(inbound: Inbound) -> ChannelContext:
         chat=inbound.key.chat,
         person=inbound.sender.id,
         thread=inbound.key.thread,
+        scheduled_by=str(scheduled.get("created_by", "")) if isinstance(scheduled, dict)
+        else None,
     )
 
 

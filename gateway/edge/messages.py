@@ -145,6 +145,9 @@ class ChannelContext:
     ``chat`` is the conversation's chat id (without thread), ``person`` the platform user id of
     whoever wrote the message being answered, ``speaker`` their display name (or id);
     ``thread`` the conversation's thread (a Slack thread, a Telegram topic), if any.
+    ``scheduled_by`` is who set the schedule when the message being answered is a scheduled
+    turn's trigger (its ``created_by``: ``person:CHANNEL:ID``, ``operator``, ...; see
+    :data:`SCHEDULED`): nobody wrote it then, whatever ``person`` says.
     """
 
     channel: str
@@ -154,3 +157,4 @@ class ChannelContext:
     chat: str = ""
     person: str = ""
     thread: str | None = None
+    scheduled_by: str | None = None

@@ -27,7 +27,8 @@ of them again at the same instant). Each hold is counted (``gateway_schedule_hel
 and each round's holds are logged in one line per tenant. A target that cannot be reached (a
 Telegram chat that never talked to the bot, a channel not running, a Slack person whose DM
 Slack would not open) is recorded as skipped. Budgets apply as to any turn
-(:mod:`gateway.usage.limits`): the person whose schedule it is pays for it.
+(:mod:`gateway.usage.limits`): the person whose schedule it is pays for it (an operator's,
+the tenant); the per-person message rate does not count scheduled turns.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ acknowledged message is: the next turn's window will show it to the model.
 
 Daily totals are read before the turn and counted after each call, so a turn that starts under
 a budget may end a little over it: a budget is a guard against runaway use, not an invoice.
+
+A scheduled turn (``ChannelContext.scheduled_by``) is no message anyone sent: the message rate
+leaves it alone (``GATEWAY_SCHEDULE_PER_MINUTE`` paces those), and a person's budget applies
+to it only when that person set it (an operator's schedule is limited by the tenant's).
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ class Limits:
         day = day_of(now)
         midnight = _next_midnight(now)
         person = user_scope(key.tenant, key.channel, context.person) if context.person else None
+        scheduled = context.scheduled_by
+        if scheduled is not None and scheduled != f"person:{key.channel}:{context.person}":
+            person = None  # an operator's schedule: nobody's allowance but the tenant's
         if s.tenant_tokens or s.tenant_usd:
             spent = await self.ledger.spent(tenant_scope(key.tenant), day)
             if (s.tenant_tokens and spent.tokens >= s.tenant_tokens) or (
@@ -85,7 +92,7 @@ class Limits:
                 return Refusal("user_budget", midnight,
                                "You've used up today's allowance, so I can't answer until "
                                f"{_when(midnight, now)}. Thanks for understanding!")
-        if person is not None and s.user_messages:
+        if person is not None and s.user_messages and scheduled is None:
             wait = await self.ledger.hit(person, now, s.user_messages, s.user_window)
             if wait > 0:
                 until = now + wait

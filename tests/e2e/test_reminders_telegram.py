@@ -214,3 +214,42 @@ async def test_telegram_is_written_to_only_where_the_person_talked_first(
     assert fake.texts_to(BOB) == []
     assert (done[f"s{ALICE}"].fired, done[f"s{BOB}"].fired, done[f"s{BOB}"].skipped) == (1, 0, 1)
     assert done[f"s{BOB}"].history[-1].reason == f"telegram:{BOB} has never talked to the bot"
+
+
+async def test_scheduled_turns_are_not_messages_the_rate_limit_refuses(
+        fake: FakeTelegramServer, tmp_path: Path) -> None:
+    """One message an hour per person: Alice's own reminder and an operator's message to her,
+    due after she wrote, and an operator's two schedules to a group, due at once, are all
+    answered: nobody sent them, so the message rate refuses none (it used to tell the group
+    "You're sending messages faster than I can keep up with", and drop the reminder)."""
+    def answers_groups_too(request: ProviderRequest) -> Reply:  # "[operator] scheduled: ..."
+        text = message_text(request.messages[-1]["content"]) or ""
+        return REMINDER if "scheduled: " in text else "ok"
+
+    clock = FakeClock(START)
+    provider = ScriptedProvider(responder=answers_groups_too)
+    provider.script(tool_call("schedule_create", instruction="stretch", when="in 30 minutes"),
+                    "Set.")
+    settings = telegram_settings(fake, tmp_path, GATEWAY_RATE_LIMIT_MESSAGES=1,
+                                 GATEWAY_RATE_LIMIT_SECONDS=3600,
+                                 TELEGRAM_ALLOWED_CHATS="-100")
+    async with running(settings, provider, clock) as gateway:
+        fake.user_message(ALICE, "remind me in 30 minutes to stretch")
+        await settled(gateway, 1)
+        fake.user_message(-100, "@fake_test_bot hello", chat_type="group")
+        await settled(gateway, 2)
+        store = FileScheduleStore(tmp_path / "state")
+        targets = {"to-alice": Target("telegram", "", "private", None, str(ALICE)),
+                   "group-1": Target("telegram", "-100", "group"),
+                   "group-2": Target("telegram", "-100", "group")}
+        for ident, target in targets.items():
+            await store.put(ScheduleRecord(
+                id=ident, tenant="default", owner="tenant", target=target, trigger="at",
+                spec=repr(START + 1800), zone="UTC", instruction="say hello",
+                created_by="operator", created_at=START, next_at=START + 1800))
+        clock.advance(1800)
+        await wait_until(lambda: len(fake.texts_to(ALICE)) == 3
+                         and len(fake.texts_to(-100)) == 3)
+        await settled(gateway, 6)
+    assert fake.texts_to(ALICE) == ["Set.", REMINDER, REMINDER]
+    assert fake.texts_to(-100) == ["ok", REMINDER, REMINDER]

@@ -3,6 +3,7 @@ come back, the refusal recorded and counted; /usage shows a person their own usa
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,6 +72,20 @@ async def test_rate_limit_says_how_long_to_wait() -> None:
     assert refusal.text == ("You're sending messages faster than I can keep up with: please "
                             "wait 40 seconds and try again.")
     assert await limits.check(KEY, ADA, NOON + 61) is None
+
+
+async def test_a_scheduled_turn_spends_the_allowance_of_the_person_who_set_it_only() -> None:
+    """Ada's budget spent: her own reminder is refused like her messages; an operator's
+    message to her DM is not hers to pay (the tenant's budget limits those)."""
+    ledger = MemoryLedger()
+    await spend(ledger, [user_scope("acme", "telegram", "7")], 1000, 0.0)
+    limits = Limits(LimitSettings(user_tokens=1000), ledger)
+    hers = dataclasses.replace(ADA, scheduled_by="person:telegram:7")
+    operators = dataclasses.replace(ADA, scheduled_by="operator")
+    refusal = await limits.check(KEY, hers, NOON)
+    assert refusal is not None
+    assert refusal.limit == "user_budget"
+    assert await limits.check(KEY, operators, NOON) is None
 
 
 async def test_nothing_set_checks_nothing() -> None:
