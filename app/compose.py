@@ -21,7 +21,7 @@ from aiohttp import web
 from app.compose_channels import build_channels
 from app.compose_erasure import gateway_erasure
 from app.config import Settings
-from app.hints import cli_command
+from app.hints import as_typed, cli_command
 from app.ledger_seed import seed_from
 from app.prices import load_prices
 from app.server import Gateway, opened, started
@@ -150,6 +150,23 @@ def blob_store_for(store: SessionStore, data_dir: Path,
     if isinstance(store, JsonlSessionStore):
         return FileBlobStore(store.data_dir, durable=store.durability != "none")
     return FileBlobStore(data_dir, durable=durability != "none")
+
+
+@asynccontextmanager
+async def schema_checked(store: SessionStore) -> AsyncIterator[None]:
+    """A PostgreSQL store's schema, checked as the gateway starts: one at another version
+    (never upgraded, say) stops the start with one line naming the command that fixes it,
+    where it used to start healthy and fail every message. A database out of reach does not
+    stop it: messages get 503 until the database is back, as in any outage."""
+    pg = sys.modules.get("sessions.postgres.store")
+    if pg is not None and isinstance(store, pg.PostgresSessionStore):
+        try:
+            await store.connect_pool()
+        except pg_schema.SchemaVersionError as exc:
+            raise ConfigError(as_typed(str(exc))) from exc
+        except pg.StoreUnavailableError:
+            pass  # an outage at start is an outage: the store answers 503 until it ends
+    yield
 
 
 def build_schedule_store(settings: Settings, store: SessionStore) -> ScheduleStore:
@@ -612,6 +629,7 @@ def build_gateway(
     # others use (the tracer, the provider, the store) last.
     parts = [
         opened("traces", observer), opened("provider", provider), opened("store", store),
+        started("store schema", schema_checked(store)),
         *([opened("transcription", transcriber)] if transcriber is not None else []),
         *(opened(f"fallback {f.name}", f) for f in reversed(fallbacks)),
         opened("schedules", schedule_store), opened("usage ledger", ledger),

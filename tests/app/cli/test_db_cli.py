@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +110,27 @@ def test_bad_schema_name_is_a_usage_error(cli: Callable[..., Result]) -> None:
     result = cli("upgrade", "--url", PG_URL, "--schema", 'x"; DROP TABLE y')
     assert (result.code, result.out) == (2, "")
     assert "not a plain identifier" in result.err
+
+
+def test_run_on_a_schema_never_upgraded_is_one_line_exit_2(schema: str, tmp_path: Path) -> None:
+    """`gateway run` with a PostgreSQL store whose schema was never upgraded stops at start
+    with one line naming the command that fixes it, exit 2, instead of starting healthy and
+    answering every message 500."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(GATEWAY_STORE_URL=PG_URL, GATEWAY_STORE_SCHEMA=schema, GATEWAY_CHANNELS="web",
+               GATEWAY_PROVIDER="offline")
+    try:
+        done = subprocess.run([sys.executable, "-m", "gateway", "run", "--port", "0",
+                               "--data-dir", str(tmp_path / "data")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"gateway run kept running on a schema never upgraded: {exc.stderr!r}")
+    last = done.stderr.splitlines()[-1] if done.stderr else ""
+    assert (done.returncode, done.stdout, "Traceback" in done.stderr) == (2, "", False), \
+        done.stderr
+    prefix = (f"gateway run: session database schema {schema!r} has no session tables; "
+              f"this gateway needs version {pg_schema.LATEST}: run `")
+    assert (last.startswith(prefix), last.endswith(" db upgrade`")) == (True, True), last
+    fix = subprocess.run(last.removeprefix(prefix)[:-1], shell=True, cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert (fix.returncode, asyncio.run(version_of(schema))) == (0, pg_schema.LATEST), fix.stderr
