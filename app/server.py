@@ -148,8 +148,18 @@ class Gateway:
         try:
             async with AsyncExitStack() as stack:
                 stack.push_async_callback(_quietly, self._stop_http, "http server")
-                for part in self.parts:
-                    await part.context.__aenter__()
+                for at, part in enumerate(self.parts):
+                    try:
+                        await part.context.__aenter__()
+                    except BaseException:
+                        # The parts after it were never entered; those open since they were
+                        # built (a fallback provider's client) are closed here, before the
+                        # ones entered, as a stop would.
+                        for later in reversed(self.parts[at + 1:]):
+                            if later.opened:
+                                await _quietly(later.context.__aexit__, later.name,
+                                               None, None, None)
+                        raise
                     stack.push_async_callback(_quietly, part.context.__aexit__, part.name,
                                               None, None, None)
                 # Left first: the router stops taking input (channels get RouterClosedError

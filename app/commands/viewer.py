@@ -100,13 +100,14 @@ async def run(args: argparse.Namespace, source: SessionSource, settings: Setting
         host = f"[{args.host}]" if ":" in args.host else args.host
         scope = f"tenant {access.pinned} only" if access.pinned else "default tenant"
         auth = "token required" if access.token else "no token (loopback only)"
-        out.write(f"viewer on http://{host}:{port}/admin/  (read-only; {scope}; {auth})\n")
-        out.flush()
+        # The handlers first: whoever reads the line may stop the viewer at once.
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        out.write(f"viewer on http://{host}:{port}/admin/  (read-only; {scope}; {auth})\n")
+        out.flush()
         await stop.wait()
     finally:
         await runner.cleanup()

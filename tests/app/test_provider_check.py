@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,7 +18,9 @@ from app.cli import main
 from app.compose import build_fallbacks, build_gateway
 from app.config import Settings
 from app.provider_check import Checked, ProviderCheck, check_at_start, providers_to_check
+from gateway.edge.errors import ConfigError
 from providers.anthropic import AnthropicProvider
+from providers.offline import OfflineProvider
 from providers.openai import OpenAIProvider
 from tests.fakes.providers import FakeProviderServer
 from tests.ports import refusing_port
@@ -94,8 +97,10 @@ async def test_unreachable_provider_names_the_url_setting(
 
 
 def _settings(here: Path, fake: FakeProviderServer, **extra: str) -> Settings:
+    values: dict[str, Any] = {"ANTHROPIC_API_KEY": RIGHT,
+                              "ANTHROPIC_BASE_URL": fake.anthropic_base_url, **extra}
     return Settings(_env_file=None, GATEWAY_DATA_DIR=str(here / "data"), GATEWAY_PORT=0,  # type: ignore[call-arg]
-                    ANTHROPIC_API_KEY=RIGHT, ANTHROPIC_BASE_URL=fake.anthropic_base_url, **extra)
+                    **values)
 
 
 async def test_accepted_key_passes_and_no_models_list_only_warns(
@@ -157,3 +162,26 @@ async def test_offline_ok_starts_degraded_until_the_key_works(here: Path) -> Non
                                                                      "last_error": None}
         finally:
             await gateway.aclose()
+
+
+class _ClosingFallback(OfflineProvider):
+    """A fallback that says whether the gateway closed it."""
+
+    closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_refused_start_closes_the_fallbacks_it_never_reached(here: Path) -> None:
+    """A start stopped by the check (the configured key is refused) still closes each fallback
+    provider, though the start never reached its place: their HTTP clients were open since
+    they were built."""
+    async with FakeProviderServer(api_key=RIGHT) as fake:
+        settings = _settings(here, fake, ANTHROPIC_API_KEY=WRONG)
+        fallback = _ClosingFallback()
+        gateway = build_gateway(settings, fallbacks=[fallback])
+        check_at_start(gateway, [fallback], offline_ok=False)
+        with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY was refused"):
+            await gateway.start()
+    assert fallback.closed
