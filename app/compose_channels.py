@@ -33,7 +33,7 @@ def web_channel(settings: Settings, history: History) -> Channel:
     from channels.web.identity import WebIdentities
 
     token = settings.web_token.get_secret_value() if settings.web_token else None
-    identities = WebIdentities(web_identity_key(settings.data_dir),
+    identities = WebIdentities(shared_web_identity_key(settings),
                                token=token.encode() if token else None)
     return WebChannel(
         history=history, host=settings.host, token=token,
@@ -48,6 +48,36 @@ def web_channel(settings: Settings, history: History) -> Channel:
 
 
 WEB_IDENTITY_KEY = "web-identity.key"
+
+
+def shared_web_identity_key(settings: Settings) -> bytes:
+    """This worker's web identity key (:func:`web_identity_key`), or, with Redis, the one the
+    workers agreed on (written back to the file: :mod:`coordination.shared_key`), so a browser
+    is one person, with one set of conversations, whichever worker answers it."""
+    mine = web_identity_key(settings.data_dir)
+    if settings.redis_url is None:
+        return mine
+    from coordination.keys import Keys
+    from coordination.shared_key import agreed_key
+
+    agreed = agreed_key(settings.redis_url.get_secret_value(),
+                        Keys(settings.redis_prefix).web_identity_key, mine)
+    if agreed != mine:
+        write_private(settings.data_dir / "state" / WEB_IDENTITY_KEY, agreed)
+    return agreed
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (0600), whole or not at all."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 FILE_MODE)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(partial, path)
 
 
 def web_identity_key(data_dir: Path) -> bytes:

@@ -9,11 +9,14 @@ several deployments, or the test suite's throw-away prefixes, share one Redis::
                                                 request (expires INBOX_TTL after the last)
     {p}leader:<job>                             owner id of the elected worker (PX ttl)
     {p}pairing                                  the pairing document (JSON)
+    {p}web-identity-key                         the web identity key the workers agreed on
+                                                (base64; :mod:`coordination.shared_key`)
 
-Every key but the pairing document expires by itself. What is owed (the queues, the dedup of
-platform ids) and the fencing tokens are in PostgreSQL, not here: Redis losing its state loses
-leases and relayed reply events, never a message (see :mod:`coordination.redis_queue`).
-The braces are Redis Cluster hash tags (a conversation's keys share a slot).
+Every key but the pairing document and the web identity key expires by itself. What is owed
+(the queues, the dedup of platform ids) and the fencing tokens are in PostgreSQL, not here:
+Redis losing its state loses leases and relayed reply events, never a message (see
+:mod:`coordination.redis_queue`). The braces are Redis Cluster hash tags (a conversation's
+keys share a slot).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class Keys:
     @property
     def pairing(self) -> str:
         return f"{self.prefix}pairing"
+
+    @property
+    def web_identity_key(self) -> str:
+        return f"{self.prefix}web-identity-key"
 
 
 def member(key: ConversationKey) -> str:

@@ -17,17 +17,6 @@ def _ptb_timedelta(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _web_chat_in_the_shared_tenant(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Gateways the tests build from settings (and the ``gateway run`` processes they start,
-    which inherit the environment) keep the web chat in the ``default`` tenant, where the
-    suite's fault, load and multi-worker tests read its sessions, as a deployment upgraded
-    with ``GATEWAY_WEB_TENANT=default`` does. The shipped default, the ``web`` tenant, is
-    tested where it matters: tests/reliability/test_web_identity.py and test_usage_cli, which
-    name it, and the web channel built without settings (its constructor's default)."""
-    monkeypatch.setenv("GATEWAY_WEB_TENANT", "default")
-
-
-@pytest.fixture(autouse=True)
 def _logging_left_as_found() -> Iterator[None]:
     """A test that configures logging (``gateway run`` in-process) must not leave its handler,
     bound to a stream that is closed once the test ends, to the tests after it."""

@@ -49,7 +49,10 @@ delivery got, waiting for it if its turn is still running.
 
 Who is talking: the server says (:mod:`channels.web.identity`): the token's user, the browser
 of the ``gateway_web`` cookie the page sets, or, for a request without one, its address; never
-the conversation id. The web chat is its own tenant (``web`` unless ``GATEWAY_WEB_TENANT``
+the conversation id. A conversation id is the person's own: the gateway keys it
+``<person>.<conversation>`` (:func:`~channels.web.convert.own_conversation`), so two people
+who pick the same id have two conversations and neither sees the other's history or files.
+The web chat is its own tenant (``web`` unless ``GATEWAY_WEB_TENANT``
 says otherwise), apart from Telegram's and every Slack workspace's sessions and budgets.
 
 Security: the gateway binds 127.0.0.1 by default. Bound anywhere else, :meth:`WebChannel.start`
@@ -88,6 +91,7 @@ from channels.web.convert import (
     form_fields,
     history_item,
     int_param,
+    own_conversation,
     parse_chat,
 )
 from channels.web.identity import COOKIE, COOKIE_MAX_AGE, WebIdentities
@@ -212,6 +216,11 @@ class WebChannel:
         # Not from a live request (it timed out or came from elsewhere): nobody listens.
         return WebSink(stream=False)
 
+    def waiting(self) -> list[ReplySink]:
+        """The reply sinks of the requests waiting for their answer now, oldest first: what
+        a retract or a shutdown reaches (the tests retract a streamed reply through this)."""
+        return [pending.sink for pending in self._pending.values()]
+
     def health(self) -> Mapping[str, Any]:
         return {"ok": True, "requests": self._requests}
 
@@ -244,6 +253,14 @@ class WebChannel:
             response.set_cookie(COOKIE, identity.cookie, max_age=COOKIE_MAX_AGE, path="/",
                                 httponly=True, samesite="Strict", secure=request.secure)
         return response
+
+    def _person(self, request: web.Request) -> str:
+        return self.identities.of(request.cookies.get(COOKIE), self._address(request))
+
+    def _key(self, person: str, conversation: str) -> ConversationKey:
+        """The conversation ``conversation`` of ``person`` (:func:`own_conversation`)."""
+        return ConversationKey(CHANNEL, own_conversation(person, conversation),
+                               tenant=self.tenant)
 
     def _address(self, request: web.Request) -> str:
         """The client's address (behind a trusted proxy, the one it forwards)."""
@@ -302,12 +319,13 @@ class WebChannel:
         chat = await self._read_chat(request)
         stream = chat.stream or "text/event-stream" in request.headers.get("Accept", "")
         rid = f"{self._run}-{next(self._ids)}"
+        # The person is whom the server says (channels/web/identity.py), never the
+        # conversation id the client picks: limits, budgets and memory are theirs, and so is
+        # the conversation (another person's same id is another conversation).
+        person = self._person(request)
         inbound = Inbound(
-            key=ConversationKey(CHANNEL, chat.conversation, tenant=self.tenant),
-            # The person is whom the server says (channels/web/identity.py), never the
-            # conversation id the client picks: limits, budgets and memory are theirs.
-            sender=Sender(id=self.identities.of(request.cookies.get(COOKIE),
-                                                self._address(request)), name=chat.name),
+            key=self._key(person, chat.conversation),
+            sender=Sender(id=person, name=chat.name),
             text=chat.text,
             platform_id=chat.client_id,
             chat_type="private",
@@ -523,7 +541,7 @@ class WebChannel:
         conversation = conversation_id(query.get("conversation"))
         offset = int_param(query, "offset", 0)
         limit = min(int_param(query, "limit", 50), MAX_HISTORY_PAGE)
-        key = ConversationKey(CHANNEL, conversation, tenant=self.tenant)
+        key = self._key(self._person(request), conversation)
         page = await self.history.page(key, offset, limit)
         return web.json_response({
             "session": page.session,
@@ -537,7 +555,7 @@ class WebChannel:
     async def _file(self, request: web.Request) -> web.StreamResponse:
         conversation = conversation_id(request.query.get("conversation"))
         digest = blob_hash(request.query.get("hash"))
-        key = ConversationKey(CHANNEL, conversation, tenant=self.tenant)
+        key = self._key(self._person(request), conversation)
         found = await self.history.file(key, digest)
         if found is None:
             return _error(404, "no such file in this conversation")

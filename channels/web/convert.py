@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from urllib.parse import quote
 import orjson
 
 from gateway.edge.history import HistoryFile, HistoryItem
-from gateway.edge.ids import InvalidIdError, valid_id
+from gateway.edge.ids import MAX_NAME_LENGTH, InvalidIdError, valid_id
 from gateway.edge.messages import Attachment
 
 MAX_NAME_CHARS = 80
@@ -159,6 +160,19 @@ def conversation_id(value: object) -> str:
         return valid_id(value, "conversation id")
     except InvalidIdError as exc:
         raise BadRequest(str(exc)) from exc
+
+
+def own_conversation(person: str, conversation: str) -> str:
+    """The name the gateway keys ``person``'s conversation ``conversation`` by:
+    ``<person>.<conversation>``. The client chooses the conversation id, so two people who
+    pick the same one (or one who guesses another's) must still get two conversations: the
+    person (the server's to say, :mod:`channels.web.identity`) comes first. A person id never
+    holds a ``.``, so the split is unambiguous. A name that would pass the length bound on
+    names keeps the person and a hash of the client's id instead."""
+    own = f"{person}.{conversation}"
+    if len(own) <= MAX_NAME_LENGTH:
+        return own
+    return f"{person}.h-{hashlib.sha256(conversation.encode()).hexdigest()[:40]}"
 
 
 def history_item(item: HistoryItem, conversation: str) -> dict[str, Any]:

@@ -19,8 +19,9 @@ per-person limit. The person is now one of:
   start over as a new person runs out quickly, and then the address is the person.
 
 The key is the gateway's (``<data>/state/web-identity.key``, made on first start, 0600), so an
-identity outlives a restart; workers with their own data folders each have theirs (several
-workers serve beyond loopback, which needs the token anyway).
+identity outlives a restart; workers that share a Redis agree on one key there (and each writes
+it to its own file: ``coordination.shared_key``), so a browser is one person, with one set of
+conversations, on every worker.
 """
 
 from __future__ import annotations

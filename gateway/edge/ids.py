@@ -8,9 +8,9 @@ id a channel accepts can never be refused later, in the middle of recording a me
 from __future__ import annotations
 
 from sessions.errors import InvalidNameError
-from sessions.names import DEFAULT_TENANT, validate_name
+from sessions.names import DEFAULT_TENANT, MAX_NAME_LENGTH, validate_name
 
-__all__ = ["DEFAULT_TENANT", "WEB_TENANT", "InvalidIdError", "valid_id"]
+__all__ = ["DEFAULT_TENANT", "MAX_NAME_LENGTH", "WEB_TENANT", "InvalidIdError", "valid_id"]
 
 WEB_TENANT = "web"
 """The web chat's own tenant (``GATEWAY_WEB_TENANT``'s default): its people, sessions, memory

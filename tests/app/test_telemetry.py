@@ -26,6 +26,7 @@ from app.cli import main
 from app.compose import build_gateway
 from app.config import Settings
 from gateway.edge.observe import NO_OBSERVER
+from tests.web_ids import WEB_TENANT, client_label
 
 
 class Receiver:
@@ -161,9 +162,11 @@ async def test_a_turn_is_a_root_span_with_call_and_tool_children(
     assert [s.kind for s in spans] == [Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT,
                                        Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT]
     assert all(s.end_time_unix_nano >= s.start_time_unix_nano > 0 for s in spans)
-    assert attrs(turn) == {
+    # The conversation as the client named it (the gateway keys it under the person).
+    assert {**attrs(turn), "gateway.conversation": client_label(
+        str(attrs(turn)["gateway.conversation"]))} == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "gateway",
-        "gen_ai.conversation.id": session, "gateway.tenant": "default",
+        "gen_ai.conversation.id": session, "gateway.tenant": WEB_TENANT,
         "gateway.channel": "web", "gateway.conversation": "web:tea",
         "gateway.turn.outcome": "answered",
     }

@@ -30,6 +30,7 @@ from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, T
 from providers.offline import OfflineProvider
 from sessions.jsonl import JsonlSessionStore
 from tests.waiting import until
+from tests.web_ids import WEB_TENANT
 
 TOKEN = "t0ken-for-the-tests"
 Events = list[tuple[str, dict[str, Any]]]
@@ -103,7 +104,7 @@ class Server:
             return await sse_events(resp)
 
     def entry_types(self, session: str) -> list[str]:
-        data = self.store.path_of("default", session).read_bytes()
+        data = self.store.path_of(WEB_TENANT, session).read_bytes()
         return [orjson.loads(line)["type"] for line in data.splitlines()]
 
     def session_files(self) -> list[Path]:
@@ -185,7 +186,7 @@ async def test_chat_answers_with_session_and_reply(server: Server) -> None:
     assert status == 200
     assert set(body) == {"session", "reply"}
     assert 'You said: "hello"' in body["reply"]
-    assert server.store.path_of("default", body["session"]).is_file()
+    assert server.store.path_of(WEB_TENANT, body["session"]).is_file()
 
 
 async def test_stream_deltas_add_up_to_the_reply(server: Server) -> None:

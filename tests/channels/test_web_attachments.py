@@ -18,6 +18,7 @@ from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from providers.offline import OfflineProvider
 from tests.channels.test_web import Start, web_gateways
 from tests.fakes import media
+from tests.web_ids import WEB_TENANT
 
 PHOTO = media.jpeg(80, 60)
 
@@ -146,7 +147,7 @@ async def test_send_file_becomes_a_download_link(start: Start) -> None:
     result = page["messages"][2]
     assert result["files"] == [shown]
     session = events[0][1]["session"]
-    log = server.store.path_of("default", session).read_bytes()
+    log = server.store.path_of(WEB_TENANT, session).read_bytes()
     entries = [orjson.loads(line) for line in log.splitlines()]
     [tool_result] = [block for e in entries if e["type"] == "message"
                      and isinstance(e["message"]["content"], list)

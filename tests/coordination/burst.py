@@ -31,6 +31,7 @@ from sessions.postgres.store import PostgresSessionStore
 from sessions.replay import Replay, replay_bytes
 from tests.coordination.cluster import Sent, WorkerProcess, sse_events
 from tests.fakes.providers import ApiName, FakeProviderServer, Reply, last_user_text
+from tests.web_ids import WEB_TENANT, client_label
 
 GIVE_UP = 60.0
 """Seconds a message is resent before the client gives up on it (never reached when the
@@ -251,16 +252,16 @@ async def tally(trial: str, url: str, schema: str,
     figures = Figures(trial)
     store = await PostgresSessionStore.connect(url, schema=schema)
     try:
-        sessions = await store.list_sessions("default")
+        sessions = await store.list_sessions(WEB_TENANT)
         by_conv: dict[str, list[str]] = {}
         for info in sorted(sessions, key=lambda i: (i.started_at or "", i.session_id)):
-            by_conv.setdefault(info.conversation or "", []).append(info.session_id)
+            by_conv.setdefault(client_label(info.conversation), []).append(info.session_id)
         for conv, items in messages.items():
             order: list[str] = []
             answers: Counter[str] = Counter()
             steps: list[str] = []
             for session_id in by_conv.get(f"web:{conv}", []):
-                replay = replay_bytes(await store.read_log("default", session_id))
+                replay = replay_bytes(await store.read_log(WEB_TENANT, session_id))
                 _read(replay, order, answers, steps)
                 _count_calls(replay, figures.recorded_calls)
             before = (figures.recorded_twice, figures.answered_twice, figures.never_answered,

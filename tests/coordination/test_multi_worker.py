@@ -27,6 +27,7 @@ from sessions.scan import message_text
 from tests.coordination.cluster import ChatClient, Sent, start_workers, stop_workers
 from tests.trials import sized
 from tests.waiting import WAIT, until
+from tests.web_ids import WEB_TENANT, client_label
 
 # Bounds sized for a loaded machine: one run took 223 s there (2026-12-01, load 5-6 with the
 # outage trials and a CPU hog beside it), against 25 s quiet; the request and burst bounds
@@ -89,8 +90,8 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
     died = [s for s in sent_all if s.died]
     assert died, "the kill should have cut some requests off"
 
-    sessions = await pg_store.list_sessions("default")
-    assert sorted(i.conversation or "" for i in sessions) == [f"web:{c}" for c in plan]
+    sessions = await pg_store.list_sessions(WEB_TENANT)
+    assert sorted(client_label(i.conversation) for i in sessions) == [f"web:{c}" for c in plan]
     calls = 0
     late: list[float] = []  # seconds from an answer's recording to its request having it
     for conv, messages in plan.items():
@@ -134,9 +135,11 @@ async def test_three_workers_one_killed_lose_and_repeat_nothing(
 
 
 async def _replay(store: PostgresSessionStore, conv: str) -> Replay:
-    session = await store.latest_session("default", f"web:{conv}")
-    assert session is not None, conv
-    return replay_bytes(await store.read_log("default", session))
+    ours = [i for i in await store.list_sessions(WEB_TENANT)
+            if client_label(i.conversation) == f"web:{conv}"]
+    assert ours, conv
+    latest = max(ours, key=lambda i: (i.started_at or "", i.session_id))
+    return replay_bytes(await store.read_log(WEB_TENANT, latest.session_id))
 
 
 def _turns(replay: Replay) -> tuple[list[tuple[str, int]], list[list[str]]]:

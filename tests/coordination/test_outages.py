@@ -322,7 +322,7 @@ async def _leases_of(client: aioredis.Redis, prefix: str, worker: WorkerProcess)
     held = set()
     mine = f"w{worker.proc.pid}-"
     for key, owner in zip(keys, owners, strict=True):
-        found = re.search(r":web:(c\d+)\}", key)
+        found = re.search(r":web:(?:[act]-[\w-]+\.)?(c\d+)\}", key)
         if found is not None and isinstance(owner, str) and owner.startswith(mine):
             held.add(found.group(1))
     return held

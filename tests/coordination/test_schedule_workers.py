@@ -27,19 +27,23 @@ from tests.coordination.cluster import (
 )
 from tests.sessions.pg import PG_URL
 from tests.waiting import until
+from tests.web_ids import WEB_TENANT, client_label
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]
 
 OCCURRENCES = 200
 CONVERSATIONS = 20
-FIRED = re.compile(r"schedule (s\d{3}) \(tenant default\): fired")
+FIRED = re.compile(r"schedule (s\d{3}) \(tenant web\): fired")
 
 
-def schedule(n: int, now: float) -> ScheduleRecord:
-    chat = f"c{n % CONVERSATIONS:02d}"
+def schedule(n: int, now: float, chats: dict[str, str]) -> ScheduleRecord:
+    """Occurrence ``n`` to the web conversation ``c<n % 20>`` (``chats``: the gateway's name
+    of each, under the person who talked in it)."""
+    chat = chats[f"c{n % CONVERSATIONS:02d}"]
     return ScheduleRecord(
-        id=f"s{n:03d}", tenant="default", owner="tenant",
-        target=Target("web", chat, "private", None, chat), trigger="at", spec=repr(now - 1),
+        id=f"s{n:03d}", tenant=WEB_TENANT, owner="tenant",
+        target=Target("web", chat, "private", None, chat.partition(".")[0]), trigger="at",
+        spec=repr(now - 1),
         zone="UTC", instruction=f"say the word number {n}", created_by="operator",
         created_at=now - 2, next_at=now - 1)
 
@@ -49,8 +53,9 @@ def fired_in(worker: WorkerProcess) -> list[str]:
     return FIRED.findall(text)
 
 
-async def talk_first(workers: list[WorkerProcess]) -> None:
-    """Each conversation talks to the bot once (a web chat is written to only then)."""
+async def talk_first(workers: list[WorkerProcess], store: PostgresSessionStore) -> dict[str, str]:
+    """Each conversation talks to the bot once (a web chat is written to only then); the
+    gateway's name of each (``<person>.<id>``), by the id the client sent."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
         client = ChatClient(http, workers, random.Random(3).choice)
         sent = [Sent(f"c{c:02d}", f"hello-{c}", "hello") for c in range(CONVERSATIONS)]
@@ -58,6 +63,9 @@ async def talk_first(workers: list[WorkerProcess]) -> None:
             for one in sent:
                 group.create_task(client.send(one, asyncio.Event()))
     assert all(s.reply is not None for s in sent)
+    return {client_label(info.conversation).removeprefix("web:"):
+            (info.conversation or "").removeprefix("web:")
+            for info in await store.list_sessions(WEB_TENANT)}
 
 
 async def wait_all_answered(schema: str) -> list[asyncpg.Record]:
@@ -88,17 +96,17 @@ async def test_two_workers_fire_200_due_occurrences_exactly_once(
         "GATEWAY_SCHEDULE_BATCH": "5"})
     victim = workers[0]
     try:
-        await talk_first(workers)
+        chats = await talk_first(workers, pg_store)
         store = PostgresScheduleStore(pg_store)
         now = time.time()
         for n in range(OCCURRENCES):
-            await store.add(schedule(n, now), per_owner=0, per_tenant=0)
+            await store.add(schedule(n, now, chats), per_owner=0, per_tenant=0)
         if kill:
             await until(lambda: fired_in(victim), 120, "the schedule to fire in the victim")
             victim.proc.kill()
             await victim.proc.wait()
         rows = await wait_all_answered(schema)
-        records = await store.find("default", active_only=False)
+        records = await store.find(WEB_TENANT, active_only=False)
     finally:
         await stop_workers(workers)
 
@@ -107,8 +115,8 @@ async def test_two_workers_fire_200_due_occurrences_exactly_once(
     assert {(r.id, r.state, r.fired, r.skipped) for r in records if r.id.startswith("s")} == \
         {(f"s{n:03d}", "done", 1, 0) for n in range(OCCURRENCES)}
     triggers: dict[str, int] = {}
-    for info in await pg_store.list_sessions("default"):
-        lines = (await pg_store.read_log("default", info.session_id)).splitlines()
+    for info in await pg_store.list_sessions(WEB_TENANT):
+        lines = (await pg_store.read_log(WEB_TENANT, info.session_id)).splitlines()
         entries = [orjson.loads(line) for line in lines]
         for i, entry in enumerate(entries):
             meta = entry.get("meta") or {}

@@ -16,6 +16,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.hints import replay_hint
 from app.server import Gateway
+from gateway.edge.ids import WEB_TENANT
 from providers.offline import OfflineProvider
 from tests.capabilities import needs
 
@@ -82,9 +83,9 @@ async def test_chat_streams_the_reply_and_keeps_history(
     await expect(assistant).not_to_have_class(re.compile("pending"))
     session = await page.locator("#session-id").text_content()
     assert session
-    assert (tmp_path / "sessions" / f"{session}.jsonl").is_file()
+    assert (tmp_path / "tenants" / "web" / "sessions" / f"{session}.jsonl").is_file()
     # The hint is the command as the operator types it here, and it works as printed.
-    hint = replay_hint(tmp_path).format(session=session)
+    hint = replay_hint(tmp_path, WEB_TENANT).format(session=session)
     await expect(page.locator("#replay-command")).to_have_text(hint)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     replayed = await asyncio.to_thread(subprocess.run, hint, shell=True, capture_output=True,

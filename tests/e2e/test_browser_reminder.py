@@ -13,6 +13,7 @@ from playwright.async_api import Browser, async_playwright, expect
 
 from app.compose import build_gateway
 from app.server import Gateway
+from channels.web.identity import COOKIE
 from tests.capabilities import needs
 from tests.channels.test_web import settings
 from tests.e2e.test_browser_chat import ARGS, CHROMIUM, send
@@ -53,8 +54,11 @@ async def test_the_open_page_shows_a_reminder_when_it_fires(browser: Browser,
         await expect(answers).to_have_text([re.compile(r"Done: Scheduled s[0-9a-f]{8}: once")],
                                            timeout=WAIT * 1000)
         conversation = await page.evaluate("localStorage.getItem('gateway.conversation')")
+        # Asked as this browser (its identity cookie): the conversation is its person's.
+        [cookie] = [c["value"] for c in await page.context.cookies() if c["name"] == COOKIE]
         async with aiohttp.ClientSession() as http, http.get(
-                f"{base}/api/history?conversation={conversation}&limit=0") as response:
+                f"{base}/api/history?conversation={conversation}&limit=0",
+                headers={"Cookie": f"{COOKIE}={cookie}"}) as response:
             total = (await response.json())["total"]
         # The page knows what it shows (the sign it would notice more), then time moves on.
         await expect(page.locator("#messages")).to_have_attribute("data-total", str(total),

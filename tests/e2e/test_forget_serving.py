@@ -206,6 +206,15 @@ async def scenario(deployment: Deployment) -> None:
 
         # The worker that had the person's conversation cached answers them again.
         again = await chat(http, first, ADA, "hello again")
+        # The other person is untouched: answered in the same session, history intact.
+        bob_again = await chat(bob, other, BOB, "still there?")
+        async with bob.get(f"{other}/api/history", params={"conversation": BOB}) as response:
+            assert response.status == 200
+            bob_history = await response.json()
+    assert bob_again["session"] == orjson.loads(bob_log.split(b"\n", 1)[0])["id"]
+    assert [m["text"] for m in bob_history["messages"]
+            if m["role"] == "user" and m["text"] is not None] == [
+        "remember that I like coffee", "still there?"]
     assert SECRET not in again["reply"]
     logs = await logs_of(deployment)
     assert not [sid for sid, log in logs.items() if SECRET.encode() in log]

@@ -20,6 +20,7 @@ from sessions.schedule_file import FileScheduleStore
 from tests.channels.test_web import settings
 from tests.fakes.clock import FakeClock
 from tests.waiting import until
+from tests.web_ids import WEB_TENANT
 
 START = 1_790_000_000.0  # Monday 21 September 2026, 14:13:20 UTC
 
@@ -53,7 +54,7 @@ async def test_a_reminder_fires_with_the_offline_provider(tmp_path: Path, said: 
                              json={"conversation": "c1", "text": said}) as response:
             assert response.status == 200
             reply = (await response.json())["reply"]
-        [record] = await FileScheduleStore(tmp_path / "state").find("default")
+        [record] = await FileScheduleStore(tmp_path / "state").find(WEB_TENANT)
         rounds = clock.rounds
         clock.advance(119)  # a second early: a round, and nothing is said
         await clock.idle_after(rounds)

@@ -32,6 +32,7 @@ from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
 from channels.web.identity import COOKIE
+from gateway.edge.ids import WEB_TENANT
 from providers.anthropic import AnthropicProvider
 from sessions.replay import replay_bytes
 from tests.e2e.replaying import assert_replay_shows_what_was_read, system_read
@@ -56,8 +57,9 @@ class Actor:
 
 
 ACTORS = [
-    Actor("web-ada", "web", ("default", "web", "person", "ada")),
-    Actor("web-bob", "web", ("default", "web", "person", "bob")),
+    # The web chat is its own tenant (the shipped default).
+    Actor("web-ada", "web", (WEB_TENANT, "web", "person", "ada")),
+    Actor("web-bob", "web", (WEB_TENANT, "web", "person", "bob")),
     Actor("tg-alice-dm", "telegram", ("default", "telegram", "person", "1001")),
     Actor("tg-bob-dm", "telegram", ("default", "telegram", "person", "1002")),
     Actor("tg-group-alice", "telegram", ("default", "telegram", "chat", str(GROUP))),
@@ -133,11 +135,13 @@ class World:
         """Send ``text`` as ``actor``; return once its turn (the ``done``-th) is over, with
         the conversation's label as the channel's rules make it."""
         if actor.channel == "web":
-            label = f"web:{actor.scope[3]}"
+            cookie = await self.browser(actor)
+            # The conversation is keyed under its person (``c-`` and the cookie's id).
+            label = f"web:c-{cookie.partition('.')[0]}.{actor.scope[3]}"
             async with aiohttp.ClientSession() as http, http.post(
                 f"{self.base}/api/chat",
                 json={"conversation": actor.scope[3], "text": text, "name": actor.name},
-                headers={"Cookie": f"{COOKIE}={await self.browser(actor)}"},
+                headers={"Cookie": f"{COOKIE}={cookie}"},
             ) as response:
                 assert response.status == 200, await response.text()
         elif actor.name.startswith("tg-group"):

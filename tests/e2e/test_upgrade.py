@@ -1,7 +1,10 @@
 """A data folder made by the gateway before scopes (``fixtures/pre-scopes``: written by that
-version's ``build_gateway`` over the web chat, offline provider) runs under this one: old
-conversations resume, the shared memory becomes operator text (logged once), new memories
-stay with their person, and ``gateway forget`` finds the old sessions."""
+version's ``build_gateway`` over the web chat, offline provider) runs under this one, kept in
+the shared tenant (``GATEWAY_WEB_TENANT=default``, as the upgrade notes say): an old web
+conversation is not taken over by whoever names its id (its owner cannot be told: the old
+version keyed it on the id alone), so the same id starts a fresh conversation of the browser's
+own while the old session stays as it was; the shared memory becomes operator text (logged
+once), new memories stay with their person, and ``gateway forget`` finds the old sessions."""
 
 from __future__ import annotations
 
@@ -47,14 +50,16 @@ async def chat(port: int, conversation: str, text: str) -> dict[str, Any]:
 async def test_previous_data_folder_runs_and_migrates(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Old sessions resume, the old shared MEMORY.md is kept as operator text, the migration
-    is logged once, new memories are per person, and the old sessions can be erased."""
+    """Old sessions stay (not resumed by a client naming their id), the old shared MEMORY.md
+    is kept as operator text, the migration is logged once, new memories are per person, and
+    the old sessions can be erased."""
     data = tmp_path / "data"
     shutil.copytree(FIXTURE, data)
     before = (data / "persona" / "MEMORY.md").read_bytes()
     caplog.set_level(logging.WARNING, logger="gateway.persona.workspace")
+    old_ada = (data / "sessions" / f"{ADA_SESSION}.jsonl").read_bytes()
     settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(data),  # type: ignore[call-arg]
-                        GATEWAY_PORT=0)
+                        GATEWAY_PORT=0, GATEWAY_WEB_TENANT="default")
     for _ in range(2):  # two starts: the second one says nothing more
         gateway = build_gateway(settings)
         await gateway.start()
@@ -63,13 +68,14 @@ async def test_previous_data_folder_runs_and_migrates(
             await chat(gateway.bound_port, "bob", "remember that I like jazz")
         finally:
             await gateway.aclose()
-    assert resumed["session"] == ADA_SESSION
+    assert resumed["session"] != ADA_SESSION
+    assert (data / "sessions" / f"{ADA_SESSION}.jsonl").read_bytes() == old_ada
     assert (data / "persona" / "MEMORY.md").read_bytes() == before == b"I like tea\n"
     warnings = [r for r in caplog.records if r.name == "gateway.persona.workspace"]
     assert len(warnings) == 1
     assert "MEMORY.md (10 characters)" in warnings[0].getMessage()
 
-    ada = replay_bytes((data / "sessions" / f"{ADA_SESSION}.jsonl").read_bytes())
+    ada = replay_bytes((data / "sessions" / f"{resumed['session']}.jsonl").read_bytes())
     last = ada.call(len(ada.calls))
     assert last.prompt is not None
     assert "## Notes from the operator\nI like tea" in last.prompt.text

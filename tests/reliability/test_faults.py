@@ -25,6 +25,7 @@ from tests.fakes.providers import FOREVER, FakeProviderServer, Reply
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.store import Fault, FaultyStore
 from tests.reliability.support import WebGateway, total, web_gateway, web_settings
+from tests.web_ids import WEB_TENANT
 
 PERSIST_TIMEOUT = 0.2
 CONVERSATIONS = 6
@@ -84,8 +85,8 @@ async def test_failing_store_never_stops_the_answers(
     # After recovery the logs hold every call (accepted entries were written in order, with
     # their seq), so each replays to the very body the provider received.
     rebuilt = []
-    for info in await store.list_sessions("default"):
-        log = replay_bytes(await store.read_log("default", info.session_id))
+    for info in await store.list_sessions(WEB_TENANT):
+        log = replay_bytes(await store.read_log(WEB_TENANT, info.session_id))
         assert log.problems == ()
         assert [t.status for t in log.calls] == ["rebuilt"] * len(log.calls)
         rebuilt += [log.request(t, "anthropic") for t in log.calls]
@@ -134,7 +135,7 @@ async def test_provider_fault_ends_with_apology_and_recorded_kind(
             again = await web.chat("c1", "and now?")
             store = web.gateway.store
             assert isinstance(store, JsonlSessionStore)
-            log = replay_bytes(store.path_of("default", body["session"]).read_bytes())
+            log = replay_bytes(store.path_of(WEB_TENANT, body["session"]).read_bytes())
     # Answered at all means in time: a hang lasts until the test is over, and an error or a
     # cut stream is not retried (GATEWAY_PROVIDER_RETRIES=0), so nothing waits long.
     assert (status, body["error"]) == (502, APOLOGY)

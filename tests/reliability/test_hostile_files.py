@@ -85,7 +85,7 @@ async def test_bad_files_do_not_break_chat_or_history(
     """With every kind of bad file in the sessions folder, /api/chat and /api/history answer
     200 on every request, and each bad file is reported once (by name and reason)."""
     data_dir = tmp_path / "data"
-    folder = data_dir / "sessions"
+    folder = data_dir / "tenants" / "web" / "sessions"  # the web chat's tenant
     planted = plant(folder)
     caplog.set_level(logging.WARNING, logger="sessions")
     with fifos_released(folder):

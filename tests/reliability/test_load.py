@@ -34,6 +34,7 @@ from tests.reliability.support import (
     web_gateway,
     web_settings,
 )
+from tests.web_ids import client_label
 
 CONVERSATIONS = 1_000
 MESSAGES = 3
@@ -68,7 +69,7 @@ async def test_thousand_concurrent_conversations_keep_order_and_lose_nothing(
         replay = replay_bytes(path.read_bytes())
         assert replay.problems == ()
         assert not replay.torn_tail
-        logs[replay.header["conversation"]] = [
+        logs[client_label(replay.header["conversation"])] = [
             (m["role"], m["content"] if isinstance(m["content"], str) else m["content"][0]["text"])
             for m in replay.messages]
     assert len(logs) == CONVERSATIONS

@@ -1,16 +1,22 @@
 """Limits keyed on identities the server controls, against a real running gateway: a web
 client cannot escape the per-person rate limit by rotating conversation ids, a browser (the
-cookie the chat page sets) is its own person, and the web chat's spending is its own tenant's,
+cookie the chat page sets) is its own person, a conversation id is its person's own (two
+people picking the same id never share it), and the web chat's spending is its own tenant's,
 never Telegram's."""
 
 from __future__ import annotations
 
+import base64
+import io
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from PIL import Image
 
+from channels.web.convert import own_conversation
 from channels.web.identity import COOKIE, NEW_PER_ADDRESS, WebIdentities
+from gateway.edge.ids import MAX_NAME_LENGTH, valid_id
 from tests.reliability.support import wait_until
 from tests.reliability.test_bad_input import TG_USER, Stack, running_stack
 from tests.reliability.test_platform_input import webhook
@@ -103,3 +109,66 @@ def test_identities_come_from_the_server_only() -> None:
     with_token = WebIdentities(b"k" * 32, token=b"t0ken-for-the-tests")
     assert with_token.of(page.cookie, "a") == with_token.of(None, "b")
     assert "t0ken" not in with_token.of(None, "a")
+
+
+async def test_two_people_choosing_the_same_conversation_id_never_share_it(
+        tmp_path: Path) -> None:
+    """Two browsers (each with the cookie its chat page set) and a cookie-less client all pick
+    the conversation id ``shared``: three sessions; each one's history holds its own words
+    only, and a file one of them sent is "not found" from the others."""
+    png = base64.b64encode(tiny_png()).decode()
+    async with running_stack(tmp_path) as stack, \
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as ada, \
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as bob:
+        for browser in (ada, bob):
+            async with browser.get(stack.base + "/") as page:
+                assert COOKIE in page.cookies
+        sessions = []
+        for http, words in ((ada, "ada-secret-word"), (bob, "bob-secret-word"),
+                            (stack.http, "carol-secret-word")):
+            body = {"conversation": "shared", "text": words,
+                    "attachments": [{"name": f"{words}.png", "media_type": "image/png",
+                                     "data": png}]} if http is ada else {
+                        "conversation": "shared", "text": words}
+            async with http.post(stack.base + "/api/chat", json=body) as response:
+                assert response.status == 200, await response.text()
+                sessions.append((await response.json())["session"])
+        seen = {}
+        for name, http in (("ada", ada), ("bob", bob), ("carol", stack.http)):
+            async with http.get(stack.base + "/api/history",
+                                params={"conversation": "shared"}) as response:
+                assert response.status == 200
+                page = await response.json()
+            seen[name] = [m["text"] for m in page["messages"] if m["role"] == "user"]
+            if name == "ada":
+                [digest] = {f["hash"] for m in page["messages"] for f in m["files"]}
+        files = {}
+        for name, http in (("ada", ada), ("bob", bob), ("carol", stack.http)):
+            async with http.get(stack.base + "/api/file",
+                                params={"conversation": "shared", "hash": digest}) as response:
+                files[name] = response.status
+    assert len(set(sessions)) == 3
+    assert seen == {"ada": ["ada-secret-word"], "bob": ["bob-secret-word"],
+                    "carol": ["carol-secret-word"]}
+    assert files == {"ada": 200, "bob": 404, "carol": 404}
+
+
+def tiny_png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(out, "PNG")
+    return out.getvalue()
+
+
+def test_a_conversation_is_named_under_its_person_within_the_name_bound() -> None:
+    """``<person>.<id>``; an id too long for that keeps the person and a hash of the id:
+    still a valid name, still the person's own, still one name per id."""
+    short = own_conversation("c-abc_DEF-12", "chat-1")
+    assert short == "c-abc_DEF-12.chat-1"
+    longest = "x" * MAX_NAME_LENGTH
+    names = {own_conversation(person, conversation)
+             for person in ("c-abc_DEF-12", "a-0123456789abcdef")
+             for conversation in (longest, longest[:-1] + "y")}
+    assert len(names) == 4
+    for name in names:
+        assert valid_id(name, "conversation") == name
+        assert name.split(".", 1)[0] in ("c-abc_DEF-12", "a-0123456789abcdef")

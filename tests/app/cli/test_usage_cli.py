@@ -24,6 +24,7 @@ from providers.anthropic import AnthropicProvider
 from sessions.jsonl import JsonlSessionStore
 from sessions.pricing import DEFAULT_PRICES
 from tests.fakes.providers import FakeProviderServer
+from tests.web_ids import client_label
 
 MODEL = "claude-sonnet-4-5"
 SONNET = DEFAULT_PRICES["claude-sonnet-4"]
@@ -136,14 +137,20 @@ def test_metrics_count_tokens_and_cost(recorded: Recorded) -> None:
         sum(o["cost_usd"] for o in recorded.outcomes))
 
 
+def web_key(key: str) -> str:
+    tenant, _, label = key.partition("/")
+    return f"{tenant}/{client_label(label)}"
+
+
 def test_json_by_conversation_adds_up_the_outcomes(
         cli: Callable[..., Result], recorded: Recorded) -> None:
     """--format json: one row per conversation, totals equal to the outcomes' sums."""
     result = cli("--format", "json")
     assert result.code == 0, result.err
     doc = orjson.loads(result.out)
-    assert [(r["key"], r["calls"]) for r in doc["rows"]] == [("web/web:a", 2),
-                                                             ("web/web:b", 1)]
+    # (each conversation as the client named it: the gateway keys it under the person)
+    assert sorted((web_key(r["key"]), r["calls"]) for r in doc["rows"]) == [
+        ("web/web:a", 2), ("web/web:b", 1)]
     whole = doc["total"]
     assert whole["cost_usd"] == pytest.approx(sum(o["cost_usd"] for o in recorded.outcomes),
                                               abs=1e-6)
