@@ -51,6 +51,7 @@ from gateway.edge.metrics import Metrics
 from gateway.edge.observe import NO_OBSERVER, TurnObserver
 from gateway.edge.pairing import PairingState
 from gateway.edge.provider import Provider
+from gateway.edge.signouts import SignOuts
 from gateway.edge.tools import Tool, ToolSource
 from gateway.erasure.forget import ForgetCommand
 from gateway.media.images import IMAGE_LIMITS
@@ -529,8 +530,22 @@ def build_access(settings: Settings, coordinator: Coordinator | None = None) -> 
                         approve_command=f"{cli_command()} pairing approve")
 
 
+def build_signouts(settings: Settings) -> SignOuts:
+    """Admin sign-outs: in the workers' Redis when they share one (a sign-out on one worker
+    ends the sign-in on all), else in this process."""
+    from app.admin.auth import Revoked
+
+    if settings.redis_url is None:
+        return Revoked()
+    from coordination.redis_signouts import RedisSignOuts
+
+    return RedisSignOuts(settings.redis_url.get_secret_value(), settings.redis_prefix,
+                         Revoked())
+
+
 def build_admin_routes(settings: Settings, store: SessionStore,
-                       blobs: BlobStore | None = None) -> list[web.RouteDef]:
+                       blobs: BlobStore | None = None,
+                       signouts: SignOuts | None = None) -> list[web.RouteDef]:
     """The session viewer under ``/admin``, only when ``GATEWAY_ADMIN_TOKEN`` is set."""
     if settings.admin_token is None or not settings.admin_token.get_secret_value():
         return []
@@ -538,7 +553,8 @@ def build_admin_routes(settings: Settings, store: SessionStore,
 
     return AdminSite(store, Access(settings.admin_token.get_secret_value()),
                      prices=load_prices(settings.prices_file), blobs=blobs,
-                     proxies=TrustedProxies.parse(settings.trusted_proxies)).routes()
+                     proxies=TrustedProxies.parse(settings.trusted_proxies),
+                     signouts=signouts).routes()
 
 
 def build_gateway(
@@ -625,6 +641,8 @@ def build_gateway(
     policy = access or build_access(settings, coordinator)
     # The intake sits behind the gate: only people allowed to talk get files stored.
     gate = AccessGate(policy, intake.wrap(router.deliver), directory.notify, metrics)
+    signouts = (build_signouts(settings) if settings.admin_token is not None
+                and settings.admin_token.get_secret_value() else None)
     # The gateway's parts in start order; they stop in reverse (app/server.py): what the
     # others use (the tracer, the provider, the store) last.
     parts = [
@@ -640,13 +658,14 @@ def build_gateway(
           else []),
         started("tools", loop.tools), started("erasure endpoint", erasure_endpoint),
         started("scheduler", scheduler), started("retention", retention),
+        *([opened("admin sign-outs", signouts)] if signouts is not None else []),
     ]
     return Gateway(
         store=store, provider=provider, router=router, registry=registry,
         coordinator=coordinator, channels=directory.channels, deliver=gate.deliver,
         metrics=metrics, host=settings.host, port=settings.port,
         shutdown_grace=settings.shutdown_grace, parts=parts,
-        extra_routes=build_admin_routes(settings, store, blobs),
+        extra_routes=build_admin_routes(settings, store, blobs, signouts),
         health_parts={"mcp": loop.tools.health} if loop.tools.sources else None,
         http_timeout=settings.http_timeout,
         metrics_token=(settings.metrics_token.get_secret_value()

@@ -55,13 +55,18 @@ class Refused(Exception):
 
 class Revoked:
     """Sign-in ids signed out before their cookie expired (in this process), forgotten once
-    the cookie would have expired anyway; at most :data:`MAX_REVOKED` (the oldest go)."""
+    the cookie would have expired anyway; at most :data:`MAX_REVOKED` (the oldest go).
+
+    The :class:`~gateway.edge.signouts.SignOuts` of one worker; workers that share a Redis
+    share their sign-outs there (``coordination.redis_signouts``), so a sign-out on one ends
+    the sign-in on all of them."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._until: OrderedDict[str, float] = OrderedDict()
 
-    def revoke(self, sign_in: str, until: float) -> None:
+    def add(self, sign_in: str, until: float) -> None:
+        """Record ``sign_in`` as ended until ``until`` (:meth:`revoke`, without waiting)."""
         self._until[sign_in] = until
         while len(self._until) > MAX_REVOKED:
             self._until.popitem(last=False)
@@ -73,6 +78,15 @@ class Revoked:
                 del self._until[old]
         found = self._until.get(str(sign_in))
         return found is not None and found >= now
+
+    async def revoke(self, sign_in: str, until: float) -> None:
+        self.add(sign_in, until)
+
+    async def revoked(self, sign_in: str) -> bool:
+        return sign_in in self
+
+    async def aclose(self) -> None:
+        """Nothing to release (a set in memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,19 +143,20 @@ class Access:
         return hmac.new(self._key(), f"gateway-admin-cookie:{issued}:{sign_in}".encode(
             "utf-8", "surrogateescape"), hashlib.sha256).hexdigest()
 
-    def authenticate(self, host: str, authorization: str, cookie: str | None,
-                     revoked: Revoked | None = None) -> None:
-        """Raise :class:`Refused` unless the request may see the viewer at all."""
+    def authenticate(self, host: str, authorization: str, cookie: str | None) -> str | None:
+        """Raise :class:`Refused` unless the request may see the viewer at all. Returns the
+        sign-in id when the login cookie let it in (the caller checks it was not signed out:
+        :class:`~gateway.edge.signouts.SignOuts`), else ``None``."""
         if self.token is None:
             if not is_loopback(host_of(host)):
                 raise Refused(403, "this viewer answers loopback host names only")
-            return
+            return None
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer" and self.token_matches(value.strip()):
-            return
+            return None
         found = self.cookie_id(cookie) if cookie is not None else None
-        if found is not None and (revoked is None or found[0] not in revoked):
-            return
+        if found is not None:
+            return found[0]
         raise Refused(401, "sign in with the admin token")
 
     def tenant_for(self, requested: str | None) -> str:

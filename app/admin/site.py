@@ -59,6 +59,7 @@ from app.admin.throttle import LoginThrottle
 from app.admin.usage_page import days_of, usage_page
 from gateway.edge.hosts import TrustedProxies, same_origin
 from gateway.edge.http_limits import BodyRefused, read_body
+from gateway.edge.signouts import SignOuts, SignOutsUnavailableError
 from sessions.attachments import iter_refs, referenced
 from sessions.blobs import BlobStore, load, validate_digest
 from sessions.drift import DEFAULT_METRIC, METRICS, drift
@@ -159,10 +160,13 @@ class AdminSite:
                  inline_budget: int = INLINE_BUDGET, prices: PriceTable | None = None,
                  blobs: BlobStore | None = None,
                  clock: Callable[[], float] = time.time,
-                 proxies: TrustedProxies | None = None) -> None:
+                 proxies: TrustedProxies | None = None,
+                 signouts: SignOuts | None = None) -> None:
         self.source = source
         self.proxies = proxies or TrustedProxies()
-        self.revoked = Revoked()
+        self.signouts: SignOuts = signouts or Revoked()
+        """Sign-outs: this process's (:class:`Revoked`) or, with several workers, the ones
+        they share (the composition root's choice)."""
         self.blobs = blobs
         """Attachment bytes (thumbnails, exact request bodies); None: shown by hash only."""
         self.access = access
@@ -209,8 +213,10 @@ class AdminSite:
         async def guarded(request: web.Request) -> web.StreamResponse:
             authorization = request.headers.get("Authorization", "")
             try:
-                self.access.authenticate(request.headers.get("Host", ""), authorization,
-                                         request.cookies.get(COOKIE), self.revoked)
+                sign_in = self.access.authenticate(request.headers.get("Host", ""),
+                                                   authorization, request.cookies.get(COOKIE))
+                if sign_in is not None and await self._signed_out(sign_in):
+                    raise Refused(401, "signed out: sign in with the admin token")
             except Refused as exc:
                 if exc.status == 401 and authorization:
                     # A wrong token, like a wrong sign-in: throttled the same way.
@@ -317,11 +323,20 @@ class AdminSite:
         except Refused as exc:
             return html(error_page(exc.status, str(exc)), exc.status)
         found = self.access.cookie_id(request.cookies.get(COOKIE, ""))
-        if found is not None:  # a copy of the cookie is refused from now on
-            self.revoked.revoke(*found)
+        if found is not None:  # a copy of the cookie is refused from now on, on every worker
+            await self.signouts.revoke(*found)
         response = _see_other(f"{urls.PREFIX}/login")
         response.del_cookie(COOKIE, path=urls.PREFIX)
         return response
+
+    async def _signed_out(self, sign_in: str) -> bool:
+        """Whether ``sign_in`` was signed out; when that cannot be told (the shared set is
+        away), the cookie is not taken: 503 (the bearer token still works)."""
+        try:
+            return await self.signouts.revoked(sign_in)
+        except SignOutsUnavailableError as exc:
+            raise Refused(503, "sign-ins cannot be checked right now; use the bearer token "
+                               "or try again shortly") from exc
 
     def _client(self, request: web.Request) -> str:
         """Who a wrong token is counted against (module docstring)."""
