@@ -61,9 +61,7 @@ def build_eraser(persona_root: Path, store: SessionStore,
     if owed is not None:
         steps.append(owed)
     if data_dir is not None:
-        from app.compose import MCP_LOGS_DIR  # (app.compose imports this module)
-
-        steps.append(McpLogStep(data_dir / MCP_LOGS_DIR, store))
+        steps.append(mcp_log_step(data_dir, store))
     if schedules is not None:  # their reminders, schedules to their DM, their time zone
         steps.append(ScheduleStep(schedules))
     return Eraser(store, steps)
@@ -99,8 +97,17 @@ def gateway_erasure(settings: Settings, store: SessionStore,
     eraser = build_eraser(settings.persona_root, store, workspace, blobs, reruns,
                           owed_step(coordinator.conversations), settings.data_dir, schedules)
     bus = coordinator.erasure_bus()
-    service = ErasureService(eraser, holder, bus=bus)
-    return service, ErasureEndpoint(service, settings.data_dir, bus, holder=holder)
+    mcp = mcp_log_step(settings.data_dir, store)
+    service = ErasureService(eraser, holder, bus=bus, mcp_servers=mcp.servers)
+    return service, ErasureEndpoint(service, settings.data_dir, bus, holder=holder,
+                                    own=mcp.empty)
+
+
+def mcp_log_step(data_dir: Path, store: SessionStore) -> McpLogStep:
+    """The stderr logs of this process's MCP servers (``<data>/mcp-logs``)."""
+    from app.compose import MCP_LOGS_DIR  # (app.compose imports this module)
+
+    return McpLogStep(data_dir / MCP_LOGS_DIR, store)
 
 
 @dataclass(frozen=True, slots=True)

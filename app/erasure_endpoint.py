@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.control import ControlServer
-from gateway.edge.erasure import ErasureBus, ErasureRefusedError, Holder
+from gateway.edge.erasure import ErasureBus, ErasureRefusedError, Holder, OwnErasure
 from gateway.edge.scopes import ScopeError, parse_ref
 from gateway.edge.tasks import stop
 from gateway.erasure.eraser import ErasureReport, Removal
@@ -25,10 +25,14 @@ class ErasureEndpoint:
     """See the module docstring. ``holder`` is the router's pauses."""
 
     def __init__(self, service: ErasureService, data_dir: Path,
-                 bus: ErasureBus | None = None, *, holder: Holder | None = None) -> None:
+                 bus: ErasureBus | None = None, *, holder: Holder | None = None,
+                 own: OwnErasure | None = None) -> None:
+        """``own``: what this worker erases of its own for another's erasure (its MCP
+        logs)."""
         self.service = service
         self.bus = bus
         self.holder = holder
+        self.own = own
         self._control = ControlServer(data_dir, self.handle)
         self._serving: asyncio.Task[None] | None = None
 
@@ -36,7 +40,7 @@ class ErasureEndpoint:
         if self.bus is not None and self.holder is not None:
             started = asyncio.Event()
             self._serving = asyncio.get_running_loop().create_task(
-                self.bus.serve(self.holder, started), name="erasure-bus")
+                self.bus.serve(self.holder, started, self.own), name="erasure-bus")
             waiting = asyncio.ensure_future(started.wait())
             await asyncio.wait([waiting, self._serving], return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()

@@ -101,7 +101,13 @@ async def _erase(request: dict[str, Any], store: SessionStore,
     """Hand the erasure to whoever serves the data (see the module docstring)."""
     from app import control
     from app.compose import blob_store_for, build_schedule_store, rerun_store
-    from app.compose_erasure import build_eraser, cli_bus, direct_journal, inbox_step
+    from app.compose_erasure import (
+        build_eraser,
+        cli_bus,
+        direct_journal,
+        inbox_step,
+        mcp_log_step,
+    )
     from app.erasure_endpoint import run_forget
     from gateway.edge.errors import ConfigError
     from gateway.erasure.service import ErasureService
@@ -115,7 +121,8 @@ async def _erase(request: dict[str, Any], store: SessionStore,
         if bus is not None:  # several workers: this command holds them all still itself
             service = ErasureService(build_eraser(settings.persona_root, store, None, blobs,
                                                   reruns, inbox_step(store),
-                                                  settings.data_dir, schedules), bus=bus.bus)
+                                                  settings.data_dir, schedules), bus=bus.bus,
+                                     mcp_servers=mcp_log_step(settings.data_dir, store).servers)
             try:
                 return await run_forget(service, request)
             finally:

@@ -15,7 +15,7 @@ to hold still and waits for each to confirm, or gives up, having changed nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -58,9 +58,20 @@ class Holder(Protocol):
 @dataclass(slots=True)
 class Changed:
     """What an erasure changed, filled in before the bus's hold ends: the other workers drop
-    their copies of these sessions as they let go."""
+    their copies of these sessions as they let go, and empty the stderr logs they keep of
+    the MCP servers in ``mcp_servers`` (a worker's own data folder may differ from the
+    erasing process's). ``elsewhere`` is filled in as the hold ends: what the other workers
+    removed of their own (``"<kind> <worker>:<name>"``), and a line for each that did not
+    say in time."""
 
     sessions: set[str] = field(default_factory=set)
+    mcp_servers: set[str] = field(default_factory=set)
+    elsewhere: list[str] = field(default_factory=list)
+
+
+OwnErasure = Callable[[Collection[str]], Awaitable[list[str]]]
+"""What a worker erases of its own for an erasure another process ran: given the MCP servers
+whose stderr logs go, it empties its copies and returns their names."""
 
 
 class ErasureBus(Protocol):
@@ -69,10 +80,14 @@ class ErasureBus(Protocol):
     Contract: entering :meth:`others` asks every other worker to hold ``hold`` still and
     waits until each confirms (:class:`ErasureRefusedError` if one refuses or does not answer
     within ``timeout`` seconds: those that held let go, nothing changed); exit tells them to
-    drop ``Changed.sessions`` and let go (they also let go by themselves if that never comes).
-    :meth:`serve` answers the other workers' requests with this worker's ``holder`` until
-    cancelled; it sets ``started`` once requests published from then on reach it."""
+    drop ``Changed.sessions``, to empty their logs of ``Changed.mcp_servers`` (when there are
+    any, exit waits, at most ``timeout``, for each to say what it emptied:
+    ``Changed.elsewhere``) and to let go (they also let go by themselves if that never comes).
+    :meth:`serve` answers the other workers' requests with this worker's ``holder`` (and
+    ``own``, what it erases of its own) until cancelled; it sets ``started`` once requests
+    published from then on reach it."""
 
     def others(self, hold: Hold, timeout: float) -> AbstractAsyncContextManager[Changed]: ...
 
-    async def serve(self, holder: Holder, started: asyncio.Event | None = None) -> None: ...
+    async def serve(self, holder: Holder, started: asyncio.Event | None = None,
+                    own: OwnErasure | None = None) -> None: ...

@@ -134,15 +134,28 @@ class McpLogStep:
         self.log_dir = log_dir
         self.store = store
 
-    async def find(self, plan: ErasurePlan) -> list[Removal]:
+    async def servers(self, plan: ErasurePlan) -> set[str]:
+        """The MCP servers the person's one-to-one sessions called (read before they go):
+        what the other workers, whose logs may lie in data folders of their own, empty too
+        (:class:`~gateway.edge.erasure.Changed`)."""
         servers: set[str] = set()
         for sid in plan.sessions:
             try:
                 servers.update(_servers(await self.store.read_log(plan.scope.tenant, sid)))
             except SessionNotFoundError:
                 continue
-        found = await asyncio.to_thread(self._files, servers)
+        return servers
+
+    async def find(self, plan: ErasurePlan) -> list[Removal]:
+        found = await asyncio.to_thread(self._files, await self.servers(plan))
         return [Removal("mcp-log", path.name) for path in found]
+
+    async def empty(self, servers: Collection[str]) -> list[str]:
+        """Empty this process's logs of ``servers`` (an erasure another worker ran: the
+        :data:`~gateway.edge.erasure.OwnErasure` of this worker); the names emptied."""
+        found = await asyncio.to_thread(self._files, set(servers))
+        removals = [Removal("mcp-log", path.name) for path in found]
+        return [r.name for r in await self.remove_found(removals)]
 
     def _files(self, servers: set[str]) -> list[Path]:
         found: list[Path] = []
@@ -155,6 +168,9 @@ class McpLogStep:
 
     async def remove(self, plan: ErasurePlan, found: list[Removal],
                      requested_by: str) -> list[Removal]:
+        return await self.remove_found(found)
+
+    async def remove_found(self, found: list[Removal]) -> list[Removal]:
         def empty() -> list[Removal]:
             done = []
             for removal in found:
