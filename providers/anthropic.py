@@ -32,7 +32,7 @@ from sessions.endpoint import origin
 from sessions.records import MessageDict
 from sessions.shapes import Shape
 
-_PATH = "/v1/messages"
+API_PATH = "/v1/messages"
 
 
 class AnthropicProvider(SdkProvider):
@@ -73,11 +73,13 @@ class AnthropicProvider(SdkProvider):
             http_client=anthropic.DefaultAioHttpClient(),
         )
         self.endpoint = origin(str(self._client.base_url))
-        self._url = request_url(self._client.base_url, _PATH)
+        self.url = request_url(self._client.base_url, API_PATH)
+        """Where every call is posted: what the SDK itself would build from the base URL
+        and :data:`API_PATH` (public, so a test holds the two side by side)."""
 
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(
-            self._url, content=body, cast_to=object, stream=stream,
+            self.url, content=body, cast_to=object, stream=stream,
             stream_cls=EventStream,
         )
 

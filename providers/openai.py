@@ -42,7 +42,7 @@ from sessions.shapes import Shape
 log = logging.getLogger(__name__)
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
-_PATH = "/chat/completions"
+API_PATH = "/chat/completions"
 # OpenAI finish_reason -> the Anthropic stop_reason the rest of the gateway speaks.
 _STOP_REASONS = {
     "stop": "end_turn",
@@ -112,11 +112,13 @@ class OpenAIProvider(SdkProvider):
             http_client=openai.DefaultAioHttpClient(),
         )
         self.endpoint = origin(str(self._client.base_url))
-        self._url = request_url(self._client.base_url, _PATH)
+        self.url = request_url(self._client.base_url, API_PATH)
+        """Where every call is posted: what the SDK itself would build from the base URL
+        and :data:`API_PATH` (public, so a test holds the two side by side)."""
 
     async def _post(self, body: bytes, stream: bool) -> Any:
         return await self._client.post(
-            self._url, content=body, cast_to=object, stream=stream,
+            self.url, content=body, cast_to=object, stream=stream,
             stream_cls=ChunkStream,
             # As chat.completions.create asks: the API key as a bearer token.
             options={"security": {"bearer_auth": True}},

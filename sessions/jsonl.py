@@ -388,7 +388,7 @@ class JsonlSessionStore:
         infos: list[SessionInfo] = []
         for name in tenants:
             for path in _session_paths(self.sessions_dir(name)):
-                info = _info(path, name)
+                info = session_info(path, name)
                 if info is not None:
                     infos.append(info)
         return newest_first(infos)
@@ -534,9 +534,10 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _info(path: Path, tenant: str) -> SessionInfo | None:
-    """A listing row; a row with ``error`` for a file that cannot be a session, None for one
-    that vanished since the directory was listed."""
+def session_info(path: Path, tenant: str) -> SessionInfo | None:
+    """The listing row of the file at ``path`` (public: what a listing shows of one file,
+    checked on its own by the tests); a row with ``error`` for a file that cannot be a
+    session, None for one that vanished since the directory was listed."""
     try:
         st = path.lstat()
     except FileNotFoundError:

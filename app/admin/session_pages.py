@@ -110,7 +110,9 @@ def _cache_text(spent: UsageRow) -> str:
             f"{spent.cache_write:,} written")
 
 
-def _notices(replay: Replay) -> Markup:
+def notices(replay: Replay) -> Markup:
+    """The session page's notices (torn tail, limits that refused, ...): public, so the
+    tests check what the page says of a replay without rendering a whole page."""
     items: list[Markup] = []
     if replay.notice:
         items.append(tag("li", tag("strong", "Notice: "), replay.notice))
@@ -271,7 +273,7 @@ def session_page(view: SessionView, points: list[DriftPoint], metric: str,
                  data_action="toggle-calls")
     body = join([
         tag("h1", "Session ", tag("code", replay.session_id or view.where.session_id)),
-        _header(view), _notices(replay), _timeline(view), _drift(view, points, metric),
+        _header(view), notices(replay), _timeline(view), _drift(view, points, metric),
         tag("section", tag("h2", "Conversation ", toggle), conversation(view, inline),
             id="conversation", class_="conversation"),
     ])

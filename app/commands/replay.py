@@ -158,7 +158,7 @@ async def run(args: argparse.Namespace, store: SessionStore, out: TextIO | None 
     elif args.json:
         _dump(replay_json(replay), out)
     else:
-        _print_summary(replay, out)
+        print_summary(replay, out)
     return 0
 
 
@@ -279,7 +279,9 @@ def attachment_label(block: dict[str, Any]) -> str:
     return f"{label} transcript: {transcript}" if isinstance(transcript, str) else label
 
 
-def _print_summary(replay: Replay, out: TextIO) -> None:
+def print_summary(replay: Replay, out: TextIO) -> None:
+    """What ``gateway replay`` prints of a session: public, so the tests read the summary
+    of a replay they built without running the command on files."""
     h = replay.header
     w = out.write
     w(f"session {replay.session_id}  (format v{replay.version})\n")

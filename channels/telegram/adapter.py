@@ -57,7 +57,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -153,6 +153,9 @@ class TelegramChannel:
         self._open_replies = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self.poll_observers: list[Callable[[], None]] = []
+        """Called as each getUpdates is built (polling mode): what a test or a tracer sees
+        of the polling rhythm (:class:`~channels.telegram.polling.Poller`'s ``on_poll``)."""
         self._poller: Poller | None = None
         self._webhook: WebhookEndpoint | None = None
         # Several workers: only the elected one polls (see the module docstring).
@@ -168,7 +171,11 @@ class TelegramChannel:
 
     def _new_poller(self) -> Poller:
         return Poller(self.api, self.handle, poll_timeout=self.options.poll_timeout,
-                      stall_seconds=self.options.stall_seconds)
+                      stall_seconds=self.options.stall_seconds, on_poll=self._polled)
+
+    def _polled(self) -> None:
+        for observer in self.poll_observers:
+            observer()
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -56,8 +56,13 @@ class Poller:
     """The polling task. :meth:`start` once; :meth:`stop` is idempotent."""
 
     def __init__(self, api: BotApi, handle: Handle, *, poll_timeout: int,
-                 stall_seconds: float, backoff: float = 0.5) -> None:
+                 stall_seconds: float, backoff: float = 0.5,
+                 on_poll: Callable[[], None] | None = None) -> None:
+        """``on_poll`` is called as each getUpdates request is built: the polling rhythm as
+        an observer sees it (its order against the turns a batch started is a promise of
+        :meth:`_run`, which the tests check through this, not by wrapping a method)."""
         self.api = api
+        self.on_poll = on_poll
         self.handle = handle
         self.poll_timeout = poll_timeout
         self.stall_seconds = stall_seconds
@@ -158,6 +163,8 @@ class Poller:
                 await asyncio.sleep(0)
 
     async def _fetch(self) -> tuple[Update, ...]:
+        if self.on_poll is not None:
+            self.on_poll()
         async with asyncio.timeout(self.stall_seconds):
             return await self.api.bot.get_updates(
                 offset=self.offset, timeout=self.poll_timeout,

@@ -122,6 +122,11 @@ class ConversationRegistry:
         """How many conversations are in use now."""
         return len(self._held)
 
+    def open_keys(self) -> list[ConversationKey]:
+        """The open conversations, least recently used first: the order eviction takes them
+        in (a public view of it, so tests check the bounds without reaching inside)."""
+        return list(self._open)
+
     def __len__(self) -> int:
         return len(self._open)
 

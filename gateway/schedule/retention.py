@@ -62,6 +62,12 @@ class Retention:
         self._down = Episode(log, "retention (session store)")
         self._idle = asyncio.Event()  # never set: passes wait on the clock alone
 
+    @property
+    def running(self) -> bool:
+        """Whether passes are scheduled: a policy that keeps everything starts none (what
+        the tests check without reaching into the task)."""
+        return self._task is not None
+
     async def __aenter__(self) -> Retention:
         if self.policy.any:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="retention")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app.compose import build_gateway
 from channels.telegram.render import render_chunks
 from channels.telegram.sink import PLACEHOLDER
 from providers.offline import OfflineProvider
@@ -317,21 +318,12 @@ async def test_redelivered_update_after_restart_not_answered_twice(
 
 
 async def test_a_turn_reaches_its_provider_before_the_next_poll_is_built(
-    fake: FakeTelegramServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    fake: FakeTelegramServer, tmp_path: Path,
 ) -> None:
     """After handling a batch, the poller yields once before building the next getUpdates, so
     the turns it started send their provider requests first (the person's answer is what
     waits; the next poll only acknowledges). The order is the event loop's, not a timing."""
-    from channels.telegram import polling
-
     events: list[str] = []
-    fetch = polling.Poller._fetch
-
-    async def counted(self: polling.Poller) -> Any:
-        events.append("poll")
-        return await fetch(self)
-
-    monkeypatch.setattr(polling.Poller, "_fetch", counted)
 
     class Noted(ScriptedProvider):
         async def complete(self, request: Any, on_text: Any = None) -> Any:
@@ -344,7 +336,10 @@ async def test_a_turn_reaches_its_provider_before_the_next_poll_is_built(
     # A long poll that cannot time out between the two messages (that would add a poll).
     settings = telegram_settings(fake, tmp_path, GATEWAY_TYPING_DELAY=5,
                                  TELEGRAM_POLL_TIMEOUT=30, TELEGRAM_STALL_SECONDS=60)
-    async with running(settings, provider) as gateway:
+    gateway = build_gateway(settings, provider=provider)
+    channel_of(gateway).poll_observers.append(lambda: events.append("poll"))
+    await gateway.start()
+    try:
         fake.user_message(ALICE, "hi")  # the first turn loads the persona (a thread hop)
         await settled(gateway, 1)
         # The first poll brought "hi"; the second is waiting and will bring the next one.
@@ -352,4 +347,6 @@ async def test_a_turn_reaches_its_provider_before_the_next_poll_is_built(
         del events[:]
         fake.user_message(ALICE, "and again")
         await settled(gateway, 2)
+    finally:
+        await gateway.aclose()
     assert events[:2] == ["provider", "poll"], events

@@ -190,5 +190,5 @@ async def test_a_stopping_worker_lets_its_kept_leases_go_at_once(
         assert await redis.exists(lease)
         async with asyncio.timeout(60):
             await a.router.drain(LONG)
-        assert not a.router._workers
+        assert a.router.serving == 0
         assert not await redis.exists(lease)

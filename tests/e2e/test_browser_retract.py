@@ -15,6 +15,7 @@ from playwright.async_api import Browser, expect
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
+from channels.web.channel import WebChannel
 from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from tests.capabilities import needs
 from tests.e2e.test_browser_chat import CHROMIUM, browser, send
@@ -66,9 +67,9 @@ async def test_a_retracted_reply_is_cleared_and_only_the_new_answer_stays(
         await expect(assistant).to_have_text("first attempt, never finished")
         await asyncio.wait_for(provider.shown.wait(), 10)
 
-        web = next(c for c in gw.channels if c.name == "web")
-        (pending,) = web._pending.values()  # the one request in flight
-        await pending.sink.retract()
+        web = next(c for c in gw.channels if isinstance(c, WebChannel))
+        (sink,) = web.waiting()  # the one request in flight
+        await sink.retract()
         await expect(assistant).to_have_text("")
         await expect(assistant).to_have_class(re.compile(r"\bpending\b"))  # still waiting
 

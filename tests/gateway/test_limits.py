@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.admin.session_pages import _notices as notices
-from app.commands.replay import _print_summary as print_summary
+from app.admin.session_pages import notices
+from app.commands.replay import print_summary
 from coordination.memory_ledger import MemoryLedger
 from gateway.edge.ledger import day_of, tenant_scope, user_scope
 from gateway.edge.messages import ChannelContext, ConversationKey

@@ -21,7 +21,18 @@ PROVIDERS = [(openai_provider, openai_provider.OpenAIProvider, "gpt-4o-mini"),
 async def test_the_url_is_the_sdks_own(module: ModuleType, cls: Any, model: str,
                                        base: str) -> None:
     provider = cls(api_key="k", base_url=base, model=model)
+    # The SDK's own client for the same base URL; its URL building is the reference (the
+    # SDK has no public accessor for it: ``_prepare_url`` is the SDK's, not ours).
+    sdk = sdk_of(module)(api_key="k", base_url=base)
     try:
-        assert provider._url == str(provider._client._prepare_url(module._PATH))
+        assert provider.url == str(sdk._prepare_url(module.API_PATH))
     finally:
         await provider.aclose()
+        await sdk.close()
+
+
+def sdk_of(module: ModuleType) -> Any:
+    import anthropic
+    import openai
+
+    return openai.AsyncOpenAI if module is openai_provider else anthropic.AsyncAnthropic

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from app.commands.replay import _print_summary as print_summary
+from app.commands.replay import print_summary
 from coordination.journal import FileJournal
 from coordination.local import LocalConversations
 from coordination.memory_ledger import MemoryLedger

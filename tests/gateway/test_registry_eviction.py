@@ -60,7 +60,7 @@ async def test_open_conversations_are_bounded_by_what_they_weigh(tmp_path: Path)
     names = [f"c{n}" for n in range(10)]
     for name in names:
         await registry.get(ConversationKey("web", name), context(name))
-    assert [k.chat for k in registry._open] == names[5:]
+    assert [k.chat for k in registry.open_keys()] == names[5:]
     assert registry.open_bytes <= registry.max_bytes
     long = await registry.get(ConversationKey("web", "long"), context("long"))
     registry.hold(long.key)
@@ -68,7 +68,7 @@ async def test_open_conversations_are_bounded_by_what_they_weigh(tmp_path: Path)
         await long.receive(user("x" * 400))
     registry.release(long.key)  # ... and is weighed again as its use ends
     await registry.get(ConversationKey("web", "next"), context("next"))
-    assert [k.chat for k in registry._open] == ["long", "next"]
+    assert [k.chat for k in registry.open_keys()] == ["long", "next"]
     assert registry.open_bytes == long.approx_bytes + short.approx_bytes
     await registry.aclose()
 
@@ -80,5 +80,5 @@ async def test_a_count_bound_still_applies_beside_the_memory_bound(tmp_path: Pat
                                     max_open=3)
     for n in range(6):
         await registry.get(ConversationKey("web", f"c{n}"), context(f"c{n}"))
-    assert [k.chat for k in registry._open] == ["c3", "c4", "c5"]
+    assert [k.chat for k in registry.open_keys()] == ["c3", "c4", "c5"]
     await registry.aclose()

@@ -57,7 +57,7 @@ async def test_a_policy_that_keeps_everything_runs_no_pass(tmp_path: Path) -> No
     await writer.aclose()
     clock = FakeClock(start=time.time() + 10_000 * DAY)
     async with Retention(RetentionPolicy(), store, FileBlobStore(tmp_path), clock) as retention:
-        assert retention._task is None
+        assert not retention.running
     assert clock.rounds == 0
     assert len(await store.list_sessions()) == 1
 

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from app.cli import main as cli_main
-from sessions.jsonl import _info
+from sessions.jsonl import session_info
 from sessions.replay import replay_bytes
 from tests.reliability.support import web_gateway, web_settings
 
@@ -144,7 +144,7 @@ def test_replay_of_a_bad_entry_is_one_line_exit_1(
 def test_a_file_gone_between_listing_and_stat_is_left_out(tmp_path: Path) -> None:
     """A session deleted after the folder was listed (``sessions prune`` running at the same
     time) is left out of the listing, not a traceback."""
-    assert _info(tmp_path / "gone.jsonl", "default") is None
+    assert session_info(tmp_path / "gone.jsonl", "default") is None
 
 
 # -- torn means unterminated ---------------------------------------------------------------------
