@@ -67,6 +67,7 @@ class ErasureEndpoint:
 async def run_forget(service: ErasureService, request: dict[str, Any]) -> dict[str, Any]:
     """Erase (or, with ``dry_run``, preview) the person a request names; the answer lists
     what was (would be) removed, or says why nothing was."""
+    elsewhere: list[Removal] = []
     try:
         scope = parse_ref(str(request.get("user")), "person",
                           str(request.get("tenant") or DEFAULT_TENANT))
@@ -83,9 +84,11 @@ async def run_forget(service: ErasureService, request: dict[str, Any]) -> dict[s
             report: ErasureReport = await service.erase(
                 scope, requested_by=str(request.get("requested_by") or "operator"))
             removed = list(report.removed)
+            elsewhere = list(report.elsewhere)
     except ErasureRefusedError as exc:
         return {"ok": False, "error": str(exc)}
     except (SessionError, OSError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    return {"ok": True, "removed": [[r.kind, r.name] for r in removed]}
+    return {"ok": True, "removed": [[r.kind, r.name] for r in removed],
+            "elsewhere": [[r.kind, r.name] for r in elsewhere]}
 

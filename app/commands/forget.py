@@ -88,6 +88,10 @@ async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
     out.write(f"{'would erase' if args.dry_run else 'erased'} {who}:\n")
     for kind, name in removed:
         out.write(f"  {kind:<8} {name}\n")
+    # What the other workers emptied of their own (their MCP logs): listed, not counted in
+    # the tombstone, which was written before they let go.
+    for kind, name in answer.get("elsewhere") or ():
+        out.write(f"  {kind!s:<8} {name}\n")
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(k for k, _ in removed).items()))
     if args.dry_run:
         out.write(f"nothing changed ({counts or 'nothing to remove'})\n")

@@ -103,6 +103,9 @@ class ErasureReport:
 
     scope: Scope
     removed: tuple[Removal, ...]
+    elsewhere: tuple[Removal, ...] = ()
+    """What the other workers removed of their own as the erasure let them go (their MCP
+    logs, ``<worker>:<file>``), or could not: not in the tombstone, which was written before."""
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(r.kind for r in self.removed))

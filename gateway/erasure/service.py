@@ -80,4 +80,4 @@ class ErasureService:
             return report
         # What the other workers emptied of their own as they let go (the bus's exit).
         elsewhere = tuple(Removal(*line.split(" ", 1)) for line in changed.elsewhere)
-        return ErasureReport(report.scope, report.removed + elsewhere)
+        return ErasureReport(report.scope, report.removed, elsewhere)

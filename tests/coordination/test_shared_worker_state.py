@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from app import control
 from app.admin.auth import COOKIE as ADMIN_COOKIE
 from app.compose import build_gateway
 from app.compose_channels import WEB_IDENTITY_KEY
@@ -124,12 +125,15 @@ async def test_sign_outs_without_redis_fail_closed() -> None:
         await signouts.aclose()  # idempotent
 
 
+@pytest.mark.parametrize("via", ["cli", "worker"])
 async def test_an_erasure_empties_the_mcp_logs_of_every_worker(
-        tmp_path: Path, prefix: str, schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, prefix: str, schema: str, monkeypatch: pytest.MonkeyPatch,
+        via: str) -> None:
     """The person's session called the ``clock`` server, which worker 1 runs and logs in its
-    own data folder; ``gateway forget`` (run with worker 0's settings) holds both workers
-    still, and as they let go worker 1 empties its ``clock`` logs and says so: the command
-    lists them. Another server's log and worker 0's folder are left as they were."""
+    own data folder. The erasure is run by ``gateway forget`` (with worker 0's settings: it
+    holds both workers itself) or by worker 0 (asked on its control socket): either way, as
+    the workers let go, worker 1 empties its ``clock`` logs and says so, and the answer lists
+    them apart from what the tombstone counts. Another server's log is left as it was."""
     store = await PostgresSessionStore.connect(PG_URL, schema=schema)
     try:
         writer = await store.create(tenant="default", channel="slack",
@@ -152,13 +156,23 @@ async def test_an_erasure_empties_the_mcp_logs_of_every_worker(
     for name, value in (("GATEWAY_REDIS_URL", REDIS_URL), ("GATEWAY_REDIS_PREFIX", prefix)):
         monkeypatch.setenv(name, value)
     async with two_workers(tmp_path, prefix, schema):
-        code, out, err = await acli("forget", "--user", "slack:lovelace", "--data-dir",
-                                    str(tmp_path / "w0"), "--store-url", PG_URL,
-                                    "--schema", schema)
-    assert (code, err) == (0, ""), out
-    listed = sorted(line.split()[1].split(":", 1)[1] for line in out.splitlines()
-                    if line.strip().startswith("mcp-log"))
-    assert listed == ["clock.log", "clock.log.1"], out
+        if via == "cli":
+            code, out, err = await acli("forget", "--user", "slack:lovelace", "--data-dir",
+                                        str(tmp_path / "w0"), "--store-url", PG_URL,
+                                        "--schema", schema)
+            assert (code, err) == (0, ""), out
+            lines = [line.split() for line in out.splitlines()]
+            elsewhere = [name for kind, name, *_ in lines if kind == "mcp-log"]
+            assert lines[-1] == ["tombstone", "recorded", "(1", "session)"], out
+        else:
+            answer = await control.ask(tmp_path / "w0", {
+                "op": "forget", "user": "slack:lovelace", "tenant": "default",
+                "requested_by": "operator"}, 120)
+            assert answer is not None
+            assert answer["ok"], answer
+            assert answer["removed"] == [["session", "dm"]]
+            elsewhere = [name for kind, name in answer["elsewhere"] if kind == "mcp-log"]
+    assert sorted(name.split(":", 1)[1] for name in elsewhere) == ["clock.log", "clock.log.1"]
     assert (logs / "clock.log").read_bytes() == b""
     assert (logs / "clock.log.1").read_bytes() == b""
     assert (logs / "weather.log").read_text() == "someone else's\n"
