@@ -106,10 +106,32 @@ def trial_report(summaries: list[Summary], seconds: float) -> str:
         f"| {trials_run} | {total['acknowledged']} | {total['once']} | {total['twice']} | "
         f"{total['never']} | {total['lost']} | {stray['placeholder']} | {stray['partial']} |",
         "",
+        "By the input each message was first sent through (stray messages: by the input "
+        "whose run sent them):",
+        "",
+        "| input | trials | acknowledged | answered once | answered twice | never answered | "
+        "lost | stray placeholders | stray partial previews |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *_input_rows(summaries),
+        "",
         "Schedules (replay any batch with GATEWAY_TRIAL_SCHEDULE='crash-random=...'):",
         *(f"- {s.name}: {s.schedule}" for s in summaries),
     ]
     return "\n".join(lines)
+
+
+def _input_rows(summaries: list[Summary]) -> list[str]:
+    rows: dict[str, Counter[str]] = {}
+    for s in summaries:
+        for row in s.inputs:
+            cells = rows.setdefault(row.kind, Counter())
+            for column in ("trials", "acknowledged", "once", "twice", "never", "lost"):
+                cells[column] += getattr(row, column)
+        for name, kinds in s.strays_by_input.items():
+            rows.setdefault(name, Counter()).update(kinds)
+    return [f"| {name} | {c['trials']} | {c['acknowledged']} | {c['once']} | {c['twice']} | "
+            f"{c['never']} | {c['lost']} | {c['placeholder']} | {c['partial']} |"
+            for name, c in rows.items()]
 
 
 async def window(messages: int) -> str:

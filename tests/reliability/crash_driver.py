@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,13 +221,33 @@ def tally(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer, logs
     came in a 200) and the session log holds exactly one; recorded when its message is in the
     log. Stray placeholders and partial previews are no answers: :func:`strays` counts
     them."""
+    return _rows(traffic, _complete(traffic, tg, slack), logs, trials,
+                 lambda token: traffic.origin[token])
+
+
+def tally_inputs(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer,
+                 logs: LogCheck, trials: Counter[str]) -> list[Row]:
+    """As :func:`tally`, one row per input a message was first sent through (``telegram
+    polling``, ``telegram webhook``, ``slack http``, ``slack socket``, ``web``); ``trials``
+    counts the trials each input served."""
+    return _rows(traffic, _complete(traffic, tg, slack), logs, trials,
+                 lambda token: traffic.input_of[token])
+
+
+def _complete(traffic: Traffic, tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
+    """Complete answers per token: on Telegram and Slack, and a web message's 200."""
     platform = answered(tg, slack)
     for web in traffic.web_messages:
         if web.acked and web.reply is not None and f"[end {web.token}]" in web.reply:
             platform[web.token] += 1
+    return platform
+
+
+def _rows(traffic: Traffic, platform: Counter[str], logs: LogCheck, trials: Counter[str],
+          row_of: Callable[[str], str]) -> list[Row]:
     rows: dict[str, Counter[str]] = {}
     for (channel, pid), token in traffic.acknowledged().items():
-        row = rows.setdefault(traffic.origin[token], Counter())
+        row = rows.setdefault(row_of(token), Counter())
         row["acknowledged"] += 1
         counts = (platform[token], logs.replies[token])
         row["once" if counts == (1, 1) else "never" if 0 in counts else "twice"] += 1

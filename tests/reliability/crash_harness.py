@@ -139,6 +139,11 @@ class Traffic:
     channel_of: dict[str, str] = field(default_factory=dict)  # token -> telegram|slack|web
     slack_mode: str = "http"
     """How Slack delivers events now: ``http`` (POST /slack/events) or ``socket``."""
+    telegram_mode: str = "polling"
+    """How Telegram delivers updates now: ``polling`` or ``webhook``."""
+    input_of: dict[str, str] = field(default_factory=dict)
+    """token -> the input it was first sent through (``telegram polling``, ``slack socket``,
+    ``web``, ...)."""
     web_stream: float = 0.0
     """The share of web messages sent with ``"stream": true`` (Server-Sent Events)."""
     on_web: Callable[[str, WebMessage], None] | None = None
@@ -150,7 +155,17 @@ class Traffic:
         token = f"tok{self._count:05d}"
         self.origin[token] = self.phase
         self.channel_of[token] = channel
+        self.input_of[token] = self.input_now(channel)
         return token
+
+    def input_now(self, channel: str) -> str:
+        """The input ``channel``'s messages go through now: ``telegram polling``,
+        ``telegram webhook``, ``slack http``, ``slack socket`` or ``web``."""
+        if channel == "telegram":
+            return f"telegram {self.telegram_mode}"
+        if channel == "slack":
+            return f"slack {self.slack_mode}"
+        return channel
 
     def telegram_message(self, user: int | None = None) -> str:
         token = self._token("telegram")
@@ -576,16 +591,30 @@ def answered(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
     return Counter(token for text in bot_texts(tg, slack) for token in set(END.findall(text)))
 
 
+def bot_message_keys(tg: FakeTelegramServer, slack: FakeSlackServer) -> dict[str, str]:
+    """Each of the bot's messages by a key of its own (``telegram CHAT/ID``, ``slack
+    CHANNEL/TS``) -> its text as it stands."""
+    found = {f"telegram {chat}/{mid}": str(m.get("text", ""))
+             for (chat, mid), m in tg.messages.items() if m["from"]["id"] == tg.bot_user["id"]}
+    found |= {f"slack {channel}/{ts}": str(m.get("text", ""))
+              for (channel, ts), m in slack.messages.items() if m.get("bot_id") == slack.bot_id}
+    return found
+
+
+def stray_kind(text: str) -> str | None:
+    """``placeholder`` or ``partial`` for a bot message that is no complete answer, else
+    None."""
+    if END.search(text):
+        return None
+    return "placeholder" if text.strip() in ("…", "") else "partial"
+
+
 def strays(tg: FakeTelegramServer, slack: FakeSlackServer) -> Counter[str]:
     """The bot's messages that are no complete answer, by kind: ``placeholder`` (still "…")
     or ``partial`` (a preview's start of an answer). Left by kills at the one step no
     platform lets the gateway close (a message sent, its id not yet noted)."""
-    found: Counter[str] = Counter()
-    for text in bot_texts(tg, slack):
-        if END.search(text):
-            continue
-        found["placeholder" if text.strip() in ("…", "") else "partial"] += 1
-    return found
+    return Counter(kind for text in bot_texts(tg, slack)
+                   if (kind := stray_kind(text)) is not None)
 
 
 # -- killing between replies -------------------------------------------------------------------

@@ -33,12 +33,21 @@ from tests.fakes.providers import FakeProviderServer
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
 from tests.ports import free_port
-from tests.reliability.crash_driver import TABLE_HEAD, Driver, Row, final_run, repeated, tally
+from tests.reliability.crash_driver import (
+    TABLE_HEAD,
+    Driver,
+    Row,
+    final_run,
+    repeated,
+    tally,
+    tally_inputs,
+)
 from tests.reliability.crash_harness import (
     GatewayProcess,
     SlowEcho,
     Traffic,
     answered,
+    bot_message_keys,
     check_logs,
     check_prefixes,
     gateway_env,
@@ -47,6 +56,7 @@ from tests.reliability.crash_harness import (
     owed_bodies,
     paid_items,
     slack_input,
+    stray_kind,
     strays,
     telegram_input,
 )
@@ -88,6 +98,11 @@ class Summary:
     strays: Counter[str]
     final: list[str]
     seconds: float
+    inputs: list[Row] = field(default_factory=list)
+    """The tally by the input each message was first sent through (``telegram polling``,
+    ``telegram webhook``, ``slack http``, ``slack socket``, ``web``)."""
+    strays_by_input: dict[str, Counter[str]] = field(default_factory=dict)
+    """The stray messages by the input whose trial they were sent in."""
     kept: Path | None = None
     test: str = ""
     """The name the schedule replays under (``GATEWAY_TRIAL_SCHEDULE='<test>=...'``)."""
@@ -111,6 +126,10 @@ class Summary:
             f"findings, final run {self._final()}"
         )
 
+    def _strays_by_input(self) -> str:
+        return ", ".join(f"{i}: " + ", ".join(f"{n} {k}" for k, n in sorted(c.items()))
+                         for i, c in sorted(self.strays_by_input.items())) or "none"
+
     def _final(self) -> str:
         return "ok" if not self.final else "FAILED: " + "; ".join(self.final[:5])
 
@@ -118,7 +137,10 @@ class Summary:
         lines = [f"replay with: GATEWAY_TRIAL_SCHEDULE='{self.test or self.name}="
                  f"{self.schedule}'",
                  *(r.line() for r in self.results), self.line(), "", TABLE_HEAD,
-                 *(row.cells() for row in self.rows)]
+                 *(row.cells() for row in self.rows), "", "By input:", "",
+                 TABLE_HEAD.replace("trial kind", "input"),
+                 *(row.cells() for row in self.inputs),
+                 f"stray messages by input: {self._strays_by_input()}"]
         if self.kept is not None:
             lines.append(f"\ndata directory and gateway logs kept in {self.kept}")
         return "\n".join(lines) + "\n"
@@ -132,6 +154,7 @@ def acknowledged_by_channel(traffic: Traffic) -> dict[str, int]:
 
 async def _inputs(gateway: GatewayProcess, traffic: Traffic, telegram: str, slack: str) -> None:
     await telegram_input(gateway, traffic.tg, telegram)
+    traffic.telegram_mode = telegram
     slack_input(gateway, traffic, slack)
 
 
@@ -264,9 +287,11 @@ async def run_schedule(name: str, plans: list[TrialPlan], tmp_path: Path,
         driver = Driver(traffic, gateway, traffic.rng, http)
         before: dict[Path, bytes] = {}
         reported: set[str] = set()
+        sent_in: dict[str, str] = {}  # bot message key -> the input whose run sent it
         try:
             for number, plan in enumerate(plans, start=1):
                 result = await _trial(number, plan, driver, echo, data_dir)
+                _note_senders(sent_in, traffic)
                 logs = check_logs(data_dir)
                 found = result.findings + check_prefixes(before, logs.files) + logs.problems
                 found += [f"lost {m}" for m in missing(traffic.acknowledged(), logs,
@@ -281,6 +306,7 @@ async def run_schedule(name: str, plans: list[TrialPlan], tmp_path: Path,
             final_began = time.monotonic()
             await _start(gateway, traffic)
             final = await final_run(driver, tg, slack)
+            _note_senders(sent_in, traffic)
             print(f"{name}: final run {time.monotonic() - final_began:.1f} s", flush=True)
         finally:
             await gateway.kill()
@@ -290,16 +316,37 @@ async def run_schedule(name: str, plans: list[TrialPlan], tmp_path: Path,
         final += [f"lost {m}" for m in missing(traffic.acknowledged(), logs)]
         final += repeated(traffic, tg, slack, logs)
         rows = tally(traffic, tg, slack, logs, Counter(_kind(r.plan) for r in results))
+        served = Counter(f"telegram {r.plan.telegram}" for r in results)
+        served.update(f"slack {r.plan.slack}" for r in results)
+        served["web"] = len(results)
+        inputs = tally_inputs(traffic, tg, slack, logs, Counter(
+            {k: served[k] for k in INPUTS}))
+        by_input: dict[str, Counter[str]] = {}
+        for key, text in bot_message_keys(tg, slack).items():
+            if (kind := stray_kind(text)) is not None:
+                by_input.setdefault(sent_in.get(key, "?"), Counter())[kind] += 1
         (tmp_path / "platform.json").write_bytes(platform_state(traffic))
         summary = Summary(name, schedule, results, rows, acknowledged_by_channel(traffic),
                           strays(tg, slack), final, time.monotonic() - started,
-                          test=test or name)
+                          inputs=inputs, strays_by_input=by_input, test=test or name)
     if summary.final or summary.with_findings or summary.total("twice") or summary.total(
             "never") or summary.total("lost"):
         summary.kept = keep_on_failure(tmp_path, name)
     OUTPUT.mkdir(exist_ok=True)
     (OUTPUT / f"{name}.txt").write_text(summary.report())
     return summary
+
+
+INPUTS = ("telegram polling", "telegram webhook", "slack http", "slack socket", "web")
+
+
+def _note_senders(sent_in: dict[str, str], traffic: Traffic) -> None:
+    """Note the input of the run just ended against each bot message it newly left on the
+    platforms (a message keeps the run that sent it; later edits do not move it)."""
+    for key in bot_message_keys(traffic.tg, traffic.slack):
+        if key not in sent_in:
+            channel = key.split(" ", 1)[0]
+            sent_in[key] = traffic.input_now(channel)
 
 
 def _kind(plan: TrialPlan) -> str:
