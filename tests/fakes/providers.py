@@ -752,7 +752,8 @@ class FakeProviderServer:
                 return response  # the client went away mid-stream (killed): nothing to send
             if pace:
                 await self._sleep(pace)
-        await response.write_eof()
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()  # the client may have gone after the last event
         return response
 
     async def _send_truncated(

@@ -54,7 +54,12 @@ FRESH_TG_USERS = tuple(range(2001, 2061))
 SLACK_DM_USERS = ("U1", "U2")
 SLACK_THREAD_USER = "U3"
 GENERAL = "C0FAKEGEN"
-READY_TIMEOUT = 60.0  # a cold `python -m gateway` on a loaded 2-core machine: generous
+STALL = 60.0
+"""Seconds a gateway process may go without progress (no CPU time spent, no log line) while
+the harness waits for it to be ready or to end. The waits are bounded by progress, not by
+the whole: a cold `python -m gateway` at load 10-24 on 2 cores spends well over a minute
+importing, steadily (a fixed 60 s for readiness is what runs under such load ran out of); a
+process that hangs stops spending CPU and fails after this."""
 SOCKET_WAIT = 5.0
 """Seconds a Socket Mode delivery waits for an open socket, then for its ack."""
 WEBHOOK_SECRET = "crash-trial-secret"
@@ -273,6 +278,42 @@ class Traffic:
         return found
 
 
+class Progress:
+    """Whether a process is getting on: it spent CPU time or its log grew since the last
+    look. :meth:`stalled` once neither happened for :data:`STALL` seconds (or it is gone)."""
+
+    def __init__(self, pid: int, log: Path) -> None:
+        self.began = self.last = time.monotonic()
+        self._log = log
+        self._seen: tuple[float, int] = (-1.0, -1)
+        try:
+            self._process: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            self._process = None
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.began
+
+    def _mark(self) -> tuple[float, int]:
+        cpu = -1.0
+        if self._process is not None:
+            with contextlib.suppress(psutil.Error):
+                times = self._process.cpu_times()
+                cpu = times.user + times.system
+        size = -1
+        with contextlib.suppress(OSError):
+            size = self._log.stat().st_size
+        return cpu, size
+
+    def stalled(self) -> bool:
+        mark = self._mark()
+        now = time.monotonic()
+        if mark != self._seen:
+            self._seen, self.last = mark, now
+        return now - self.last > STALL
+
+
 class GatewayProcess:
     """``python -m gateway run`` in a subprocess; output goes to ``log_dir``."""
 
@@ -322,9 +363,9 @@ class GatewayProcess:
         the port was taken. Only our own process listening there counts: whoever took the
         port may answer /healthz too (another gateway's tests)."""
         assert self.proc is not None
-        deadline = time.monotonic() + READY_TIMEOUT
+        progress = Progress(self.proc.pid, self.log)
         async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
+            while not progress.stalled():
                 if self.proc.returncode is not None:
                     if address_in_use(self.log.read_text(errors="replace")):
                         return False
@@ -336,7 +377,8 @@ class GatewayProcess:
                         if response.status == 200 and self._listening():
                             return True
                 await asyncio.sleep(0.05)
-        raise TimeoutError(f"gateway not healthy within {READY_TIMEOUT} s")
+        raise TimeoutError(f"gateway not healthy after {progress.seconds:.0f} s, with no "
+                           f"progress in the last {STALL:.0f} s; see {self.log}")
 
     def _listening(self) -> bool:
         assert self.proc is not None
@@ -358,33 +400,31 @@ class GatewayProcess:
             os.kill(self.proc.pid, sig)
         return True
 
-    async def exited(self, timeout: float = 20.0) -> int | None:  # noqa: ASYNC109
-        """Wait for this run to end (after :meth:`signal_now`); SIGKILL past ``timeout``."""
+    async def exited(self) -> int | None:
+        """Wait for this run to end (after :meth:`signal_now`) while it makes progress;
+        SIGKILL once it went :data:`STALL` seconds without (then None)."""
         if self.proc is None:
             return None
-        try:
-            async with asyncio.timeout(timeout):
-                return await self.proc.wait()
-        except TimeoutError:
-            await self.kill()
-            return None
+        progress = Progress(self.proc.pid, self.log)
+        while not progress.stalled():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    return await self.proc.wait()
+        await self.kill()
+        return None
 
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
             await self.proc.wait()
 
-    async def stop(self, timeout: float = 20.0) -> int | None:  # noqa: ASYNC109
-        """SIGTERM and wait (a clean shutdown); SIGKILL if it does not end in ``timeout``."""
+    async def stop(self) -> int | None:
+        """SIGTERM and wait (a clean shutdown) while it makes progress; SIGKILL once it went
+        :data:`STALL` seconds without (then None)."""
         if self.proc is None or self.proc.returncode is not None:
             return None if self.proc is None else self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(timeout):
-                return await self.proc.wait()
-        except TimeoutError:
-            await self.kill()
-            return None
+        return await self.exited()
 
 
 def slack_input(gateway: GatewayProcess, traffic: Traffic, mode: str) -> None:

@@ -163,6 +163,8 @@ class KillSwitch:
         self.channel = args[0] if kind == "step" else ""
         self.step = args[1] if kind == "step" else ""
         self.count = 0
+        self.seen = 0
+        """Every reply event since :meth:`arm`, whatever the plan (the trial's progress)."""
         self.fired: str | None = None
         self.done = asyncio.Event()
         self.armed = False
@@ -193,6 +195,7 @@ class KillSwitch:
         channel = REPLY_METHODS.get(method)
         if channel is None or not self.armed or self.fired is not None:
             return
+        self.seen += 1
         text = str(params.get("text") or "")
         if phase == "after" and self._after is not None:
             where, self._after = self._after, None
@@ -207,6 +210,7 @@ class KillSwitch:
         """A call reached the fake model (for ``token``'s message)."""
         if not self.armed or self.fired is not None:
             return
+        self.seen += 1
         self._counted(f"model call for {token}", after=False)
         if (self.kind == "step" and self.channel == "web" and self.step == "before-send"
                 and self.channel_of(token) == "web"):
@@ -216,6 +220,7 @@ class KillSwitch:
         """What a web client got: ``response``, ``delta`` or ``done``."""
         if not self.armed or self.fired is not None:
             return
+        self.seen += 1
         if kind == "response":
             self._counted(f"web answer for {message.token}", after=False)
         if self.kind != "step" or self.channel != "web":

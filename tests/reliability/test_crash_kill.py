@@ -48,6 +48,29 @@ RANDOM_TRIALS = sized(20, 60)
 """Random-instant trials: 20 in ``make test``, 60 in ``make trials``."""
 EVENTS = 3 * BURST
 """Reply events in a burst, about: a model call and one or two platform calls per message."""
+TRIAL_SECONDS = 90
+"""What one trial may take on a machine at load 10-24 (a cold start, a burst, a kill: 4 s
+when quiet). With the final run's :data:`FINAL_SECONDS` it sizes each test's pytest timeout
+to its trial count: a backstop only, since every wait inside is bounded by progress (the
+gateway's and the traffic's), never by the whole."""
+FINAL_SECONDS = 600
+
+
+def budget(trials: int) -> int:
+    """The pytest timeout, in seconds, of a run of ``trials`` trials and its final run."""
+    return FINAL_SECONDS + TRIAL_SECONDS * trials
+
+
+def replayed(name: str) -> int | None:
+    """How many trials ``GATEWAY_TRIAL_SCHEDULE`` replays in test ``name`` (None: it names
+    none there)."""
+    named, _, schedule = os.environ.get("GATEWAY_TRIAL_SCHEDULE", "").strip().partition("=")
+    return len(decode(schedule)) if named == name and schedule else None
+
+
+RANDOM_COUNT = replayed("crash-random") or int(os.environ.get("GATEWAY_CRASH_TRIALS")
+                                               or RANDOM_TRIALS)
+STEP_COUNT = replayed("crash-steps") or len(step_plans(random.Random(0), full=FULL))
 
 
 def planned(name: str, default: list[TrialPlan]) -> list[TrialPlan]:
@@ -82,12 +105,13 @@ def checked(summary: Summary, capsys: pytest.CaptureFixture[str], planned_count:
     assert summary.final == [], context
 
 
+@pytest.mark.timeout(budget(RANDOM_COUNT))
 async def test_kills_at_random_steps(tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Killed at reply events drawn uniformly over whole bursts (and twice stopped), under
     mixed load on every input, the gateway loses no acknowledged message and leaves exactly
     one complete answer for each; strays are counted apart."""
-    trials = int(os.environ.get("GATEWAY_CRASH_TRIALS") or RANDOM_TRIALS)
+    trials = RANDOM_COUNT
     seed = int(os.environ.get("GATEWAY_CRASH_SEED") or random.randrange(2**32))
     plans = planned("crash-random", random_plans(random.Random(seed), trials, EVENTS,
                                            stops=2 if trials >= 10 else 0))
@@ -97,6 +121,7 @@ async def test_kills_at_random_steps(tmp_path: Path,
     assert {"event"} <= kills, summary.line()
 
 
+@pytest.mark.timeout(budget(STEP_COUNT))
 async def test_kills_at_every_step_of_a_reply(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Killed at each step of a reply on each input (Telegram polling and webhook, Slack HTTP
