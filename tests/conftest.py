@@ -42,6 +42,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # subprocess that cannot start in time fails a trial for a reason that is not its subject.
 SOLO_TRIALS = frozenset({
     "tests/reliability/test_crash_kill.py",
+    "tests/reliability/test_crash_replies.py",
     "tests/reliability/test_disk_faults.py",
     "tests/reliability/test_load.py",
     "tests/coordination/test_multi_worker.py",
