@@ -18,6 +18,7 @@ A run that finds anything keeps its data directory and the gateway's logs under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -44,6 +45,7 @@ from tests.reliability.crash_driver import (
 )
 from tests.reliability.crash_harness import (
     GatewayProcess,
+    Progress,
     SlowEcho,
     Traffic,
     answered,
@@ -69,7 +71,6 @@ SETTLE = 30.0
 """Seconds a trial's traffic may go without a reply event while neither its kill came nor
 its messages are all answered (a loaded machine answers slowly but steadily: the bound is on
 progress, never on the whole)."""
-SOCKET_READY = 30.0
 
 
 @dataclass
@@ -163,8 +164,16 @@ async def _inputs(gateway: GatewayProcess, traffic: Traffic, telegram: str, slac
 async def _start(gateway: GatewayProcess, traffic: Traffic) -> None:
     await gateway.start()
     if traffic.slack_mode == "socket":  # its events go nowhere until the socket is up
-        async with asyncio.timeout(SOCKET_READY):
-            await traffic.slack.socket_connected.wait()
+        # As long as the gateway makes progress (connecting is slow at load 20, not stuck).
+        assert gateway.proc is not None
+        progress = Progress(gateway.proc.pid, gateway.log)
+        while not traffic.slack.socket_connected.is_set():
+            if progress.stalled() or not gateway.running:
+                raise TimeoutError(f"no Socket Mode connection after {progress.seconds:.0f} s "
+                                   f"(the gateway stalled or exited); see {gateway.log}")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await traffic.slack.socket_connected.wait()
 
 
 async def _settled(driver: Driver, tokens: list[str], data_dir: Path) -> None:
