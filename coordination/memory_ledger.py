@@ -19,7 +19,6 @@ from gateway.edge.ledger import NOTHING, Seed, Spent
 log = logging.getLogger(__name__)
 
 
-
 class MemoryLedger:
     """See the module docstring."""
 
@@ -30,27 +29,40 @@ class MemoryLedger:
         self._hits: dict[str, deque[float]] = {}
 
     async def _day(self, day: str) -> dict[str, Spent]:
-        totals = self._totals.get(day)
-        if totals is not None:
-            return totals
-        seeding = self._seeding.get(day)
-        if seeding is None:  # the first caller seeds the day; the others wait for it
-            seeding = self._seeding[day] = asyncio.get_running_loop().create_future()
-            totals = {}
+        while True:
+            totals = self._totals.get(day)
+            if totals is not None:
+                return totals
+            seeding = self._seeding.get(day)
+            if seeding is None:  # the first caller seeds the day; the others wait for it
+                return await self._seed_day(day)
+            # Shielded: a waiter cancelled (a turn cut by a stop) must not cancel the seeding
+            # every other caller waits on. Woken without totals (the seeder was cancelled),
+            # it seeds the day itself.
+            await asyncio.shield(seeding)
+
+    async def _seed_day(self, day: str) -> dict[str, Spent]:
+        seeding = self._seeding[day] = asyncio.get_running_loop().create_future()
+        totals: dict[str, Spent] = {}
+        try:
             try:
                 for scopes, tokens, cost in await self._seed(day) if self._seed else ():
                     _count(totals, scopes, tokens, cost)
             except Exception as exc:  # a budget without its seed still counts from now on
                 log.warning("usage ledger: could not read today's usage from the logs (%s); "
                             "counting from now", type(exc).__name__)
-            finally:
-                self._totals[day] = totals
-                for old in sorted(self._totals)[:-2]:  # today and yesterday are enough
-                    del self._totals[old]
-                seeding.set_result(None)
+        except BaseException:
+            # Cancelled while reading the logs: store nothing (the day's totals would start
+            # at zero and a budget would let a spent person through); the next caller seeds.
+            del self._seeding[day]
+            raise
+        else:
+            self._totals[day] = totals
+            for old in sorted(self._totals)[:-2]:  # today and yesterday are enough
+                del self._totals[old]
             return totals
-        await seeding
-        return self._totals.setdefault(day, {})
+        finally:
+            seeding.set_result(None)
 
     async def add(self, scopes: Sequence[str], day: str, tokens: int, cost_usd: float) -> None:
         _count(await self._day(day), scopes, tokens, cost_usd)

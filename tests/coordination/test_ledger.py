@@ -158,6 +158,55 @@ async def test_memory_ledger_seeds_each_day_once() -> None:
     assert asked == [DAY, "2026-12-02"]
 
 
+async def test_a_cancelled_waiter_leaves_the_seeding_to_finish() -> None:
+    """A caller waiting for the day's seed is cancelled (a turn cut short by a stop): the
+    seeding goes on and the first caller gets its totals (the shared wait was cancelled with
+    the waiter, and the seeder's wake-up raised InvalidStateError into its turn)."""
+    release = asyncio.Event()
+
+    async def seed(day: str) -> Iterable[SeedEntry]:
+        await release.wait()
+        return [(["tenant:t"], 1000, 1.5)]
+
+    ledger = MemoryLedger(seed)
+    seeder = asyncio.ensure_future(ledger.add(["tenant:t"], DAY, 10, 0.5))
+    waiter = asyncio.ensure_future(ledger.spent("tenant:t", DAY))
+    for _ in range(100):  # both run as far as they go on the loop: the seed is held
+        await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.wait([waiter])
+    release.set()
+    await seeder
+    assert waiter.cancelled()
+    assert await ledger.spent("tenant:t", DAY) == Spent(2, 1010, 2.0)
+
+
+async def test_a_cancelled_seeding_is_done_again_by_the_next_caller() -> None:
+    """The caller seeding the day is cancelled: nothing is stored for the day (not empty
+    totals, which would let a spent budget through); a caller already waiting, and the next
+    one, seed it again and count what the logs hold."""
+    asked: list[str] = []
+    first = asyncio.Event()
+
+    async def seed(day: str) -> Iterable[SeedEntry]:
+        asked.append(day)
+        if len(asked) == 1:
+            await first.wait()  # held until cancelled
+        return [(["tenant:t"], 1000, 1.5)]
+
+    ledger = MemoryLedger(seed)
+    seeder = asyncio.ensure_future(ledger.spent("tenant:t", DAY))
+    waiter = asyncio.ensure_future(ledger.spent("tenant:t", DAY))
+    await until(lambda: asked)
+    for _ in range(100):
+        await asyncio.sleep(0)
+    seeder.cancel()
+    assert await waiter == Spent(1, 1000, 1.5)
+    assert seeder.cancelled()
+    assert await ledger.spent("tenant:t", DAY) == Spent(1, 1000, 1.5)
+    assert asked == [DAY, DAY]
+
+
 async def test_a_failing_seed_counts_from_now(caplog: pytest.LogCaptureFixture) -> None:
     """A seed that raises is logged once; the ledger counts from then on."""
 
