@@ -132,6 +132,10 @@ def find_item(data: bytes, item_id: str) -> ItemTrace | None:
             if kind != "delivery" and reply is None:
                 text = entry.get("text")
                 reply = (str(entry.get("kind") or kind), text if isinstance(text, str) else "")
+                # Its whole answer (a notice, a refusal, an apology): the turn ended here,
+                # even when no outcome says so (a turn that failed after its call), and an
+                # answer written later is a later turn's.
+                ended = True
             continue
         if kind == "message" and isinstance(entry.get("message"), dict):
             index += 1

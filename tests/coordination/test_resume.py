@@ -84,6 +84,34 @@ def test_locate_tells_turns_apart_when_messages_arrived_during_others() -> None:
                                                                   started=False)
 
 
+def test_a_recorded_apology_ends_its_turn_before_a_later_answer() -> None:
+    """A turn that failed after its call (no outcome written) and whose apology was recorded
+    (a ``reply`` entry): the next item's answer, written after it, is not taken for its own.
+    (Found by the delivery bench: a browser asking again for the first message was answered
+    200 with the second message's answer, and a restart would have sent it there.)"""
+    entries = [user("first", "i0"), call(0, (0, 1)),
+               user("second", "i1"),  # arrived while the first turn's call ran
+               {"type": "reply", "message": 0, "kind": "apology", "text": "Sorry."},
+               call(1, (0, 2)),  # the second's turn
+               assistant(text("answer two"))]
+    assert locate(log(*entries), "i0", max_iterations=8) == Found(0, "apologised", "Sorry.")
+    assert locate(log(*entries), "i1", max_iterations=8) == Found(1, "answered", "answer two")
+
+
+def test_a_recorded_refusal_or_notice_ends_its_turn() -> None:
+    """A budget refusal or a files notice recorded for an item is its whole answer: a later
+    item's answer that follows is not its own."""
+    for kind in ("refusal", "reply"):
+        note: dict[str, Any] = {"type": kind, "message": 0, "text": "No."}
+        if kind == "reply":
+            note["kind"] = "notice"
+        entries = [user("first", "i0"), user("second", "i1"), note, call(1, (0, 2)),
+                   assistant(text("answer two"))]
+        found = locate(log(*entries), "i0", max_iterations=8)
+        assert found is not None
+        assert (found.status, found.text) == ("answered", "No."), kind
+
+
 def test_resumed_order_is_the_order_the_turns_built() -> None:
     """Messages recorded on receipt during other turns join where their turn began (right
     before the call whose window ends at them); one whose turn never began is in no order."""
