@@ -18,7 +18,9 @@ edits what it finds. So the window Telegram leaves (a message sent, its id not y
 closed here as far as the history answers. Reading it needs the ``*:history`` scopes: after
 the first search refused for want of them (``missing_scope``) the process answers as Telegram
 does (each message a placeholder first, noted, then updated), so a kill at that step leaves a
-stray placeholder, never a second complete answer.
+stray placeholder, never a second complete answer. So does an answer outside a thread (a
+scheduled turn's message at the top of a DM or channel), which there is no thread to search
+for.
 
 Typing: Slack has no typing indicator for bots outside its assistant threads, so the turn
 marks the person's message with an :eyes: reaction instead, removed once the reply is
@@ -210,7 +212,11 @@ class SlackTarget:
                 return None
             del self._parts[part]  # deleted meanwhile: a new one takes its place
         assert self._placement is not None
-        blind = not self.calls.history  # a message not noted could not be found again
+        # A message not noted could not be found again without the history scopes, nor
+        # outside a thread (a scheduled turn's message in a DM or channel: no thread to
+        # search): it opens as a placeholder, so a kill before its note leaves "…", never a
+        # second complete answer.
+        blind = not self.calls.history or self.thread_ts is None
         ts = await self._post(PLACEHOLDER if blind else text, {
             "event_type": EVENT_TYPE,
             "event_payload": {"item": self._placement.item, "part": part}})

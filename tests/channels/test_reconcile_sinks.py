@@ -254,6 +254,26 @@ async def test_slack_noted_message_is_edited_without_a_search(
     assert len(fresh.notes) == 1
 
 
+async def test_slack_answer_outside_a_thread_opens_as_a_placeholder(
+    slack: tuple[FakeSlackServer, SlackCalls],
+) -> None:
+    """An answer with no thread to search (a scheduled turn's message at the top of a DM):
+    it is posted as a placeholder, noted, then updated, so a kill before the note leaves
+    "…", never a complete answer a restart would post again."""
+    fake, calls = slack
+    event = fake.dm_event(USER, "hi")["event"]
+    scheduled = Inbound(ConversationKey("slack", event["channel"], tenant=fake.team_id),
+                        Sender(USER), "scheduled: remind")
+    placement = Noting()
+    await slack_sink(calls, scheduled, placement).finish("the reminder")
+    assert [(c.method, c.params.get("text")) for c in fake.calls] == [
+        ("chat.postMessage", "…"), ("chat.update", "the reminder")]
+    [post] = bot_posts(fake)
+    assert placement.notes == [(0, {"channel": event["channel"], "ts": post["ts"]})]
+    assert post["text"] == "the reminder"
+    assert "thread_ts" not in post or post["thread_ts"] is None
+
+
 async def test_slack_history_methods_follow_the_api(
     slack: tuple[FakeSlackServer, SlackCalls],
 ) -> None:
