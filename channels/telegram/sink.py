@@ -22,15 +22,6 @@ message an earlier run noted is edited, never sent again (one the person deleted
 is replaced, the same way). Telegram gives a bot no way to find its own messages again, so
 what remains is a placeholder whose ``sendMessage`` returned just before a kill, with its id
 not yet in the log: the person sees "…" above the answer, never the answer twice.
-
-Reconciled (:class:`gateway.edge.channel.PlacingSink`): once the core has placed the reply,
-no text of the answer goes into a message whose id is not noted in the log. Each message
-that will carry part of it (the first, which a preview is too, and each further chunk) is
-sent as a placeholder (:data:`PLACEHOLDER`), its id noted, and then edited into its text; a
-message an earlier run noted is edited, never sent again (one the person deleted meanwhile
-is replaced, the same way). Telegram gives a bot no way to find its own messages again, so
-what remains is a placeholder whose ``sendMessage`` returned just before a kill, with its id
-not yet in the log: the person sees "…" above the answer, never the answer twice.
 A reply complete within ``preview_after`` seconds of the turn's start is sent once, without
 a preview (fewer calls against the rate limits, no flicker). Preview edits never hold up the
 turn: while one edit is in flight (say, queued by the rate limiter) newer previews are
