@@ -65,14 +65,26 @@ class BenchPostgres(PrivatePostgres):
         """The postmaster's pid (its children are the server's processes)."""
         return int((self.data / "postmaster.pid").read_text().split()[0])
 
-    async def prepare(self, schema: str) -> None:
-        """The session tables in ``schema`` and the statistics extension."""
+    async def prepare(self, schema: str, tree: Path | None = None) -> None:
+        """The session tables in ``schema`` and the statistics extension; with ``tree``, the
+        tables of that checkout's schema version (a store refuses a newer schema than its own)."""
         conn = await asyncpg.connect(self.url)
         try:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            await pg_schema.upgrade(conn, schema)
+            if tree is None:
+                await pg_schema.upgrade(conn, schema)
         finally:
             await conn.close()
+        if tree is not None:
+            script = ("import asyncio, asyncpg, sys\n"
+                      "from sessions.postgres import schema\n"
+                      "async def main():\n"
+                      "    conn = await asyncpg.connect(sys.argv[1])\n"
+                      "    await schema.upgrade(conn, sys.argv[2])\n"
+                      "    await conn.close()\n"
+                      "asyncio.run(main())\n")
+            subprocess.run([sys.executable, "-c", script, self.url, schema], check=True,
+                           env={**os.environ, **tree_env(tree)}, cwd=tree, timeout=120)
 
 
 class BenchRedis(PrivateRedis):

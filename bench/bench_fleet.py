@@ -231,7 +231,7 @@ async def one(workers: int, routing: str, args: argparse.Namespace) -> Result:
     redis.create()
     model, port = await start_model()
     try:
-        await pg.prepare("gateway")
+        await pg.prepare("gateway", args.tree)
         with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
             fleet = await start_workers(
                 workers, tmp=Path(tmp), schema="gateway", prefix="gw:", lease_ttl=15.0,

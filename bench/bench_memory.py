@@ -128,7 +128,7 @@ async def main() -> None:
                 pg, redis = BenchPostgres(fsync=False), BenchRedis()
                 pg.create()
                 redis.create()
-                await pg.prepare("gateway")
+                await pg.prepare("gateway", args.tree)
                 workers = await start_workers(1, tmp=Path(tmp), schema="gateway", prefix="gw:",
                                               lease_ttl=15.0, store_url=pg.url,
                                               redis_url=redis.url, extra=extra)

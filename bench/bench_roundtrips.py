@@ -142,7 +142,7 @@ async def one(subject: str, args: argparse.Namespace) -> Result:
     redis.create()
     schema = "gateway"
     try:
-        await pg.prepare(schema)
+        await pg.prepare(schema, args.tree)
         async with CountingProxy(pg.port) as pg_proxy, CountingProxy(redis.port) as redis_proxy:
             meter = Meter(pg, redis, pg_proxy, redis_proxy)
             with tempfile.TemporaryDirectory(prefix="bench-roundtrips-") as tmp:
