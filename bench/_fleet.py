@@ -83,8 +83,11 @@ class BenchPostgres(PrivatePostgres):
                       "    await schema.upgrade(conn, sys.argv[2])\n"
                       "    await conn.close()\n"
                       "asyncio.run(main())\n")
-            subprocess.run([sys.executable, "-c", script, self.url, schema], check=True,
-                           env={**os.environ, **tree_env(tree)}, cwd=tree, timeout=120)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", script, self.url, schema,
+                env={**os.environ, **tree_env(tree)}, cwd=tree)
+            if await asyncio.wait_for(proc.wait(), 120) != 0:
+                raise RuntimeError(f"the schema of {tree} could not be created")
 
 
 class BenchRedis(PrivateRedis):
