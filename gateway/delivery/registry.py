@@ -139,6 +139,11 @@ class ConversationRegistry:
 
         ``fence``: the caller's lease token (shared store); see the module docstring.
         """
+        if self._full(0, adding=False):
+            # Open conversations grew while in use (weighed again as each use ended): the
+            # least recently used idle ones are closed now, before anything is handed out, so
+            # the bound holds for a worker whose chats are all open, not only when it opens one.
+            await self._evict(0, adding=False)
         if (fence is not None and key in self._open and self._fences.get(key) != fence
                 and not await self._refence(key, fence)):
             await self.forget(key)
@@ -309,18 +314,21 @@ class ConversationRegistry:
         conv.last_active = self.clock()
         return conv
 
-    def _full(self, room: int) -> bool:
-        """Whether one more conversation of ``room`` bytes would not fit."""
-        return ((self.max_open is not None and len(self._open) >= self.max_open)
+    def _full(self, room: int, *, adding: bool = True) -> bool:
+        """Whether one more conversation of ``room`` bytes would not fit (``adding=False``:
+        whether the open ones are past the bounds already)."""
+        count = len(self._open) + (1 if adding else 0)
+        return ((self.max_open is not None and count > self.max_open)
                 or self._bytes + room > self.max_bytes)
 
-    async def _evict(self, room: int = 0) -> None:
+    async def _evict(self, room: int = 0, *, adding: bool = True) -> None:
         """Close least-recently-used idle conversations until one more of ``room`` bytes
-        fits (or none is left to close)."""
-        if not self._full(room):
+        fits (``adding=False``: until the open ones are within the bounds), or none is left
+        to close."""
+        if not self._full(room, adding=adding):
             return
         for key in list(self._open):
-            if not self._full(room):
+            if not self._full(room, adding=adding):
                 break
             if self.in_use(key) or key not in self._open:  # (a concurrent eviction took it)
                 continue

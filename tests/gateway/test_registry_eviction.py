@@ -73,6 +73,28 @@ async def test_open_conversations_are_bounded_by_what_they_weigh(tmp_path: Path)
     await registry.aclose()
 
 
+async def test_open_conversations_that_grow_are_closed_to_stay_within_the_bound(
+        tmp_path: Path) -> None:
+    """Room for three short conversations, all three open: the first grows while in use past
+    the bound, and the next message, to a conversation already open, closes it (the least
+    recently used) first; no new conversation had to be opened for the bound to hold."""
+    store = JsonlSessionStore(tmp_path, durability="none")
+    short = await ConversationRegistry(store, Metrics()).get(
+        ConversationKey("web", "probe"), context("probe"))
+    registry = ConversationRegistry(store, Metrics(), max_bytes=3 * short.approx_bytes + 100)
+    keys = {name: ConversationKey("web", name) for name in ("a", "b", "c")}
+    convs = {name: await registry.get(key, context(name)) for name, key in keys.items()}
+    registry.hold(keys["a"])
+    for _ in range(8):
+        await convs["a"].receive(user("x" * 400))
+    registry.release(keys["a"])
+    assert registry.open_bytes > registry.max_bytes  # weighed again, nothing closed yet
+    assert await registry.get(keys["c"], context("c")) is convs["c"]
+    assert [k.chat for k in registry._open] == ["b", "c"]
+    assert registry.open_bytes <= registry.max_bytes
+    await registry.aclose()
+
+
 async def test_a_count_bound_still_applies_beside_the_memory_bound(tmp_path: Path) -> None:
     """``max_open`` (a JSONL session holds a descriptor) bounds the count even when memory
     would allow more."""
