@@ -182,7 +182,7 @@ def report(results: list[Result], args: argparse.Namespace, started: str) -> str
         "## Round trips per message",
         "",
         f"`.venv/bin/python bench/bench_roundtrips.py --conversations {args.conversations} "
-        f"--messages {args.messages} --in-flight {args.in_flight}"
+        f"--messages {args.messages} --in-flight {args.in_flight} --settle {args.settle:g}"
         + (f" --tree {args.tree}" if args.tree else "") + f"` (workers' code: {tree}; "
         f"load {started} at the start, {load()} at the end)",
         "",

@@ -12,7 +12,8 @@ gateway's ``HTTPXRequest`` pool sizes.
 Each subject runs in its own subprocess, so its CPU time and peak RSS are its own. The fake
 Bot API (``tests/fakes/telegram_api.py``), the fake provider and the driver run in this
 process, fresh fakes per run. A message's latency runs from pushing its update into the fake
-to the fake recording the bot's ``sendMessage`` to that chat. Scenarios:
+to the fake recording the reply's text in that chat (the bot's ``sendMessage``, or for the
+gateway the edit of the placeholder it sends first). Scenarios:
 
 (a) 20 chats x 10 messages, closed loop: each chat sends its next message once the previous
     one is answered;
@@ -184,20 +185,33 @@ async def serve_echo(cfg: dict[str, Any], stop: asyncio.Event, ready: Any) -> No
 # -- driver -----------------------------------------------------------------------------------
 
 def timed_fake() -> Any:
+    from channels.telegram.sink import PLACEHOLDER
     from tests.fakes.telegram_api import FakeTelegramServer, JSONDict
 
     class TimedTelegram(FakeTelegramServer):
-        """The fake, noting when each chat's sendMessage is recorded."""
+        """The fake, noting when each chat's reply text is recorded: a ``sendMessage`` with
+        text, or the edit that puts it into the placeholder the gateway sends first (its id
+        is noted in the log before any text of the answer goes out)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.waiting: dict[int, asyncio.Future[float]] = {}
 
-        async def _send_message(self, params: JSONDict) -> JSONDict:
-            result = await super()._send_message(params)
+        def _noted(self, params: JSONDict) -> None:
+            if params.get("text") == PLACEHOLDER:
+                return
             future = self.waiting.pop(params.get("chat_id"), None)  # type: ignore[arg-type]
             if future is not None and not future.done():
                 future.set_result(time.perf_counter())
+
+        async def _send_message(self, params: JSONDict) -> JSONDict:
+            result = await super()._send_message(params)
+            self._noted(params)
+            return result
+
+        async def _edit_message_text(self, params: JSONDict) -> JSONDict | bool:
+            result = await super()._edit_message_text(params)
+            self._noted(params)
             return result
 
     return TimedTelegram()
@@ -281,7 +295,8 @@ async def main() -> None:
         "the bare bot answering through one streamed provider call with the same SDK; the "
         "bare echo is context. Each run uses a fresh subprocess per "
         "subject and a fresh fake Bot API (in the driver process). Latency is from pushing "
-        "the update into the fake to the fake recording the reply's sendMessage. p99 is "
+        "the update into the fake to the fake recording the reply's text (its sendMessage, or "
+        "the edit of the gateway's placeholder). p99 is "
         "interpolated (of 200 samples in (a), 30 in (b)).", "",
         "Bot API calls per message (all methods; sendMessage included): "
         + ", ".join(f"{s} {calls[s][len(calls[s]) // 2]:.2f}" for s in SUBJECTS) + ".", "",
