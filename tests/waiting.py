@@ -49,6 +49,29 @@ async def until(predicate: Callable[[], object | Awaitable[object]],
         raise TimeoutError(f"waited {timeout:g} s for {what or _name(predicate)}") from exc
 
 
+async def until_progress(predicate: Callable[[], object], progress: Callable[[], object],
+                         stall: float = WAIT, limit: float = 10 * WAIT,
+                         what: str | None = None) -> None:
+    """:func:`until` for a large amount of work (a thousand messages): ``TimeoutError`` only
+    when ``progress()`` (a count of work done) has not changed for ``stall`` seconds, or after
+    ``limit`` seconds in all. A busy machine slows the work down; a stuck one stops it, and
+    only that is a failure."""
+    loop = asyncio.get_running_loop()
+    began = moved = loop.time()
+    seen = progress()
+    step = _STEP
+    while not predicate():
+        now = loop.time()
+        if (done := progress()) != seen:
+            seen, moved = done, now
+        if now - moved >= stall or now - began >= limit:
+            reason = f"no progress for {stall:g} s" if now - moved >= stall else \
+                f"still progressing after {limit:g} s"
+            raise TimeoutError(f"{reason} towards {what or _name(predicate)} (at {seen})")
+        await asyncio.sleep(step)
+        step = min(step * 2, _MAX_STEP)
+
+
 def until_sync(predicate: Callable[[], object], timeout: float = WAIT,
                what: str | None = None) -> None:
     """:func:`until` for code outside an event loop (a thread, a synchronous test)."""

@@ -96,7 +96,7 @@ async def test_many_chats_every_reply_once_in_order(
         for i in range(20):
             for chat in chats:
                 fake.user_message(chat, f"m{i:02d}")
-        await settled(gateway, 1000, timeout=90)
+        await settled(gateway, 1000)
         logs = {chat: user_texts(await replay_of(gateway, f"telegram:{chat}"))
                 for chat in chats}
     expected = [f"m{i:02d}" for i in range(20)]

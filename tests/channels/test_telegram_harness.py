@@ -23,7 +23,7 @@ from sessions.replay import Replay, replay_bytes
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer, SentCall
 from tests.ports import PORT_TRIES, address_in_use, free_port
-from tests.waiting import WAIT, until
+from tests.waiting import WAIT, until, until_progress
 
 wait_until = until  # polled waits: see tests/waiting.py
 
@@ -112,10 +112,13 @@ def turns(gateway: Gateway) -> float:
 
 
 async def settled(gateway: Gateway, answered: int, timeout: float = WAIT) -> None:  # noqa: ASYNC109
-    """Wait until ``answered`` turns finished and every reply has been written."""
+    """Wait until ``answered`` turns finished and every reply has been written; ``timeout``
+    bounds a stall (no turn finished for that long), not the whole wait, so a thousand
+    messages on a busy machine take what they take."""
     channel = channel_of(gateway)
-    await wait_until(lambda: turns(gateway) >= answered and channel.pending_replies == 0,
-                     timeout)
+    await until_progress(lambda: turns(gateway) >= answered and channel.pending_replies == 0,
+                         lambda: (turns(gateway), channel.pending_replies), stall=timeout,
+                         what=f"{answered} turns answered")
 
 
 async def healthz(gateway: Gateway) -> tuple[int, dict[str, Any]]:

@@ -180,7 +180,7 @@ async def test_flood_wait_honoured(fake: FakeTelegramServer, tmp_path: Path,
     async with running(settings, provider) as gateway:
         fake.fail_next("sendMessage", 429, retry_after=1)
         fake.user_message(ALICE, "hello")
-        await settled(gateway, 1, timeout=5)
+        await settled(gateway, 1)
     first, second = fake.calls("sendMessage")
     assert (first.error_code, second.error_code) == (429, None)
     assert second.time - first.time >= 1.0
@@ -243,7 +243,7 @@ async def test_stall_watchdog_restarts_a_hung_poll(
         fake.delay_next("getUpdates", 30)
         await wait_until(lambda: channel_of(gateway).health()["stalls"] == 1, timeout=5)
         fake.user_message(ALICE, "are you awake?")
-        await settled(gateway, 1, timeout=5)
+        await settled(gateway, 1)
         health = channel_of(gateway).health()
     assert fake.texts_to(ALICE) == ["ok"]
     assert (health["ok"], health["stalls"], health["last_error"]) == (True, 1, "stall")
