@@ -266,7 +266,8 @@ def build_coordinator(settings: Settings, store: SessionStore | None = None,
     directory."""
     if settings.redis_url is None:
         return InProcessCoordinator(settings.data_dir, fsync=settings.durability,
-                                    reserve=reserve, syncer=syncer)
+                                    reserve=reserve, syncer=syncer,
+                                    dedup_memory=settings.dedup_memory)
     if settings.store_url is None:
         raise ConfigError("GATEWAY_REDIS_URL needs GATEWAY_STORE_URL: workers share their "
                           "sessions through PostgreSQL")

@@ -114,6 +114,11 @@ class Settings(BaseSettings):
                                           validation_alias=_env("GATEWAY_MAX_OPEN_SESSIONS"))
     open_sessions_memory: int = Field(256 * 1024 * 1024, ge=1024 * 1024,
                                       validation_alias=_env("GATEWAY_OPEN_SESSIONS_MEMORY"))
+    # One process (no Redis): what the owed journal's duplicate check may hold in memory, in
+    # bytes (~200 a message answered in the last 25 h; past it the oldest are forgotten early,
+    # counted in /healthz and logged: coordination/seen_keys.py).
+    dedup_memory: int = Field(64 * 1024 * 1024, ge=64 * 1024,
+                              validation_alias=_env("GATEWAY_DEDUP_MEMORY"))
     window_tokens: int = Field(16_000, ge=64, validation_alias=_env("GATEWAY_WINDOW_TOKENS"))
     max_iterations: int = Field(8, ge=1, validation_alias=_env("GATEWAY_MAX_ITERATIONS"))
     max_message_chars: int = Field(16_000, ge=1,

@@ -5,12 +5,17 @@
     ["owe", id, conversation, key, at, item]   received (durable before it is acknowledged)
     ["drop", id]                               withdrawn: not acknowledged after all
     ["paid", id, session, at]                  answered (its reply went out)
-    ["seen", key, id, session, at]             (compaction) an answered item's platform key
+    ["seen#", digest, id, session, at]         (compaction) an answered item's platform key,
+                                               as the hex of its digest (``seen`` with the key
+                                               itself: earlier versions' files, still read)
 
 It is the gateway's one duplicate check too (``key`` is the platform id, scoped to its
 conversation): a key is remembered ``ttl`` seconds after its message arrived, so a platform's
 redelivery within that time is recognised, across restarts, and answered by what the first
-delivery got. On start, the owed items come back in arrival order and are served first
+delivery got. In memory an answered key is a 16-byte digest and a short record
+(:mod:`coordination.seen_keys`), held within ``GATEWAY_DEDUP_MEMORY`` bytes: past that the
+oldest are forgotten before their ttl, counted and logged (what that means for a redelivery
+is said there). On start, the owed items come back in arrival order and are served first
 (:class:`coordination.local.LocalConversations`); only this small file is read, never the
 session logs (they are opened per owed conversation).
 
@@ -40,6 +45,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import logging
 import os
 import time
 from collections import OrderedDict
@@ -51,6 +57,7 @@ from typing import Any, TypeVar
 import orjson
 
 from coordination import journal_file
+from coordination.seen_keys import Remembered, SeenKeys, digest, rendered
 from gateway.edge.errors import ConfigError
 from sessions.files import FILE_MODE, ensure_private_dir, write_all
 from sessions.reserve import FULL_KINDS, Reserve
@@ -62,6 +69,14 @@ JOURNAL_FILE = "delivery.jsonl"
 DEDUP_TTL = 25 * 3600.0
 """Seconds a platform id is remembered: Telegram keeps an unconfirmed update for 24 hours,
 Slack retries within the hour and resends after reconnects."""
+DEDUP_MEMORY = 64 * 1024 * 1024
+"""Bytes the remembered keys may hold by default (``GATEWAY_DEDUP_MEMORY``): ~335,000 answered
+messages, 25 hours of 3.7 messages a second."""
+RECALLED = 4096
+"""Answered items whose session a duplicate's look-up may still ask for (:meth:`FileJournal.
+paid_session`), the most recent ones."""
+CAP_WARNING_EVERY = 3600.0
+"""Seconds between warnings that the cap shortens the duplicate check's memory."""
 COMPACT_SLACK = 1000
 """Lines the file may hold beyond twice the live ones before it is rewritten."""
 
@@ -78,14 +93,9 @@ class OwedItem:
     """The item in its wire form (:func:`coordination.keys.encode_item`)."""
 
 
-@dataclass(slots=True)
-class _Seen:
-    item: str
-    at: float
-    session: str | None
+log = logging.getLogger(__name__)
 
-
-_Snapshot = tuple[list[OwedItem], list[str], list[tuple[str, "_Seen"]]]
+_Snapshot = tuple[list[OwedItem], list[str], tuple[list[tuple[bytes, bytes]], dict[int, str]]]
 """The live records a rewrite renders: owed items, the queued ids, remembered keys."""
 
 
@@ -98,7 +108,8 @@ class FileJournal:
                  write_file: Callable[[int, memoryview], int] = os.write,
                  truncate_file: Callable[[int, int], None] = os.ftruncate,
                  reserve: Reserve | None = None, syncer: FileSyncer | None = None,
-                 sync_rewrite: Callable[[int], None] = os.fsync) -> None:
+                 sync_rewrite: Callable[[int], None] = os.fsync,
+                 max_seen_bytes: int = DEDUP_MEMORY) -> None:
         """``sync_file``, ``write_file`` and ``truncate_file`` are the disk's fsync, append and
         cut-back after a failed append (the seams tests use to count, hold or fail them);
         ``sync_rewrite`` the fsync of a rewrite's new file (in the rewrite's thread).
@@ -106,7 +117,8 @@ class FileJournal:
         of answers sent are written (:mod:`sessions.reserve`); held from :meth:`open` on.
         ``syncer``: the thread the fsyncs run in (:mod:`sessions.sync_lane`; the gateway shares
         one with its session store, so a turn's two fsyncs share rounds with other turns');
-        by default one of the journal's own, over ``sync_file``."""
+        by default one of the journal's own, over ``sync_file``. ``max_seen_bytes``: what the
+        remembered keys may weigh (:mod:`coordination.seen_keys`)."""
         self.path = path
         self.ttl = ttl
         self.fsync = fsync
@@ -123,8 +135,11 @@ class FileJournal:
         # in any order), and a restart must serve them as the live queue would have.
         self._kept: dict[str, None] = {}
         self._owed_keys: dict[str, str] = {}  # key -> id of an owed item
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()  # answered keys, oldest first
-        self._paid: dict[str, str | None] = {}  # id -> session, for the keys in _seen
+        self._seen = SeenKeys(max_seen_bytes)  # answered keys, oldest first
+        # id -> session of the latest answered items (a duplicate's look-up asks right after
+        # finding its original); bounded, unlike the keys it is no promise.
+        self._recalled: OrderedDict[str, str | None] = OrderedDict()
+        self._warned_at: float | None = None
         self._fd: int | None = None
         self._size = 0  # bytes of whole lines in the file
         self._torn = False  # a torn tail is past _size and still to be cut
@@ -199,11 +214,11 @@ class FileJournal:
             elif kind == "paid":
                 _, item_id, session, _at = line
                 self._note_paid(str(item_id), None if session is None else str(session))
-            elif kind == "seen":
+            elif kind in ("seen", "seen#"):
                 _, key, item_id, session, at = line
-                self._seen[str(key)] = _Seen(str(item_id), float(at),
-                                             None if session is None else str(session))
-                self._paid[str(item_id)] = None if session is None else str(session)
+                self._remember(bytes.fromhex(key) if kind == "seen#" else digest(str(key)),
+                               str(item_id), float(at),
+                               None if session is None else str(session))
         except (ValueError, TypeError):
             return  # not a line we wrote: ignored like a torn one
 
@@ -230,21 +245,36 @@ class FileJournal:
         owed = self._owed_keys.get(key)
         if owed is not None:
             return owed, None
-        seen = self._seen.get(key)
+        seen = self._seen.get(digest(key))
         if seen is None:
             return None
         if self.clock() - seen.at >= self.ttl:
             return None
+        self._recall(seen.item, seen.session)
         return seen.item, seen.session
 
     def is_owed(self, item_id: str) -> bool:
         return item_id in self._owed
 
     def paid_session(self, item_id: str) -> tuple[bool, str | None]:
-        """``(answered, session)`` of an answered item whose key is still remembered."""
-        if item_id in self._paid:
-            return True, self._paid[item_id]
+        """``(answered, session)`` of an item answered lately, or whose key :meth:`seen` just
+        found (``(False, None)`` for any other)."""
+        if item_id in self._recalled:
+            return True, self._recalled[item_id]
         return False, None
+
+    def dedup_health(self) -> dict[str, float | int | None]:
+        """The duplicate check's memory, for ``/healthz``: keys, bytes, the cap, entries the cap
+        forgot before their ttl, and the seconds back it still covers then (``None``: the
+        full ttl)."""
+        seen = self._seen
+        return {"keys": len(seen), "bytes": seen.approx_bytes, "max_bytes": seen.max_bytes,
+                "evicted_early": seen.evicted_early, "reach_seconds": seen.reach(self.clock())}
+
+    @property
+    def seen_keys(self) -> SeenKeys:
+        """The remembered answered keys (tests and health read their size)."""
+        return self._seen
 
     @property
     def pending_bytes(self) -> int:
@@ -406,17 +436,16 @@ class FileJournal:
         lines = _parsed(data)
         wanted.update(str(line[1]) for line in lines
                       if line[0] == "paid" and len(line) == 4 and line[2] in sessions)
-        wanted.update(i for i, session in self._paid.items() if session in sessions)
-        wanted.update(s.item for s in self._seen.values() if s.session in sessions)
+        wanted.update(i for i, session in self._recalled.items() if session in sessions)
+        remembered = list(self._seen.entries())
+        wanted.update(s.item for s in remembered if s.session in sessions)
         wanted.difference_update(self._owed)
         count = sum(_names(line, wanted, sessions) for line in lines)
         if dry:
             return count
-        for key, seen in list(self._seen.items()):
-            if seen.item in wanted:
-                del self._seen[key]
+        self._seen.discard({s.digest for s in remembered if s.item in wanted})
         for item_id in wanted:
-            self._paid.pop(item_id, None)
+            self._recalled.pop(item_id, None)
         if self.path is None or self._fd is None:
             return count
         tmp = journal_file.temp_path(self.path)
@@ -451,18 +480,31 @@ class FileJournal:
     def _note_paid(self, item_id: str, session: str | None) -> None:
         owed = self._forget_owed(item_id)
         if owed is not None and owed.key is not None:
-            self._seen[owed.key] = _Seen(item_id, owed.at, session)
-            self._seen.move_to_end(owed.key)
-            self._paid[item_id] = session
+            self._remember(digest(owed.key), item_id, owed.at, session)
+            self._recall(item_id, session)
+
+    def _remember(self, key_digest: bytes, item_id: str, at: float,
+                  session: str | None) -> None:
+        now = self.clock()
+        if self._seen.add(key_digest, item_id, at, session, ttl=self.ttl, now=now) and (
+                self._warned_at is None or now - self._warned_at >= CAP_WARNING_EVERY):
+            self._warned_at = now
+            reach = self._seen.reach(now) or 0.0
+            log.warning("the duplicate check is at its memory cap (%d bytes, %d platform ids):"
+                        " it now remembers %.1f h of answered messages, not %.0f h; a "
+                        "platform's redelivery of an older message would be answered again "
+                        "(raise GATEWAY_DEDUP_MEMORY)", self._seen.max_bytes, len(self._seen),
+                        reach / 3600, self.ttl / 3600)
+
+    def _recall(self, item_id: str, session: str | None) -> None:
+        self._recalled[item_id] = session
+        self._recalled.move_to_end(item_id)
+        while len(self._recalled) > RECALLED:
+            self._recalled.popitem(last=False)
 
     def _expire(self, now: float) -> None:
         """Forget answered keys older than the ttl (oldest first; owed ones never expire)."""
-        while self._seen:
-            key, seen = next(iter(self._seen.items()))
-            if now - seen.at < self.ttl:
-                break
-            del self._seen[key]
-            self._paid.pop(seen.item, None)
+        self._seen.expire(now, self.ttl)
 
     def _maybe_compact(self) -> None:
         # Keys expire as time goes (amortised O(1): only the oldest are looked at), so the
@@ -501,7 +543,7 @@ class FileJournal:
     def _snapshot(self) -> _Snapshot:
         """The live records as they are now (references: the records are never changed in
         place, only replaced), for a rewrite to render in its thread."""
-        return list(self._owed.values()), list(self._kept), list(self._seen.items())
+        return list(self._owed.values()), list(self._kept), self._seen.snapshot()
 
     async def _compact(self, snapshot: _Snapshot) -> None:
         """The rewrite, off the event loop: the snapshot rendered, written and fsynced in a
@@ -582,11 +624,11 @@ class FileJournal:
 
 
 def _render(owed: list[OwedItem], kept: list[str],
-            seen: list[tuple[str, _Seen]]) -> tuple[bytes, int]:
+            seen: tuple[list[tuple[bytes, bytes]], dict[int, str]]) -> tuple[bytes, int]:
     """The file a rewrite writes: the live records as lines, and how many."""
     lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item]) for o in owed]
     lines += [_line(["kept", item_id]) for item_id in kept]
-    lines += [_line(["seen", key, s.item, s.session, s.at]) for key, s in seen]
+    lines += [_seen_line(s) for s in rendered(seen)]
     return b"".join(lines), len(lines)
 
 
@@ -636,9 +678,13 @@ def _parsed(data: bytes) -> list[list[Any]]:
     return found
 
 
+def _seen_line(seen: Remembered) -> bytes:
+    return _line(["seen#", seen.digest.hex(), seen.item, seen.session, seen.at])
+
+
 def _names(line: list[Any], items: set[str], sessions: set[str]) -> bool:
     """Whether a journal line is about one of ``items`` (or answered in ``sessions``)."""
-    if line[0] == "seen" and len(line) == 5:
+    if line[0] in ("seen", "seen#") and len(line) == 5:
         return line[2] in items or line[3] in sessions
     if line[0] == "paid" and len(line) == 4:
         return line[1] in items or line[2] in sessions

@@ -24,7 +24,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Self
 
-from coordination.journal import JOURNAL_FILE, FileJournal
+from coordination.journal import DEDUP_MEMORY, JOURNAL_FILE, FileJournal
 from coordination.keys import decode_item, encode_item, key_of, member
 from gateway.edge.coordination import Claim, Entered, QueueItem
 from gateway.edge.episodes import Episode
@@ -232,14 +232,16 @@ class InProcessCoordinator:
     ``None`` keeps it in memory (tests that need no restart). ``journal``: a given one.
     ``reserve``: room on the data directory's disk for the journal's last notes at a stop.
     ``syncer``: the thread the journal's fsyncs run in (shared with the session store).
+    ``dedup_memory``: bytes the journal's duplicate check may hold (``GATEWAY_DEDUP_MEMORY``).
     """
 
     def __init__(self, data_dir: Path | None = None, *, fsync: str = "turn",
                  journal: FileJournal | None = None, reserve: Reserve | None = None,
-                 syncer: FileSyncer | None = None) -> None:
+                 syncer: FileSyncer | None = None, dedup_memory: int = DEDUP_MEMORY) -> None:
         if journal is None:
             path = data_dir / "state" / JOURNAL_FILE if data_dir is not None else None
-            journal = FileJournal(path, fsync=fsync, reserve=reserve, syncer=syncer)
+            journal = FileJournal(path, fsync=fsync, reserve=reserve, syncer=syncer,
+                                  max_seen_bytes=dedup_memory)
         self.conversations = LocalConversations(journal)
 
     async def __aenter__(self) -> Self:
@@ -262,4 +264,5 @@ class InProcessCoordinator:
         return None
 
     def health(self) -> Mapping[str, Any]:
-        return {"mode": "single", "owed": len(self.conversations.journal.owed())}
+        journal = self.conversations.journal
+        return {"mode": "single", "owed": len(journal.owed()), "dedup": journal.dedup_health()}

@@ -227,7 +227,7 @@ async def test_a_torn_append_is_cut_back_before_the_next_line(tmp_path: Path,
     await journal.open()
     await journal.owe("i1", "c", "k1", "one")
     await journal.paid("i1", "s1")
-    journal.compact_now()  # the file now holds one "seen" line
+    journal.compact_now()  # the file now holds one "seen#" line
     whole = path.stat().st_size
     disk.tear, disk.cut_fails = True, cut_fails
     with pytest.raises(OSError, match="No space left"):
@@ -238,7 +238,7 @@ async def test_a_torn_append_is_cut_back_before_the_next_line(tmp_path: Path,
     await journal.owe("i3", "c", "k3", "three")
     assert disk.cuts == ([whole, whole] if cut_fails else [whole])
     journal.close()
-    assert [line[0] for line in lines(path)] == ["seen", "owe"]
+    assert [line[0] for line in lines(path)] == ["seen#", "owe"]
     reopened = FileJournal(path)
     await reopened.open()
     assert [o.id for o in reopened.owed()] == ["i3"]

@@ -675,7 +675,7 @@ def paid_items(data_dir: Path) -> set[str]:
                 continue  # a line being written right now
             if isinstance(line, list) and line and line[0] == "paid":
                 ids.add(str(line[1]))
-            elif isinstance(line, list) and line and line[0] == "seen":
+            elif isinstance(line, list) and line and line[0] in ("seen", "seen#"):
                 ids.add(str(line[2]))
     return ids
 
