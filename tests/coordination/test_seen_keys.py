@@ -12,8 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from app.compose import build_coordinator
+from app.config import Settings
 from coordination.journal import FileJournal
-from coordination.local import LocalConversations
+from coordination.local import InProcessCoordinator, LocalConversations
 from coordination.seen_keys import ENTRY_BYTES, SESSION_BYTES, SeenKeys, digest
 from gateway.edge.coordination import new_item_id
 from sessions.jsonl import JsonlSessionStore
@@ -159,3 +161,15 @@ async def test_redeliveries_through_the_router_at_the_cap(tmp_path: Path) -> Non
     assert not old.duplicate
     assert len(core.channel.replies) == 31
     assert journal.dedup_health()["evicted_early"] == 11  # 30 + the old one again, 20 kept
+
+
+def test_the_setting_reaches_the_journal_and_health(tmp_path: Path) -> None:
+    """``GATEWAY_DEDUP_MEMORY`` is the cap of the one-process coordinator's journal, and its
+    ``/healthz`` section reports the check's keys, bytes and cap."""
+    settings = Settings(_env_file=None, GATEWAY_DATA_DIR=str(tmp_path),  # type: ignore[call-arg]
+                        GATEWAY_DEDUP_MEMORY="1048576")
+    coordinator = build_coordinator(settings)
+    assert isinstance(coordinator, InProcessCoordinator)
+    assert coordinator.health()["dedup"] == {
+        "keys": 0, "bytes": 0, "max_bytes": 1_048_576, "evicted_early": 0,
+        "reach_seconds": None}
