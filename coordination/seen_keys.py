@@ -96,7 +96,8 @@ class SeenKeys:
         """The entries as they are now, cheaply (for a rewrite to render in its thread with
         :func:`rendered`): the records are never changed in place, only replaced."""
         names = {number: str(held[0]) for number, held in self._sessions.items()}
-        return [(d, self._index[d]) for d in self._order], names
+        # The index's own order is the order's: both gain at the end and lose the same keys.
+        return list(self._index.items()), names
 
     def get(self, key_digest: bytes) -> Remembered | None:
         record = self._index.get(key_digest)

@@ -102,7 +102,9 @@ async def test_the_cap_holds_through_a_day_and_keeps_the_newest(
     assert again.seen(f"t:web:c:{newest}") == (f"{newest:016x}", "s")
     raw = path.read_bytes()
     assert b"t:web:c:" not in raw  # the platform ids are kept as digests only
-    assert {orjson.loads(line)[0] for line in raw.splitlines()} == {"seen#"}
+    rewritten = [orjson.loads(line) for line in raw.splitlines()]
+    assert {line[0] for line in rewritten} == {"seen#"}
+    assert [line[2] for line in rewritten] == [f"{n:016x}" for n in range(total - 1_000, total)]
     again.close()
 
 
