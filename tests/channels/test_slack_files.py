@@ -25,6 +25,7 @@ from tests.channels.test_slack_gateway import (
 from tests.fakes import media
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
+from tests.waiting import WAIT
 
 PHOTO = media.jpeg(320, 240)
 ACK_BOUND = 10.0
@@ -137,7 +138,7 @@ async def test_socket_mode_acks_before_the_download(tmp_path: Path) -> None:
         settings = slack_settings(slack, tmp_path, SLACK_APP_TOKEN=slack.app_token,
                                   SLACK_SIGNING_SECRET=None)
         async with running(settings) as gateway:
-            await asyncio.wait_for(slack.socket_connected.wait(), 5)
+            await asyncio.wait_for(slack.socket_connected.wait(), WAIT)
             slack.downloads.close()
             hosted = slack.add_file(media.PDF, "q3.pdf", "application/pdf")
             envelope = slack.file_event(slack.im_channel_for("U1"), "U1", [hosted], "sum up")

@@ -29,7 +29,7 @@ from sessions.replay import replay_bytes
 from tests.fakes.providers import FakeProviderServer, Reply, content_text
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.slack_api import FakeSlackServer
-from tests.waiting import until
+from tests.waiting import WAIT, until
 
 wait_until = until  # polled waits: see tests/waiting.py
 
@@ -250,7 +250,7 @@ async def test_rate_limited_post_is_retried(fake: FakeSlackServer, tmp_path: Pat
     async with running(slack_settings(fake, tmp_path)) as gateway:
         envelope = fake.dm_event("U1", "hello")
         await fake.deliver_event(events_url(gateway), envelope)
-        await wait_until(lambda: turns(gateway) == 1, timeout=10)
+        await wait_until(lambda: turns(gateway) == 1, timeout=WAIT)
         errors = metric(gateway, "gateway_channel_errors_total", channel="slack")
     event = envelope["event"]
     posts = fake.calls_of("chat.postMessage")
@@ -343,7 +343,7 @@ async def test_event_acknowledged_before_its_turn(fake: FakeSlackServer, tmp_pat
         envelope = fake.dm_event("U1", "slow one")
         status, _ = await fake.deliver_event(events_url(gateway), envelope)
         events.append(f"acknowledged {status}")
-        await asyncio.wait_for(provider.called.wait(), 5)
+        await asyncio.wait_for(provider.called.wait(), WAIT)
         events.append(f"turn running, finished turns: {turns(gateway):.0f}")
         provider.gate.set()
         await wait_until(lambda: turns(gateway) == 1)
@@ -415,7 +415,7 @@ async def test_turn_running_at_shutdown_still_replies(
     envelope = fake.dm_event("U1", "answer me while stopping")
     try:
         await fake.deliver_event(url, envelope)
-        await asyncio.wait_for(provider.called.wait(), 5)
+        await asyncio.wait_for(provider.called.wait(), WAIT)
         closing = asyncio.create_task(gateway.aclose())
         await wait_until(lambda: gateway.router.closing)
         late = await fake.deliver_event(url, fake.dm_event("U1", "too late"))

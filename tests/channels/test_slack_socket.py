@@ -16,6 +16,7 @@ from tests.channels.test_slack_gateway import (
     wait_until,
 )
 from tests.fakes.slack_api import FakeSlackServer
+from tests.waiting import WAIT
 
 
 async def test_socket_event_acked_and_answered(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ async def test_socket_event_acked_and_answered(tmp_path: Path) -> None:
         settings = slack_settings(fake, tmp_path, SLACK_APP_TOKEN=fake.app_token,
                                   SLACK_SIGNING_SECRET=None)
         async with running(settings) as gateway:
-            await asyncio.wait_for(fake.socket_connected.wait(), 5)
+            await asyncio.wait_for(fake.socket_connected.wait(), WAIT)
             envelope = fake.dm_event("U1", "over the socket")
             envelope_id = await fake.socket_send_event(envelope)
             ack = await fake.wait_for_ack(envelope_id)

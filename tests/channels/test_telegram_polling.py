@@ -31,6 +31,7 @@ from tests.channels.test_telegram_harness import (
 )
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.waiting import WAIT
 
 GROUP = -100123
 FORUM = -100555
@@ -194,7 +195,7 @@ async def test_network_errors_retried_with_backoff(
     async with running(telegram_settings(fake, tmp_path)) as gateway:
         fake.fail_next("getUpdates", 502)
         await wait_until(lambda: channel_of(gateway).health()["last_error"] == "network")
-        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=5)
+        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=WAIT)
         fake.user_message(ALICE, "hello")
         await settled(gateway, 1)
     assert fake.texts_to(ALICE) == ["ok"]
@@ -225,7 +226,7 @@ async def test_conflict_shown_in_health_then_recovered(
         await wait_until(lambda: channel_of(gateway).health()["conflicts"] >= 1)
         status, health = await healthz(gateway)
         assert (status, health["ok"], health["last_error"]) == (503, False, "conflict")
-        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=5)
+        await wait_until(lambda: channel_of(gateway).health()["ok"], timeout=WAIT)
         status, health = await healthz(gateway)
         assert (status, health["ok"], health["conflicts"]) == (200, True, 2)
         fake.user_message(ALICE, "still there?")
@@ -241,7 +242,7 @@ async def test_stall_watchdog_restarts_a_hung_poll(
     settings = telegram_settings(fake, tmp_path, TELEGRAM_STALL_SECONDS=1.5)
     async with running(settings) as gateway:
         fake.delay_next("getUpdates", 30)
-        await wait_until(lambda: channel_of(gateway).health()["stalls"] == 1, timeout=5)
+        await wait_until(lambda: channel_of(gateway).health()["stalls"] == 1, timeout=WAIT)
         fake.user_message(ALICE, "are you awake?")
         await settled(gateway, 1)
         health = channel_of(gateway).health()

@@ -27,6 +27,7 @@ from tests.channels.test_telegram_harness import (
 )
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.waiting import WAIT
 
 SECRET = "s3cret_Token-1"
 
@@ -79,7 +80,7 @@ async def test_webhook_answers_before_the_turn(fake: FakeTelegramServer, tmp_pat
         status, _ = await fake.deliver_webhook(url_of(gateway), _update(fake), secret=SECRET)
         answered = time.monotonic() - started
         assert await sessions(gateway) == [(f"telegram:{ALICE}", "hello")]
-        await settled(gateway, 1, timeout=5)
+        await settled(gateway, 1, timeout=WAIT)
     assert status == 200
     assert answered < 1.0
     assert fake.texts_to(ALICE) == ["ok"]

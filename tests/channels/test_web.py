@@ -29,7 +29,7 @@ from gateway.edge.messages import Inbound
 from gateway.edge.provider import Provider, ProviderRequest, ProviderResponse, TextSink
 from providers.offline import OfflineProvider
 from sessions.jsonl import JsonlSessionStore
-from tests.waiting import until
+from tests.waiting import WAIT, until
 from tests.web_ids import WEB_TENANT
 
 TOKEN = "t0ken-for-the-tests"
@@ -372,7 +372,7 @@ async def test_shutdown_ends_waiting_requests_with_503(start: Start, tmp_path: P
     provider = HangingProvider()
     server = await start(provider=provider, channel=channel)
     waiting = asyncio.create_task(server.post({"conversation": "c1", "text": "hi"}))
-    await asyncio.wait_for(provider.called.wait(), 10)
+    await asyncio.wait_for(provider.called.wait(), WAIT)
     await server.gateway.aclose()
     status, body = await asyncio.wait_for(waiting, 10)
     assert status == 503
@@ -414,7 +414,7 @@ async def test_a_message_from_an_earlier_run_never_answers_into_a_live_request(
             assert runs[1].reply_sink(earlier) is not sink
             await sink.finish("the live one")
             release.set()
-            assert await asyncio.wait_for(asyncio.gather(*posts), 10) == [504, 200]
+            assert await asyncio.wait_for(asyncio.gather(*posts), WAIT) == [504, 200]
     finally:
         release.set()
         for runner in runners:

@@ -20,6 +20,7 @@ from app.cli import main as cli_main
 from app.compose import build_gateway
 from app.config import Settings
 from app.server import Gateway
+from channels.slack.sink import PLACEHOLDER
 from gateway.edge.provider import ProviderRequest
 from gateway.schedule.heartbeat import CREATED_BY, heartbeat_id
 from gateway.usage.limits import iso_time
@@ -100,8 +101,16 @@ async def scheduled_entries(gateway: Gateway, conversation: str) -> list[dict[st
 
 
 def posted(fake: FakeSlackServer) -> list[tuple[str | None, str | None]]:
-    """(channel, text) of every message the bot posted, anywhere."""
-    return [(call.channel, call.text) for call in fake.posts()]
+    """(channel, text as it reads now) of every message the bot posted, anywhere: an answer
+    outside a thread opens as a placeholder and is then updated into its text."""
+    return [(call.channel, fake.messages.get((str(call.channel), str(call.ts)), {}).get("text"))
+            for call in fake.posts()]
+
+
+def answered(fake: FakeSlackServer, count: int) -> bool:
+    """``count`` messages posted, each updated past its placeholder."""
+    said = posted(fake)
+    return len(said) == count and all(text != PLACEHOLDER for _, text in said)
 
 
 async def round_after(clock: FakeClock, seconds: float) -> None:
@@ -128,7 +137,7 @@ async def test_a_schedule_to_a_slack_person_opens_their_dm_and_speaks_there_once
         await round_after(clock, record.next_at - 1 - clock.now())
         assert (fake.opened(), posted(fake)) == ([], [])  # one second early: nothing
         clock.advance(1)
-        await until(lambda: turns(gateway) == 1 and len(fake.posts()) == 1)
+        await until(lambda: turns(gateway) == 1 and answered(fake, 1))
         [(user, dm)] = fake.opened()
         await round_after(clock, 86_400)  # a day on: a round, and nothing more is said
         said = posted(fake)
@@ -191,7 +200,7 @@ async def test_the_heartbeat_speaks_every_n_minutes_once_per_occurrence_across_a
         await round_after(clock, 30 * MINUTE - 1)
         early = posted(fake)
         clock.advance(1)
-        await until(lambda: turns(gateway) == 1 and len(fake.posts()) == 1)
+        await until(lambda: turns(gateway) == 1 and answered(fake, 1))
     clock = FakeClock(START + 31 * MINUTE)  # restarted a minute after the first occurrence
     async with running(beat, clock) as gateway:
         await clock.idle_after(0)
@@ -199,7 +208,7 @@ async def test_the_heartbeat_speaks_every_n_minutes_once_per_occurrence_across_a
         after_restart = posted(fake)
         await round_after(clock, 29 * MINUTE - 1)
         clock.advance(1)
-        await until(lambda: turns(gateway) == 1 and len(fake.posts()) == 2)
+        await until(lambda: turns(gateway) == 1 and answered(fake, 2))
         await round_after(clock, MINUTE)
         entries = await scheduled_entries(gateway, f"slack:{GENERAL}")
     clock = FakeClock(START + 62 * MINUTE)

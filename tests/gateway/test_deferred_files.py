@@ -24,7 +24,7 @@ from sessions.jsonl import JsonlSessionStore
 from tests.fakes import media
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
-from tests.waiting import until
+from tests.waiting import WAIT, until
 
 PHOTO = media.jpeg(120, 90)
 KEY = ConversationKey("memory", "a")
@@ -144,7 +144,7 @@ async def test_a_stop_after_the_files_were_recorded_does_not_fetch_them_again(
     provider.hold = asyncio.Event()
     async with durable_core(tmp_path, provider, files) as core:
         await core.channel.say("a", "compare", attachments=(ref("a.jpg"), ref("b.jpg")))
-        await asyncio.wait_for(provider.called.wait(), 5)
+        await asyncio.wait_for(provider.called.wait(), WAIT)
         await core.router.drain(0)
     assert core.channel.replies == []
     provider.hold = None

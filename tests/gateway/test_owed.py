@@ -16,7 +16,7 @@ from gateway.edge.provider import ProviderRequest, ProviderResponse, TextSink
 from sessions.jsonl import JsonlSessionStore
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
-from tests.waiting import until
+from tests.waiting import WAIT, until
 
 KEY = ConversationKey("memory", "a")
 
@@ -193,7 +193,7 @@ async def test_a_message_received_during_the_drain_is_answered_after_the_next_st
     async with running_core(JsonlSessionStore(tmp_path / "d"), provider, tmp_path / "p",
                             conversations=slow) as core:
         saying = asyncio.create_task(core.channel.say("a", "one"))
-        await asyncio.wait_for(slow.entered.wait(), 5)
+        await asyncio.wait_for(slow.entered.wait(), WAIT)
         await core.router.drain(0)  # the stop begins while the message is being received
         slow.gate.set()
         accepted = await asyncio.wait_for(saying, 5)

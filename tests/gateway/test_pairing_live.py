@@ -18,6 +18,7 @@ from gateway.access.pairing_live import LivePairing
 from gateway.edge.pairing import MAX_PENDING, PairingStore
 from tests.channels.test_telegram_harness import running, settled, telegram_settings, wait_until
 from tests.fakes.telegram_api import FakeTelegramServer
+from tests.waiting import WAIT
 
 T = TypeVar("T")
 
@@ -108,7 +109,7 @@ async def test_approvals_and_revocations_made_elsewhere_reach_the_gateway(tmp_pa
         assert await live.check("slack", "U7", "Ann") is None
         assert live.is_approved("slack", "U7")
         operator.revoke("slack", "U7")
-        await wait_until(lambda: not live.is_approved("slack", "U7"), timeout=5)
+        await wait_until(lambda: not live.is_approved("slack", "U7"), timeout=WAIT)
 
 
 class Flaky(FilePairingState):
@@ -137,7 +138,7 @@ async def test_codes_survive_a_failing_state_and_are_written_once_it_recovers(
     async with LivePairing(flaky, refresh=0.05, retry=0.05) as live:
         first = asyncio.create_task(live.check("telegram", "1", None))
         second = asyncio.create_task(live.check("telegram", "2", None))
-        codes = await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
+        codes = await asyncio.wait_for(asyncio.gather(first, second), timeout=WAIT)
         assert None not in codes
         await wait_until(lambda: len(on_file.listing()["pending"]) == 2)
         assert live.memory.queued == []

@@ -34,6 +34,7 @@ from tests.fakes import media
 from tests.fakes.memory_channel import MemoryChannel
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import Core, running_core
+from tests.waiting import WAIT
 
 NOON = 1_796_126_400.0  # 2026-12-01T12:00:00Z
 
@@ -137,7 +138,7 @@ async def test_a_turn_cut_off_after_its_preview_is_finished_in_that_message(
     first = MemoryChannel(placing=True)
     async with run(tmp_path, first, provider) as core:
         await core.channel.say("a", "one")
-        await asyncio.wait_for(provider.streaming.wait(), 10)
+        await asyncio.wait_for(provider.streaming.wait(), WAIT)
         await core.router.drain(0)
     assert kinds(first) == [("placeholder", "1")]
     provider.hold = None

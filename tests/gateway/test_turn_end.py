@@ -12,6 +12,7 @@ from sessions.jsonl import JsonlSessionStore
 from tests.fakes.disk import FaultyDisk
 from tests.fakes.scripted_provider import ScriptedProvider
 from tests.gateway.harness import running_core
+from tests.waiting import WAIT
 
 
 class HeldSync(FaultyDisk):
@@ -37,7 +38,7 @@ async def test_the_fsync_runs_while_the_reply_is_sent(tmp_path: Path) -> None:
         core.channel.send_gate = asyncio.Event()
         try:
             await core.channel.say("c1", "hi")
-            await asyncio.wait_for(core.channel.holding.wait(), 10)
+            await asyncio.wait_for(core.channel.holding.wait(), WAIT)
             # The reply is held on its way; the turn's fsync has begun all the same.
             assert await asyncio.to_thread(disk.began.wait, 10)
             assert core.channel.replies == []

@@ -16,6 +16,7 @@ import pytest
 
 from app.cli import main
 from tests.app.admin.helpers import TOKEN, raw_session
+from tests.waiting import WAIT
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -67,13 +68,14 @@ async def viewer_process(data_dir: Path, *args: str, token: str | None = None
         stderr=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        # WAIT, not less: a Python start with aiohttp takes seconds on a loaded machine.
+        line = (await asyncio.wait_for(proc.stdout.readline(), WAIT)).decode()
         assert line.startswith("viewer on http://127.0.0.1:"), line
         yield line.split()[2].removesuffix("/admin/")
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(proc.wait(), 20)
+        code = await asyncio.wait_for(proc.wait(), WAIT)
         assert code == 0
 
 
