@@ -75,7 +75,12 @@ async def viewer_process(data_dir: Path, *args: str, token: str | None = None
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(proc.wait(), WAIT)
+        try:
+            code = await asyncio.wait_for(proc.wait(), WAIT)
+        except TimeoutError:
+            proc.kill()  # never leave a viewer behind a failed test
+            await proc.wait()
+            raise
         assert code == 0
 
 
