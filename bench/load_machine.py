@@ -81,14 +81,16 @@ def main(argv: list[str] | None = None) -> int:
                 child.terminate()
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     started = time.strftime("%H:%M:%S")
     print(f"load_machine: {args.cpu} CPU-bound, {args.writers} fsync writer(s) in {args.dir}, "
           f"{args.seconds:.0f} s from {started}; load average {os.getloadavg()[0]:.1f}",
           flush=True)
     for child in children:
         child.start()
+    # After the children start, so they keep the default handlers: a `pkill -f` reaches them
+    # too, and a child cannot ask about its siblings.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     peaks: list[float] = []
     while time.monotonic() < deadline and any(c.is_alive() for c in children):
         time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
