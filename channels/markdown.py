@@ -124,11 +124,13 @@ def _merge(spans: Iterable[Span]) -> list[Span]:
 _MD: Final = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
 
-_PLAIN: Final = re.compile(r"[^\W\d_](?:[^\W_]|[ ,.;:?!'\"()/%@$^])*(?<! )")
+_PLAIN: Final = re.compile(r"(?!.*\][(\[:])[^\W\d_](?:[^\W_]|[ ,.;:?!'\"()/%@$^\[\]])*(?<! )")
 """One line that CommonMark reads as a single paragraph of exactly these characters: it
 starts with a letter and holds only letters, digits, spaces and punctuation with no meaning
-to Markdown (no ``\\ ` * _ [ ] < > & # + - = | ~``, no line
-break, no leading or trailing space)."""
+to Markdown (no ``\\ ` * _ < > & # + - = | ~``, no line
+break, no leading or trailing space). Square brackets are plain unless a ``]`` is followed by
+``(``, ``[`` or ``:`` (an inline or reference link, a definition): a bracketed label with no
+definition, such as a speaker's ``[Ana (U1)]`` echoed back, is literal text in CommonMark."""
 
 
 def parse_document(markdown: str) -> Document:
