@@ -223,7 +223,11 @@ class SlackTarget:
         if ts is None:
             return None
         self._parts[part] = ts
-        await self._placement.note(part, {"channel": self.channel, "ts": ts})
+        # A placeholder's note must be in the log before the text goes in; a message posted
+        # with its text is tagged with the item, so a resumed turn finds it without the note,
+        # and the turn does not wait for the note's write (the next message of the
+        # conversation would wait behind it).
+        await self._placement.note(part, {"channel": self.channel, "ts": ts}, wait=blind)
         if blind and not await self._update(ts, text):
             return None
         return ts

@@ -52,13 +52,16 @@ class SessionPlacement:
     def resumed(self) -> bool:
         return self._resumed
 
-    async def note(self, part: int, ref: Mapping[str, Any]) -> bool:
+    async def note(self, part: int, ref: Mapping[str, Any], *, wait: bool = True) -> bool:
         """Append the ``delivery`` entry and wait until the log holds it (the recorder's
-        isolation: a failure is counted and logged once per episode, never raised)."""
+        isolation: a failure is counted and logged once per episode, never raised); with
+        ``wait=False`` only until the log accepted it (see
+        :class:`gateway.edge.channel.Placement`)."""
         started = time.perf_counter()
         channel = self._conv.key.channel
         written = await self._conv.recorder.append([entries.delivery(self._index, part, ref)])
-        durable = written.accepted and (await self._conv.recorder.flush()).failure is None
+        durable = written.accepted and (
+            not wait or (await self._conv.recorder.flush()).failure is None)
         self._metrics.reply_note_seconds.labels(channel=channel).observe(
             time.perf_counter() - started)
         if not durable:

@@ -134,7 +134,10 @@ class Placement(Protocol):
     :meth:`note` makes one message's ref durable (in the item's session log) before it
     returns: True once it is, False when the log could not take it (then a crash before the
     answer is marked answered may leave that message behind, unnoted). It never raises for a
-    store problem.
+    store problem. With ``wait=False`` it returns once the log has accepted the ref, which is
+    written in order with the conversation's next entries: for a message that already holds
+    its text and that the platform can find again by the item (a resumed turn searches for
+    it), so a kill before the ref is written costs nothing and the turn need not wait.
     """
 
     @property
@@ -146,7 +149,7 @@ class Placement(Protocol):
     @property
     def resumed(self) -> bool: ...
 
-    async def note(self, part: int, ref: Mapping[str, Any]) -> bool: ...
+    async def note(self, part: int, ref: Mapping[str, Any], *, wait: bool = True) -> bool: ...
 
 
 @runtime_checkable

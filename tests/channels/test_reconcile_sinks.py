@@ -57,8 +57,11 @@ class Noting:
     calls_then: list[int] = field(default_factory=list)
     count_calls: Any = None
 
-    async def note(self, part: int, ref: Mapping[str, Any]) -> bool:
+    waits: list[bool] = field(default_factory=list)
+
+    async def note(self, part: int, ref: Mapping[str, Any], *, wait: bool = True) -> bool:
         self.notes.append((part, dict(ref)))
+        self.waits.append(wait)
         if self.count_calls is not None:
             self.calls_then.append(self.count_calls())
         return True
@@ -207,6 +210,8 @@ async def test_slack_answer_carries_its_item_and_is_noted(
                                 "event_payload": {"item": placement.item, "part": 0}}
     assert placement.notes == [(0, {"channel": inbound.key.chat, "ts": post["ts"]})]
     assert [c.method for c in fake.calls] == ["chat.postMessage"]
+    # Posted with its text and findable by its item: the turn does not wait for the note.
+    assert placement.waits == [False]
 
 
 async def test_slack_takeover_finds_its_unnoted_message_in_the_thread(
@@ -270,6 +275,8 @@ async def test_slack_answer_outside_a_thread_opens_as_a_placeholder(
         ("chat.postMessage", "…"), ("chat.update", "the reminder")]
     [post] = bot_posts(fake)
     assert placement.notes == [(0, {"channel": event["channel"], "ts": post["ts"]})]
+    # A placeholder's note is in the log before the text goes in.
+    assert placement.waits == [True]
     assert post["text"] == "the reminder"
     assert "thread_ts" not in post or post["thread_ts"] is None
 
