@@ -151,6 +151,8 @@ class FileJournal:
         self._writes = 0
         self._synced = 0
         self._syncing: asyncio.Future[None] | None = None
+        # Fsyncs of paid lines nobody waits for (paid(wait=False)); settle() waits for them.
+        self._background: set[asyncio.Future[None]] = set()
         # A rewrite in progress (see _compact): the lines appended to the old file since its
         # snapshot, and, while the new file's last fsync runs, what sync waiters wait for.
         self._compaction: asyncio.Task[None] | None = None
@@ -229,7 +231,7 @@ class FileJournal:
             self._compaction.cancel()
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            _close_after(fd, self._syncing)  # an fsync nobody waited for may be running
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -308,14 +310,25 @@ class FileJournal:
         if self._forget_owed(item_id) is not None:
             self._write_kept(_line(["drop", item_id]))
 
-    async def paid(self, item_id: str, session: str | None) -> None:
-        """The item was answered: no longer owed (never raises; a failed write is retried)."""
+    async def paid(self, item_id: str, session: str | None, *, wait: bool = True) -> None:
+        """The item was answered: no longer owed (never raises; a failed write is retried).
+
+        Returns once the line is durable; with ``wait=False`` once it is written, its fsync
+        (shared, as any) running on in the background, :meth:`settle` waiting for it. The
+        conversation's next message need not wait for it: the fsync begins at the same
+        moment either way, so a crash finds the same lines on disk, and a restart that finds
+        the item still owed finishes it by the messages noted or found for it."""
         if item_id not in self._owed:
             return
         self._note_paid(item_id, session)
         self._write_kept(_line(["paid", item_id, session, self.clock()]))
         if self.fsync != "none" and not self._backlog:
-            await self._sync()
+            if wait or self.fsync == "always":
+                await self._sync()
+            else:
+                syncing = asyncio.ensure_future(self._sync())
+                self._background.add(syncing)
+                syncing.add_done_callback(self._background.discard)
 
     async def flush(self) -> bool:
         """Write what earlier failures left pending; True once nothing is pending."""
@@ -333,6 +346,8 @@ class FileJournal:
         sent again after the next start) and made durable. True once nothing is pending."""
         if self._compaction is not None:  # it holds a new file and lines for it
             await asyncio.shield(self._compaction)
+        if self._background:  # answers' fsyncs not waited for (paid(wait=False))
+            await asyncio.gather(*self._background, return_exceptions=True)
         if not self._backlog:
             return True
         try:

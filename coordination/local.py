@@ -141,7 +141,9 @@ class LocalConversations:
         if queue and queue[0] is item:
             queue.popleft()
             self._count_ahead(item, -1)
-        await self.journal.paid(item.id, item.session)
+        # The answer is out: the conversation's next message need not wait for the fsync
+        # of this line (see FileJournal.paid).
+        await self.journal.paid(item.id, item.session, wait=False)
         if self.journal.pending_bytes:
             self._unwritten.failed(Failure.BACKLOG)
         answered = self._answered.pop(item.id, None)

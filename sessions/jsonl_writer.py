@@ -190,6 +190,10 @@ class JsonlSessionWriter:
         share one round of the lane's thread (one wake-up of the event loop, not one each).
         """
         await self._wait(self._flush_now)
+        if self._closed:
+            # aclose() began while the write ran: its close syncs the file, and an fsync
+            # started here could reach the descriptor after the lane closed it.
+            return
         with self._guard:
             dirty, self._dirty = self._dirty, False
         fd = self._fd

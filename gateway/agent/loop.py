@@ -223,7 +223,9 @@ class AgentLoop:
                    calls: int, inbound_index: int) -> TurnResult:
         """Deliver the turn's final text (or the apology) once the log holds everything the
         turn recorded, so a gateway restarted after the reply never answers the message again;
-        make it durable (``sync``) while the reply is sent, so no fsync delays the reply.
+        make it durable (``sync``) while the reply is sent, so no fsync delays the reply, nor
+        the conversation's next message (the turn ends once the reply is out; the fsync runs
+        on, and the writer's close waits for it).
         ``not_recorded``: the log refused the answer or its tool results, and the turn stops
         with what was said so far. An apology is recorded (a ``reply`` entry naming the
         message) before it goes out, as an answer is."""
@@ -235,10 +237,12 @@ class AgentLoop:
             # The answer was accepted but another worker took the session before it was
             # written: that worker answers (see Conversation.add_assistant).
             raise NotRecordedError(conv.session_id, Failure.FENCED)
-        # The fsync starts now, in its thread, and runs while the reply is sent (the reply
-        # never waits for it); the conversation's next message then waits only for what of it
-        # the send did not cover.
-        durable = asyncio.ensure_future(conv.recorder.sync())
+        # The fsync starts now, in its thread, and runs while the reply is sent. Nothing waits
+        # for it any more: a killed process loses nothing (the entries are in the file, just
+        # above), and what a power loss can cost is what it could before, when the turn
+        # waited (the fsync begins at the same moment; the conversation's next message no
+        # longer queues behind it).
+        durable = conv.recorder.sync_soon()
         try:
             if apology:
                 text = self.settings.apology
@@ -246,11 +250,10 @@ class AgentLoop:
             else:
                 await sink.finish(text)
         except BaseException:
-            # A turn cancelled mid-send stops waiting, as it did when the fsync came after the
-            # send (the writer still finishes an fsync it began; its close waits for it).
+            # A turn cancelled mid-send stops waiting (the writer still finishes an fsync it
+            # began; its close waits for it).
             durable.cancel()
             raise
-        await durable
         return TurnResult(status, text, calls)
 
     async def _spec(self, conv: Conversation, turn: TurnHandle, built: BuiltPrompt,

@@ -111,6 +111,7 @@ class SessionRecorder:
         self._timeout = timeout
         self._failing = False
         self._gaps: list[dict[str, Any]] = []
+        self._syncing: set[asyncio.Future[None]] = set()
 
     @property
     def session_id(self) -> str:
@@ -160,6 +161,14 @@ class SessionRecorder:
 
     async def sync(self) -> None:
         await self._guard(self.writer.sync(), inline=False)
+
+    def sync_soon(self) -> asyncio.Future[None]:
+        """Start :meth:`sync` now and return it; it is kept referenced until it ends, so a
+        caller may stop waiting (the writer's close waits for an fsync it began)."""
+        syncing = asyncio.ensure_future(self.sync())
+        self._syncing.add(syncing)
+        syncing.add_done_callback(self._syncing.discard)
+        return syncing
 
     def _take_gaps(self) -> list[dict[str, Any]]:
         lead, self._gaps = self._gaps, []
