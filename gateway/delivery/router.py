@@ -72,6 +72,7 @@ from gateway.edge.episodes import Episode
 from gateway.edge.errors import UnavailableError, kind_of
 from gateway.edge.messages import ConversationKey, Inbound
 from gateway.edge.metrics import Metrics
+from gateway.edge.tasks import stop
 
 if TYPE_CHECKING:
     from gateway.edge.coordination import FencedStore
@@ -414,7 +415,10 @@ class Router:
         self._closing = True
         self.conversations.wind_down()  # a lease kept for more is let go, not waited out
         if self._adopter is not None:
-            self._adopter.cancel()
+            # Cancelled until it has ended: a cancellation landing as a Redis command of the
+            # sweep completes is lost on Python 3.11 (gateway.edge.tasks), and the adopter
+            # would sweep on for ever while the stop waits for it.
+            await stop(self._adopter)
         workers = list(self._workers.values())
         if workers and grace > 0:
             await asyncio.wait(workers, timeout=grace)

@@ -277,3 +277,53 @@ async def test_the_pairing_reply_comes_again_once_its_window_has_passed(
         await gate.deliver(dm("stranger"))
     assert told_within == 1
     assert notices == [notices[0]] * 2
+
+
+async def test_a_stop_ends_an_adopter_that_lost_its_cancellation(tmp_path: Path) -> None:
+    """On Python 3.11 a cancellation that lands as a Redis command of the sweep completes is
+    lost (``asyncio.wait_for``, CPython gh-86296), and the adopter sweeps on: the stop cancels
+    it again until it has ended (seen as a worker that never stopped, under load)."""
+    from collections.abc import AsyncIterator
+
+    from coordination.local import LocalConversations
+    from gateway.agent.loop import AgentLoop
+    from gateway.agent.recorder import SESSION_LOG
+    from gateway.agent.tools import ToolRegistry
+    from gateway.delivery.registry import ConversationRegistry
+    from gateway.delivery.router import Router
+    from gateway.edge.coordination import Claim
+    from gateway.persona.workspace import PersonaWorkspace
+    from tests.fakes.memory_channel import MemoryChannel
+    from tests.waiting import WAIT
+
+    sweeping = asyncio.Event()
+    lost: list[int] = []
+
+    class Sweeping(LocalConversations):
+        async def adoptions(self) -> AsyncIterator[Claim]:
+            while True:  # as the Redis queue's sweep: one look every so often, for ever
+                sweeping.set()
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    if lost:
+                        raise
+                    lost.append(1)  # the first one, as a lost cancellation: no error at all
+                    current = asyncio.current_task()
+                    assert current is not None
+                    current.uncancel()
+            yield Claim(ConversationKey("memory", "never"))  # pragma: no cover
+
+    metrics = Metrics()
+    loop = AgentLoop(provider=ScriptedProvider(), prompts=PersonaWorkspace(tmp_path / "p"),
+                     tools=ToolRegistry(), recorder=SESSION_LOG, metrics=metrics)
+    registry = ConversationRegistry(JsonlSessionStore(tmp_path / "d"), metrics)
+    channel = MemoryChannel()
+    async with asyncio.timeout(WAIT):
+        async with Router(registry=registry, loop=loop, sink_for=channel.reply_sink,
+                          metrics=metrics, conversations=Sweeping()) as router:
+            await channel.start(router.deliver)
+            await sweeping.wait()
+            await router.drain(0)
+    await registry.aclose()
+    assert lost == [1]
