@@ -462,6 +462,10 @@ async def test_longest_slack_message_is_cut_with_a_notice(stack: Stack) -> None:
     assert metric(stack.gateway, "gateway_turns_total", channel="slack", outcome="answered") == 1
     await wait_until(lambda: any(p.thread_ts == envelope["event"]["ts"]
                                  for p in stack.slack.posts()))
+    # Where the answer went is noted behind the turn (a Slack message posted with its text is
+    # not waited for): the files hold everything of the first message once that note is in.
+    await wait_until(lambda: any(orjson.loads(line).get("type") == "delivery"
+                                 for line in path.read_bytes().splitlines()))
     before = tree(stack.root)
     assert await stack.slack_event(stack.slack.dm_event(SLACK_USER, "v" * (600 * 1024))) \
         == 413
