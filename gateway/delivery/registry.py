@@ -24,6 +24,13 @@ Under one token a cached copy is handed out as it is: a holder only learns that 
 took the conversation over (Redis lost the leases, and both held it for a moment) when the
 store refuses its next write. A log index read off the store is therefore used only on a copy
 that is that log (:meth:`ConversationRegistry.read_log`): a copy behind it is dropped.
+
+A session opened (read) under a new token is the only copy that may hold what a holder with an
+older token wrote after the new holder took its first item and before it opened the session
+(Redis lost the leases, and the old holder took the same row just after it): the new holder
+looks that item up in the log as it was read (:meth:`ConversationRegistry.opened_log`), even
+though the item was taken for the first time. A copy moved on to a new token without reading
+it holds nothing such: nobody wrote since this worker did.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ class ConversationRegistry:
         self._open: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._locks: dict[ConversationKey, asyncio.Lock] = {}
         self._fences: dict[ConversationKey, int] = {}  # the token each fenced session holds
+        self._opened: dict[ConversationKey, bytes] = {}  # read as opened under a new token
         self._held: dict[ConversationKey, int] = {}  # conversations in use, by how many users
 
     def hold(self, key: ConversationKey) -> None:
@@ -129,6 +137,16 @@ class ConversationRegistry:
 
     def __len__(self) -> int:
         return len(self._open)
+
+    def opened_log(self, key: ConversationKey) -> bytes | None:
+        """The log as it was read when the conversation was last opened under a new token,
+        once (``None`` when it was not, or was asked for already): what the holder's first
+        item is looked up in (see the module docstring)."""
+        return self._opened.pop(key, None)
+
+    def _untrack(self, key: ConversationKey) -> None:
+        self._fences.pop(key, None)
+        self._opened.pop(key, None)
 
     def peek(self, key: ConversationKey) -> Conversation | None:
         return self._open.get(key)
@@ -219,7 +237,7 @@ class ConversationRegistry:
                      fence: int | None = None) -> Conversation:
         """Start a fresh session for the conversation (``/new``, idle rotation)."""
         old = self._open.pop(key, None)
-        self._fences.pop(key, None)
+        self._untrack(key)
         self._weigh(key)
         if old is not None:
             await _close(old.recorder.writer)
@@ -240,7 +258,7 @@ class ConversationRegistry:
         if fence is not None and self._fences.get(key) != fence:
             return
         conv = self._open.pop(key, None)
-        self._fences.pop(key, None)
+        self._untrack(key)
         self._weigh(key)
         if conv is not None:
             await _close(conv.recorder.writer)
@@ -267,6 +285,7 @@ class ConversationRegistry:
             if not self._stale(_epoch(logged.last_ts)):
                 if fence is not None:
                     self._fences[key] = fence
+                    self._opened[key] = data
                 conv = self._wrap(key, writer, context, logged.messages)
                 conv.order = ConversationOrder()
                 for index in logged.order:  # messages whose turn never began join at begin()
@@ -338,13 +357,14 @@ class ConversationRegistry:
                 # them. (Only while the disk fails can more than the bound stay open.)
                 continue
             conv = self._open.pop(key)
-            self._fences.pop(key, None)
+            self._untrack(key)
             self._weigh(key)
             await _close(conv.recorder.writer)
 
     async def aclose(self) -> None:
         """Flush and close every open session (idempotent)."""
         self._fences.clear()
+        self._opened.clear()
         self._sizes.clear()
         self._bytes = 0
         while self._open:

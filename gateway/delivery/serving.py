@@ -27,6 +27,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
+import orjson
+
 from gateway.agent.conversation import Conversation
 from gateway.agent.loop import AgentLoop
 from gateway.delivery.answering import Answering, Spawn
@@ -159,11 +161,15 @@ class ItemServer:
             await self._command(item.inbound, self._sink(claim, item))
             return None
         conv = await self._fenced(claim, context)
+        # Read as the session was opened under this claim's token: an older holder may have
+        # recorded the item there though this holder took it first (see the registry).
+        opened = self.registry.opened_log(key)
         if item.index is not None and item.session == conv.session_id:
             return conv, self._sink(claim, item, conv)  # recorded on receipt
         found: Found | None = None
-        if item.resumed:
-            data = await self.registry.read_log(key, conv)
+        # (A byte search for the id as the log spells it spares parsing a log without it.)
+        if item.resumed or (opened is not None and orjson.dumps(item.id) in opened):
+            data = opened or await self.registry.read_log(key, conv)
             if data is None:  # the copy is not the log: open it again, under our token
                 conv = await self._fenced(claim, context)
                 data = await self.registry.read_log(key, conv)
