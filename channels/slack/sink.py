@@ -35,9 +35,10 @@ never raised into the turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Final
 
 import aiohttp
@@ -78,6 +79,14 @@ class SlackCalls:
         self.reactions = True
         self.history = True
         """False once reading a thread was refused for good (the app lacks the scope)."""
+        self._behind: set[asyncio.Future[None]] = set()
+
+    def behind(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (calls that must not hold a turn up) in a task kept referenced until
+        it ends."""
+        task = asyncio.ensure_future(work)
+        self._behind.add(task)
+        task.add_done_callback(self._behind.discard)
 
     async def attempt(self, method: str, call: Awaitable[AsyncSlackResponse], *,
                       quiet: bool = False) -> AsyncSlackResponse | None:
@@ -126,7 +135,7 @@ class SlackTarget:
         self.thread_ts: str | None = inbound.meta.get(META_REPLY_THREAD) or inbound.key.thread
         self.message_ts: str | None = inbound.meta.get(META_TS)
         self.chunk_limit = chunk_limit
-        self._reacted = False
+        self._reaction: asyncio.Future[AsyncSlackResponse | None] | None = None  # its add
         self._placement: Placement | None = None
         self._parts: dict[int, str] = {}  # part -> ts noted (or found) for it
         self._searched = True
@@ -140,12 +149,16 @@ class SlackTarget:
         self._searched = not placement.resumed
 
     async def typing(self) -> None:
-        if self._reacted or self.message_ts is None or not self.calls.reactions:
-            return
-        self._reacted = True  # once per turn: the streamer renews "typing" every few seconds
-        result = await self.calls.attempt("reactions.add", self.calls.client.reactions_add(
-            channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
-        self._reacted = result is not None
+        if self._reaction is not None or self.message_ts is None or not self.calls.reactions:
+            return  # once per turn: the streamer renews "typing" every few seconds
+        # A task of its own, which the removal waits for: the streamer stops typing (cancels
+        # its caller) as the reply is ready, and a request cut off mid-way may still reach
+        # Slack, after the removal, leaving :eyes: on the person's message for good.
+        adding = self._reaction = asyncio.ensure_future(self.calls.attempt(
+            "reactions.add", self.calls.client.reactions_add(
+                channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION)))
+        if await asyncio.shield(adding) is None and self._reaction is adding:
+            self._reaction = None  # not added: the next renewal tries again
 
     async def send_preview(self, text: str) -> str | None:
         if self._placement is not None:
@@ -185,10 +198,23 @@ class SlackTarget:
         await self._unreact()
 
     async def _unreact(self) -> None:
-        if self._reacted:
-            self._reacted = False
-            await self.calls.attempt("reactions.remove", self.calls.client.reactions_remove(
-                channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
+        adding, self._reaction = self._reaction, None
+        if adding is None:
+            return
+        if not adding.done():
+            # Still on its way (the reply was ready first): taken back once it is in, without
+            # holding the turn's end for it; sent now, it could reach Slack first.
+            self.calls.behind(self._unreact_after(adding))
+        elif adding.result() is not None:
+            await self._remove_reaction()
+
+    async def _unreact_after(self, adding: asyncio.Future[AsyncSlackResponse | None]) -> None:
+        if await adding is not None:
+            await self._remove_reaction()
+
+    async def _remove_reaction(self) -> None:
+        await self.calls.attempt("reactions.remove", self.calls.client.reactions_remove(
+            channel=self.channel, timestamp=self.message_ts, name=TYPING_REACTION))
 
     async def send_file(self, file: OutboundFile) -> None:
         """Upload into the person's thread (files upload v2: get an upload URL, send the bytes,

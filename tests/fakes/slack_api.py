@@ -218,6 +218,8 @@ class FakeSlackServer:
         self._faults: dict[str, list[_Fault]] = {}
         self._delays: dict[str, list[list[float]]] = {}
         self._holds: dict[str, list[asyncio.Event]] = {}
+        self.held_now: list[str] = []
+        """Methods whose call waits at a :meth:`hold_next` gate now (one entry per call)."""
         self.outbound = OutboundHold(frozenset({
             "chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"}))
         """Hold replies (see :mod:`tests.fakes.hold`)."""
@@ -513,7 +515,11 @@ class FakeSlackServer:
     async def _apply_delay(self, method: str) -> None:
         held = self._holds.get(method)
         if held:
-            await held.pop(0).wait()
+            self.held_now.append(method)
+            try:
+                await held.pop(0).wait()
+            finally:
+                self.held_now.remove(method)
         for key in (method, "*"):
             queue = self._delays.get(key)
             if queue:
