@@ -79,7 +79,10 @@ async def test_fast_reply_sent_once_without_preview(
     the log before any text goes in) is edited once, into the HTML final."""
     provider = ScriptedProvider()
     provider.script("Quick **one**")
-    async with running(telegram_settings(fake, tmp_path), provider) as gateway:
+    # An interval no turn outlasts, however busy the machine (with the default 1 s a starved
+    # run showed a preview: the reply was not "fast" any more).
+    async with running(telegram_settings(fake, tmp_path), provider,
+                       edit_interval=3600) as gateway:
         fake.user_message(ALICE, "hi")
         await settled(gateway, 1)
     assert [c.method for c in fake.sent] == ["getMe", "setMyCommands", "setMyCommands",
@@ -239,7 +242,9 @@ async def test_stall_watchdog_restarts_a_hung_poll(
     fake: FakeTelegramServer, tmp_path: Path
 ) -> None:
     """A getUpdates that hangs past TELEGRAM_STALL_SECONDS is cancelled, counted and reissued."""
-    settings = telegram_settings(fake, tmp_path, TELEGRAM_STALL_SECONDS=1.5)
+    # The harness's polls last 1 s: a watchdog at 1.5 s left the other cycles half a second,
+    # and a starved run counted a second stall. At 3 s they have two.
+    settings = telegram_settings(fake, tmp_path, TELEGRAM_STALL_SECONDS=3)
     async with running(settings) as gateway:
         fake.delay_next("getUpdates", 30)
         await wait_until(lambda: channel_of(gateway).health()["stalls"] == 1, timeout=WAIT)
