@@ -41,9 +41,13 @@ wait_until = until  # polled waits: see tests/waiting.py
 # depends on how fast a busy machine gets there.
 
 async def lapse(redis: aioredis.Redis, key: str) -> None:
-    """``key``'s ttl runs out now (as if its holder had been silent past it)."""
+    """``key``'s ttl runs out now (as if its holder had been silent past it): returns once the
+    key is gone or another holder has taken it (one campaigning in this process may take it
+    between two looks, so "gone" alone can be missed for good: a loaded run waited 60 s)."""
+    holder = await redis.get(key)
+    assert holder is not None, f"{key} is not there to lapse"
     assert await redis.pexpire(key, 1), f"{key} is not there to lapse"
-    await until(lambda: gone(redis, key), what=f"{key} to lapse")
+    await until(lambda: not_held_by(redis, key, holder), what=f"{key} to lapse")
 
 
 async def renewal_seen(redis: aioredis.Redis, key: str, ttl: float) -> str | None:
@@ -56,8 +60,11 @@ async def renewal_seen(redis: aioredis.Redis, key: str, ttl: float) -> str | Non
     return holder.decode() if isinstance(holder, bytes) else holder
 
 
-async def gone(redis: aioredis.Redis, key: str) -> bool:
-    return not await redis.exists(key)
+async def not_held_by(redis: aioredis.Redis, key: str, holder: bytes | str) -> bool:
+    """The key is gone, or holds another value than ``holder`` (in these tests a new holding
+    never has the lapsed one's value: a lease's value names its claim, and the leader whose
+    key lapses is dead)."""
+    return bool(await redis.get(key) != holder)
 
 
 async def pttl_above(redis: aioredis.Redis, key: str, ms: int) -> bool:
