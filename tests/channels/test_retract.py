@@ -10,9 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.slack.convert import META_REPLY_THREAD, META_TS
 from channels.slack.sink import SlackCalls, SlackTarget
 from channels.streaming import EditStreamer
 from channels.telegram.adapter import build_bot
@@ -21,7 +19,7 @@ from channels.web.sink import WebSink
 from gateway.delivery.answering import Answering
 from gateway.edge.channel import ReplySink
 from gateway.edge.coordination import LeaseLostError
-from gateway.edge.messages import ConversationKey, Inbound, Sender
+from gateway.edge.messages import Inbound
 from gateway.edge.metrics import Metrics
 from tests.fakes.slack_api import FakeSlackServer
 from tests.fakes.telegram_api import FakeTelegramServer
@@ -95,18 +93,6 @@ async def test_telegram_failed_delete_is_logged_once_and_not_raised(
 
 
 # -- Slack -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[tuple[FakeSlackServer, SlackCalls, Inbound]]:
-    async with FakeSlackServer() as fake:
-        event = fake.dm_event(USER, "a question")["event"]
-        inbound = Inbound(key=ConversationKey("slack", event["channel"]), sender=Sender(USER),
-                          text="a question", meta={META_TS: event["ts"],
-                                                   META_REPLY_THREAD: event["ts"]})
-        client = AsyncWebClient(token=fake.bot_token, base_url=fake.api_base_url,
-                                retry_handlers=[])
-        yield fake, SlackCalls(client, Metrics()), inbound
 
 
 def slack_sink(calls: SlackCalls, inbound: Inbound) -> EditStreamer:
