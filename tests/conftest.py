@@ -37,22 +37,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # The trials that run `gateway run` subprocesses under load of their own (crash-kill, disk
-# faults, worker kills, outages) take turns on one pytest-xdist worker (``--dist loadgroup``):
-# side by side they would load the machine far past what each was written for, and a
-# subprocess that cannot start in time fails a trial for a reason that is not its subject.
-SOLO_TRIALS = frozenset({
-    "tests/reliability/test_crash_kill.py",
-    "tests/reliability/test_crash_replies.py",
-    "tests/reliability/test_disk_faults.py",
-    "tests/reliability/test_load.py",
-    "tests/coordination/test_multi_worker.py",
-    "tests/coordination/test_outages.py",
-    "tests/coordination/test_schedule_workers.py",
-})
+# faults, worker kills, outages) take turns on pytest-xdist workers (``--dist loadgroup``), in
+# two groups: all of them side by side would load the machine far past what each was written
+# for, and a subprocess that cannot start in time fails a trial for a reason that is not its
+# subject; all of them on one worker made that worker the whole suite's critical path (about
+# 8 minutes on a slow 2-core machine, while the other workers had long finished). The crash-kill
+# runs (about half the trials' time) take one worker, the other trials another.
+SOLO_TRIALS = {
+    "tests/reliability/test_crash_kill.py": "crash-trials",
+    "tests/reliability/test_crash_replies.py": "heavy-trials",
+    "tests/reliability/test_disk_faults.py": "heavy-trials",
+    "tests/reliability/test_load.py": "heavy-trials",
+    "tests/coordination/test_multi_worker.py": "heavy-trials",
+    "tests/coordination/test_outages.py": "heavy-trials",
+    "tests/coordination/test_schedule_workers.py": "heavy-trials",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the heavy trials in one ``xdist_group`` (see :data:`SOLO_TRIALS`)."""
+    """Put the heavy trials in their ``xdist_group`` (see :data:`SOLO_TRIALS`)."""
     for item in items:
-        if item.nodeid.split("::", 1)[0] in SOLO_TRIALS:
-            item.add_marker(pytest.mark.xdist_group("heavy-trials"))
+        group = SOLO_TRIALS.get(item.nodeid.split("::", 1)[0])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -1,8 +1,9 @@
 """The Slack channel: Events API over HTTP (``POST /slack/events``) or Socket Mode, replies by
 chat.postMessage / chat.update in the person's thread.
 
-Data path: bolt verifies the event (:mod:`channels.slack.events`, or the socket in
-:mod:`channels.slack.socket`) and runs our listener before it answers Slack:
+Data path: the endpoint verifies the event (:mod:`channels.slack.events`; it hands a person's
+message to us itself and the rest to bolt) or the socket does (:mod:`channels.slack.socket`,
+through bolt), and our listener runs before Slack gets its answer:
 :mod:`channels.slack.convert` turns the event into an :class:`~gateway.edge.messages.Inbound` and
 ``deliver`` (the access gate in front of the router) is awaited, which returns once the
 message is durably recorded and its turn queued. Only then does Slack get its 200 (or its
@@ -153,8 +154,9 @@ class SlackChannel:
                              verify_requests=self.mode == "http")
         self._socket = SocketMode(self.app, app_token, self.client) if app_token else None
         self._app_token = app_token
-        self._endpoint = (EventsEndpoint(self.app, signing_secret, metrics) if signing_secret
-                          else None)
+        self._endpoint = (EventsEndpoint(self.app, signing_secret, metrics,
+                                         on_event=self._on_event)
+                          if signing_secret else None)
         # Several workers: only the elected one holds the socket (see the module docstring).
         self._elector = elector if app_token else None
         self._leading: asyncio.Task[None] | None = None
@@ -246,8 +248,9 @@ class SlackChannel:
         return await self._endpoint.handle(request)
 
     async def _on_event(self, body: Mapping[str, Any], bot_user_id: str | None) -> str | None:
-        """bolt's listener, run before Slack gets its answer: convert and deliver (record and
-        queue). ``None``: taken; otherwise why not (Slack gets a 503 and retries)."""
+        """Run before Slack gets its answer (by bolt's listener, or by the HTTP endpoint for a
+        person's message): convert and deliver (record and queue). ``None``: taken; otherwise
+        why not (Slack gets a 503 and retries)."""
         self._events += 1
         if bot_user_id is not None:
             self._auth_error = None  # bolt's auth.test succeeded since start
@@ -370,6 +373,9 @@ class SlackChannel:
                                "; check SLACK_BOT_TOKEN and SLACK_API_BASE_URL")
         log.info("slack: connected to team %s as %s", response.get("team_id"),
                  response.get("user_id"))
+        user_id = response.get("user_id")
+        if self._endpoint is not None and isinstance(user_id, str) and user_id:
+            self._endpoint.bot_user_id = user_id  # people's messages now skip bolt's dispatch
         scopes = {s.strip() for s in str(response.headers.get("x-oauth-scopes", "")).split(",")
                   if s.strip()}
         if scopes and not scopes >= HISTORY_SCOPES:

@@ -124,8 +124,10 @@ async def test_dm_round_trip_in_thread(fake: FakeSlackServer, tmp_path: Path) ->
     assert thread_texts(fake, event["channel"], event["ts"]) == ["*Hello* there"]
     # The name lookup runs beside the turn (never before the ack), so its place may vary.
     assert "users.info" in methods(fake)
+    # One auth.test: the channel's own at start. A person's message skips bolt, whose own
+    # auth.test on the first request it dispatches would be a second.
     assert [m for m in methods(fake) if m != "users.info"] == [
-        "auth.test", "auth.test", "reactions.add", "chat.postMessage", "reactions.remove"]
+        "auth.test", "reactions.add", "chat.postMessage", "reactions.remove"]
     assert fake.reactions == {(event["channel"], event["ts"]): set()}
     assert health == {"ok": True, "mode": "http", "events": 1, "last_error": None}
     assert (tmp_path / "tenants" / TEAM / "sessions").is_dir()
@@ -181,6 +183,11 @@ async def test_redelivery_after_restart_answered_once(
     (b"\xff\xfe{not json", False, 401),
     (b"[1]", True, 400),
     (b"payload=%7Bbroken", True, 400),
+    # A person's message event, which skips bolt, with fields of the wrong type.
+    (b'{"type": "event_callback", "event": {"type": "message", "channel_type": ["im"]}}',
+     True, 400),
+    (b'{"type": "event_callback", "event": {"type": "app_mention"}, "authorizations": {}}',
+     True, 400),
 ])
 async def test_junk_request_refused(
     fake: FakeSlackServer, tmp_path: Path, body: bytes, signed: bool, expected: int
@@ -279,6 +286,33 @@ async def test_bot_and_other_events_ignored(fake: FakeSlackServer, tmp_path: Pat
         assert await sessions(gateway) == [(f"slack:{dm}", "the real one")]
     assert statuses == [200, 200, 200, 200]
     assert [c.thread_ts for c in fake.posts()] == [real["event"]["ts"]]
+
+
+async def test_people_skip_bolt_and_everything_else_goes_through_it(
+        fake: FakeSlackServer, tmp_path: Path) -> None:
+    """A person's message is taken without bolt's dispatch (the gateway's one auth.test, at
+    start, tells it our bot); any other request still goes to bolt, which makes its own
+    auth.test the first time, and acknowledges it."""
+    async with running(slack_settings(fake, tmp_path)) as gateway:
+        dm = fake.im_channel_for("U1")
+        first = fake.dm_event("U1", "first")
+        own = fake.message_event(dm, "my own reply", user=fake.bot_user_id, bot_id=fake.bot_id)
+        statuses = [(await fake.deliver_event(events_url(gateway), e))[0] for e in (first, own)]
+        await wait_until(lambda: turns(gateway) == 1)
+        before_bolt = methods(fake).count("auth.test")
+        reaction = fake.envelope({"type": "reaction_added", "user": "U1", "reaction": "tada",
+                                  "item": {"type": "message", "channel": dm,
+                                           "ts": first["event"]["ts"]},
+                                  "event_ts": fake.next_ts()})
+        statuses.append((await fake.deliver_event(events_url(gateway), reaction))[0])
+        second = fake.dm_event("U1", "second")
+        statuses.append((await fake.deliver_event(events_url(gateway), second))[0])
+        await wait_until(lambda: turns(gateway) == 2)
+        infos = await gateway.store.list_sessions(TEAM)
+    assert statuses == [200, 200, 200, 200]
+    assert before_bolt == 1
+    assert methods(fake).count("auth.test") == 2  # bolt's, for the reaction only
+    assert [info.message_count for info in infos] == [4]  # two messages, two answers
 
 
 async def test_unknown_user_gets_pairing_code(fake: FakeSlackServer, tmp_path: Path) -> None:
