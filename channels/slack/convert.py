@@ -74,7 +74,7 @@ def to_inbound(
     if kind not in ("message", "app_mention"):
         return Ignored(f"event type {_short(kind)}")
     subtype = event.get("subtype")
-    if subtype not in _PERSON_SUBTYPES:
+    if not isinstance(subtype, str | None) or subtype not in _PERSON_SUBTYPES:
         return Ignored(f"subtype {_short(subtype)}")
     user = event.get("user")
     if event.get("bot_id"):

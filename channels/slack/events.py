@@ -208,9 +208,10 @@ class EventsEndpoint:
         if not isinstance(body, dict) or body.get("type") != "event_callback":
             return None
         event = body.get("event")
-        if not isinstance(event, dict) or event.get("type") not in PERSON_EVENTS:
+        if not isinstance(event, dict):
             return None
-        return body
+        kind = event.get("type")  # may be any JSON value: a dict is not hashable
+        return body if isinstance(kind, str) and kind in PERSON_EVENTS else None
 
     def _unsigned(self, headers: Mapping[str, str]) -> str | None:
         """Why the headers alone show the request is not from Slack, if they do."""

@@ -485,7 +485,7 @@ async def test_signed_slack_envelopes_with_junk_fields_are_never_a_server_error(
     # Slack API errors on junk ids (a plain-text 400 from an over-long URL) are counted, not raised.
     template = stack.slack.dm_event(SLACK_USER, "hi")
     places = [("top", k) for k in template] + [("event", k) for k in template["event"]] + [
-        ("auth", k) for k in template["authorizations"][0]]
+        ("auth", k) for k in template["authorizations"][0]] + [("event", "subtype")]
     answers: dict[tuple[str, str, str], int] = {}
     for where, key in places:
         for junk in ENVELOPE_JUNK:
