@@ -253,7 +253,7 @@ class SlackChannel:
         why not (Slack gets a 503 and retries)."""
         self._events += 1
         if bot_user_id is not None:
-            self._auth_error = None  # bolt's auth.test succeeded since start
+            self._auth_error = None  # an auth.test (ours at start, or bolt's) succeeded
         if self._closed or self._deliver is None:
             log.info("slack event not taken: the channel is not running")
             return "not running"

@@ -39,6 +39,8 @@ META_REPLY_THREAD: Final = "thread_ts"
 
 # Subtypes that are still a person writing to us; every other subtype (edits, deletions,
 # joins, bot_message, ...) is ignored.
+PERSON_EVENTS: Final = frozenset({"message", "app_mention"})
+"""The event types that carry what people say (the endpoint routes these to the channel)."""
 _PERSON_SUBTYPES: Final = frozenset({None, "file_share", "thread_broadcast"})
 _MULTI_PARTY: Final = frozenset({"channel", "group", "mpim"})
 # Cc characters except \t and \n: they garble logs and mean nothing in a chat. Lone surrogates
@@ -71,7 +73,7 @@ def to_inbound(
     if not isinstance(event, Mapping):
         return Ignored("no event")
     kind = event.get("type")
-    if kind not in ("message", "app_mention"):
+    if not isinstance(kind, str) or kind not in PERSON_EVENTS:
         return Ignored(f"event type {_short(kind)}")
     subtype = event.get("subtype")
     if not isinstance(subtype, str | None) or subtype not in _PERSON_SUBTYPES:

@@ -50,7 +50,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.slack.convert import SLASH_COMMAND
+from channels.slack.convert import PERSON_EVENTS, SLASH_COMMAND
 from gateway.edge.errors import RETRY_AFTER
 from gateway.edge.http_limits import BodyRefused, read_body
 from gateway.edge.metrics import Metrics
@@ -65,8 +65,6 @@ envelope, a real event stays well under this."""
 TIMESTAMP_WINDOW: Final = 300
 """Seconds a request's timestamp may be off (Slack's own rule, which bolt applies again)."""
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
-PERSON_EVENTS: Final = frozenset({"message", "app_mention"})
-"""The event types that carry what people say: the ones ``on_event`` takes."""
 
 OnCommand = Callable[[Mapping[str, Any]], Awaitable[str | None]]
 """Called with a ``/gateway`` slash-command payload; returns the text to answer the person
@@ -127,8 +125,8 @@ def build_app(client: AsyncWebClient, *, signing_secret: str | None, on_event: O
 
     if on_command is not None:
         app.command(SLASH_COMMAND)(slash_command)
-    app.event("message")(person_event)
-    app.event("app_mention")(person_event)
+    for kind in sorted(PERSON_EVENTS):
+        app.event(kind)(person_event)
     # Registered last: bolt runs the first matching listener only.
     app.event(re.compile(".*"))(other_event)
     return app
