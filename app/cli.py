@@ -195,15 +195,15 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 async def _with_store(args: argparse.Namespace, settings: Settings) -> int:
     """The commands that read sessions from the configured store."""
-    from app import compose
+    from app.compose_store import blob_store_for, build_store
 
-    store = compose.build_store(settings)
+    store = build_store(settings)
     try:
         if args.command == "replay":
             from app.commands import replay as replay_cmd
 
             return await replay_cmd.run(args, store, data_dir=settings.data_dir,
-                                        blobs=compose.blob_store_for(store, settings.data_dir))
+                                        blobs=blob_store_for(store, settings.data_dir))
         if args.command == "sessions":
             from app.commands import sessions_db as sessions_db_cmd
 
@@ -212,7 +212,7 @@ async def _with_store(args: argparse.Namespace, settings: Settings) -> int:
             from app.commands import viewer as viewer_cmd
 
             return await viewer_cmd.run(args, store, settings,
-                                        blobs=compose.blob_store_for(store, settings.data_dir))
+                                        blobs=blob_store_for(store, settings.data_dir))
         if args.command == "drift":
             from app.commands import drift as drift_cmd
 
@@ -250,13 +250,13 @@ def _prices(settings: Settings) -> PriceTable:
 
 
 async def _prune_blobs(args: argparse.Namespace, settings: Settings) -> None:
-    from app import compose
     from app.commands import blob_prune as blob_prune_cmd
     from app.commands import sessions as sessions_cmd
+    from app.compose_store import blob_store_for, build_store, rerun_store
 
-    store = compose.build_store(settings)
-    reruns = compose.rerun_store(settings.data_dir)
-    blobs = compose.blob_store_for(store, settings.data_dir)
+    store = build_store(settings)
+    reruns = rerun_store(settings.data_dir)
+    blobs = blob_store_for(store, settings.data_dir)
     cutoff = time.time() - sessions_cmd.parse_duration(args.older_than)
     try:
         await blob_prune_cmd.prune_blobs([store, reruns], blobs, args.tenant, dry=args.dry_run,

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.compose_tools import MCP_LOGS_DIR
 from app.config import Settings
 from app.erasure_endpoint import ErasureEndpoint
 from coordination.journal import JOURNAL_FILE, FileJournal
@@ -105,8 +106,6 @@ def gateway_erasure(settings: Settings, store: SessionStore,
 
 def mcp_log_step(data_dir: Path, store: SessionStore) -> McpLogStep:
     """The stderr logs of this process's MCP servers (``<data>/mcp-logs``)."""
-    from app.compose import MCP_LOGS_DIR  # (app.compose imports this module)
-
     return McpLogStep(data_dir / MCP_LOGS_DIR, store)
 
 

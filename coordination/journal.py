@@ -19,21 +19,12 @@ is said there). On start, the owed items come back in arrival order and are serv
 (:class:`coordination.local.LocalConversations`); only this small file is read, never the
 session logs (they are opened per owed conversation).
 
-Writes are single ``os.write`` appends of whole lines, made inline (the page cache survives a
-killed process); with durability ``always`` each is fsynced, otherwise the file is fsynced
-when an answer is noted (end of a turn). Those fsyncs are shared (group commit): answers noted
-while an fsync is running wait for it and then share the next one, so twenty conversations
-ending their turns at once cost two fsyncs, not twenty, and each still
-returns only once an fsync that began after its line was written has finished. An ``owe``
-that cannot be written raises (the message
-is then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept and written
-ahead of the next line, retried by :meth:`FileJournal.flush`. A torn last line (killed
-mid-write) is ignored. Keys past their ttl are expired in memory, and the file is rewritten
-from what is live (owed items and unexpired keys) whenever it holds more than twice the lines
-that needs, so it stays proportional to the traffic of one ttl. The rewrite runs in a thread
-(a day of keys is megabytes and an fsync; :mod:`coordination.journal_file`) while appends go on
-to the old file, then those appends follow the snapshot in the new file, which is synced again
-and put in place; answers noted during that last fsync wait for it and sync the new file.
+Writes are appends of whole lines. An ``owe`` that cannot be written raises (the message is
+then not acknowledged); a ``paid`` or ``drop`` that cannot be written is kept and written ahead
+of the next line; the file is rewritten from what is live once it has grown. How (the fsyncs
+shared between conversations, the rewrite in a thread) is :mod:`coordination.journal_disk`, a
+base of :class:`FileJournal`; the lines' encoding and reading are
+:mod:`coordination.journal_lines`.
 
 One gateway process per data directory: the file is ``flock``-ed while open.
 """
@@ -42,28 +33,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
-import functools
 import logging
 import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import orjson
 
 from coordination import journal_file
-from coordination.seen_keys import Remembered, SeenKeys, digest, rendered
+from coordination.journal_disk import JournalDisk, close_after
+from coordination.journal_lines import OwedItem, Snapshot, encode, names, parsed
+from coordination.seen_keys import SeenKeys, digest
 from gateway.edge.errors import ConfigError
-from sessions.files import FILE_MODE, ensure_private_dir, write_all
-from sessions.reserve import FULL_KINDS, Reserve
+from sessions.files import FILE_MODE, ensure_private_dir
+from sessions.reserve import Reserve
 from sessions.sync_lane import FileSyncer, SyncLane
-
-T = TypeVar("T")
 
 JOURNAL_FILE = "delivery.jsonl"
 DEDUP_TTL = 25 * 3600.0
@@ -81,25 +68,10 @@ COMPACT_SLACK = 1000
 """Lines the file may hold beyond twice the live ones before it is rewritten."""
 
 
-@dataclass(frozen=True, slots=True)
-class OwedItem:
-    """One owed item, as :meth:`FileJournal.owed` lists them (arrival order)."""
-
-    id: str
-    conversation: str
-    key: str | None
-    at: float
-    item: str
-    """The item in its wire form (:func:`coordination.keys.encode_item`)."""
-
-
 log = logging.getLogger(__name__)
 
-_Snapshot = tuple[list[OwedItem], list[str], tuple[list[tuple[bytes, bytes]], dict[int, str]]]
-"""The live records a rewrite renders: owed items, the queued ids, remembered keys."""
 
-
-class FileJournal:
+class FileJournal(JournalDisk):
     """See the module docstring. ``path=None`` keeps everything in memory (tests)."""
 
     def __init__(self, path: Path | None, *, ttl: float = DEDUP_TTL, fsync: str = "turn",
@@ -231,7 +203,7 @@ class FileJournal:
             self._compaction.cancel()
         fd, self._fd = self._fd, None
         if fd is not None:
-            _close_after(fd, self._syncing)  # an fsync nobody waited for may be running
+            close_after(fd, self._syncing)  # an fsync nobody waited for may be running
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -278,10 +250,6 @@ class FileJournal:
         """The remembered answered keys (tests and health read their size)."""
         return self._seen
 
-    @property
-    def pending_bytes(self) -> int:
-        return len(self._backlog)
-
     def __len__(self) -> int:
         """Live records (lines a rewrite keeps): owed items, their queued marks, remembered
         keys."""
@@ -292,7 +260,7 @@ class FileJournal:
     async def owe(self, item_id: str, conversation: str, key: str | None, item: str) -> None:
         """Record an item as owed; raises ``OSError`` (and records nothing) if it cannot."""
         owed = OwedItem(item_id, conversation, key, self.clock(), item)
-        self._write(_line(["owe", owed.id, owed.conversation, owed.key, owed.at, owed.item]),
+        self._write(encode(["owe", owed.id, owed.conversation, owed.key, owed.at, owed.item]),
                     keep=False)
         self._note_owed(owed)
         if self.fsync == "always":
@@ -303,12 +271,12 @@ class FileJournal:
         Not synced: losing the line (an OS crash) only loses this ordering hint."""
         if item_id in self._owed and item_id not in self._kept:
             self._note_kept(item_id)
-            self._write_kept(_line(["kept", item_id]))
+            self._write_kept(encode(["kept", item_id]))
 
     async def drop(self, item_id: str) -> None:
         """The item was not acknowledged after all: forget it (never raises)."""
         if self._forget_owed(item_id) is not None:
-            self._write_kept(_line(["drop", item_id]))
+            self._write_kept(encode(["drop", item_id]))
 
     async def paid(self, item_id: str, session: str | None, *, wait: bool = True) -> None:
         """The item was answered: no longer owed (never raises; a failed write is retried).
@@ -321,7 +289,7 @@ class FileJournal:
         if item_id not in self._owed:
             return
         self._note_paid(item_id, session)
-        self._write_kept(_line(["paid", item_id, session, self.clock()]))
+        self._write_kept(encode(["paid", item_id, session, self.clock()]))
         if self.fsync != "none" and not self._backlog:
             if wait or self.fsync == "always":
                 await self._sync()
@@ -330,111 +298,10 @@ class FileJournal:
                 self._background.add(syncing)
                 syncing.add_done_callback(self._background.discard)
 
-    async def flush(self) -> bool:
-        """Write what earlier failures left pending; True once nothing is pending."""
-        if not self._backlog:
-            return True
-        try:
-            self._write(b"", keep=True)
-        except OSError:
-            return False
-        return not self._backlog
-
-    async def settle(self) -> bool:
-        """The last flush, before :meth:`close`: what is pending is written (into the room
-        the reserve gives back when the disk is full: a note not written here is an answer
-        sent again after the next start) and made durable. True once nothing is pending."""
-        if self._compaction is not None:  # it holds a new file and lines for it
-            await asyncio.shield(self._compaction)
-        if self._background:  # answers' fsyncs not waited for (paid(wait=False))
-            await asyncio.gather(*self._background, return_exceptions=True)
-        if not self._backlog:
-            return True
-        try:
-            self._write(b"", keep=True)
-        except OSError as exc:
-            kind = errno.errorcode.get(exc.errno or 0, "")
-            if not (kind in FULL_KINDS and self._reserve is not None
-                    and await asyncio.to_thread(self._reserve.release)):
-                return False
-            try:
-                self._write(b"", keep=True)
-            except OSError:
-                return False
-        if self.fsync != "none":
-            await self._sync()
-        return not self._backlog
-
     def _write_kept(self, line: bytes) -> None:
         with contextlib.suppress(OSError):  # kept: written ahead of the next line or by flush()
             self._write(line, keep=True)
         self._maybe_compact()
-
-    def _write(self, line: bytes, *, keep: bool) -> None:
-        """Append the backlog and ``line``. On failure the backlog stays (plus ``line`` when
-        ``keep``) and the error is raised; the file is cut back to its last whole line."""
-        data = self._backlog + line
-        if self._fd is None:  # in memory only, or closed
-            self._backlog = b""
-            self._lines += data.count(b"\n")
-            return
-        # The size of the file's whole lines is kept here, not asked of the kernel before every
-        # append: one system call fewer per line on the event loop's thread, which gives up the
-        # GIL at each one (and may wait to get it back from a worker thread).
-        try:
-            if self._torn:  # a failed append's tail that could not be cut back last time
-                self._truncate_file(self._fd, self._size)
-                self._torn = False
-            view = memoryview(data)
-            done = 0
-            while done < len(data):
-                n = self._write_file(self._fd, view[done:])
-                if n == 0:
-                    raise OSError(errno.EIO, "write returned 0")
-                done += n
-        except OSError:
-            try:
-                self._truncate_file(self._fd, self._size)
-                self._torn = False
-            except OSError:  # cut before the next append, so no line is glued to a torn one
-                self._torn = True
-            if keep:
-                self._backlog = data
-            raise
-        self._size += len(data)
-        self._backlog = b""
-        self._lines += data.count(b"\n")
-        if data:
-            self._writes += 1
-            if self._tail is not None:
-                self._tail.append(data)
-
-    async def _sync(self) -> None:
-        """Return once an fsync that began after everything written so far has ended.
-
-        An fsync already running may have begun before our last write: wait for it, then
-        look again; whoever finds none running starts the next one for everybody waiting.
-        """
-        target = self._writes
-        while self._synced < target and self._fd is not None:
-            if self._swapping is not None:  # a rewrite's new file is being installed
-                await asyncio.shield(self._swapping)
-            elif self._syncing is not None:
-                await asyncio.shield(self._syncing)  # our cancellation must not end theirs
-            else:
-                await self._sync_once(self._fd)
-
-    async def _sync_once(self, fd: int) -> None:
-        upto = self._writes
-        ended = asyncio.get_running_loop().create_future()
-        self._syncing = ended
-        try:
-            with contextlib.suppress(OSError):  # in the page cache; a later sync tries again
-                await self._syncer.sync(fd)
-            self._synced = max(self._synced, upto)
-        finally:  # cancelled too: the waiters look again (one of them starts another fsync)
-            self._syncing = None
-            ended.set_result(None)
 
     async def erase(self, sessions: Collection[str], items: Collection[str], *,
                     dry: bool = False) -> int:
@@ -448,14 +315,14 @@ class FileJournal:
             await asyncio.shield(self._compaction)
         sessions, wanted = set(sessions), set(items)
         data = os.pread(self._fd, self._size, 0) if self._fd is not None else b""
-        lines = _parsed(data)
+        lines = parsed(data)
         wanted.update(str(line[1]) for line in lines
                       if line[0] == "paid" and len(line) == 4 and line[2] in sessions)
         wanted.update(i for i, session in self._recalled.items() if session in sessions)
         remembered = list(self._seen.entries())
         wanted.update(s.item for s in remembered if s.session in sessions)
         wanted.difference_update(self._owed)
-        count = sum(_names(line, wanted, sessions) for line in lines)
+        count = sum(names(line, wanted, sessions) for line in lines)
         if dry:
             return count
         self._seen.discard({s.digest for s in remembered if s.item in wanted})
@@ -471,7 +338,7 @@ class FileJournal:
             journal_file.discard(fd, tmp)
             raise
         self._backlog = b""  # what it held is in memory, so in the new file
-        _close_after(old, self._syncing)  # an fsync of the old file may be running
+        close_after(old, self._syncing)  # an fsync of the old file may be running
         return count
 
     # -- memory --------------------------------------------------------------------------------
@@ -540,171 +407,7 @@ class FileJournal:
         self._tail = []
         self._compaction = loop.create_task(self._compact(self._snapshot()))
 
-    def fileno(self) -> int | None:
-        """The descriptor of the file appended to now (another one after a rewrite; ``None``
-        once closed)."""
-        return self._fd
-
-    def compact_now(self) -> None:
-        """Rewrite the file to its live records at once, inline (a running journal does it in
-        a thread once the file has grown); raises ``OSError`` when the disk refuses."""
-        self._rewrite()
-
-    @property
-    def compacting(self) -> asyncio.Task[None] | None:
-        """The rewrite in progress, if any (tests wait for it)."""
-        return self._compaction
-
-    def _snapshot(self) -> _Snapshot:
+    def _snapshot(self) -> Snapshot:
         """The live records as they are now (references: the records are never changed in
         place, only replaced), for a rewrite to render in its thread."""
         return list(self._owed.values()), list(self._kept), self._seen.snapshot()
-
-    async def _compact(self, snapshot: _Snapshot) -> None:
-        """The rewrite, off the event loop: the snapshot rendered, written and fsynced in a
-        thread while the loop goes on appending to the old file; those appends then go after
-        the snapshot, the new file is synced again (they may include lines an fsync of the old
-        file already confirmed) and installed. Sync waiters wait during that last fsync, and
-        the lines appended during it are synced by them, in the new file. A failure (a full or
-        read-only disk) leaves the old file as it was: the next append tries again."""
-        assert self.path is not None
-        tmp = journal_file.temp_path(self.path)
-        held: int | None = None  # the new file, until installed
-        try:
-            fd, size, lines = await _in_thread(
-                functools.partial(self._write_snapshot, tmp, snapshot),
-                after_cancel=lambda made: _discard_made(made, tmp))
-            held = fd
-            del snapshot
-            size, lines = self._append_tail(fd, size, lines)
-            self._swapping = asyncio.get_running_loop().create_future()
-            try:
-                await _in_thread(functools.partial(self._sync_rewrite, fd),
-                                 after_cancel=lambda _: journal_file.discard(fd, tmp))
-            except asyncio.CancelledError:
-                held = None  # the thread still has it: discarded once its fsync ends
-                raise
-            size, lines = self._append_tail(fd, size, lines)
-            if self._fd is None:  # closed meanwhile
-                return
-            old = self._install(fd, tmp, size, lines)
-            held = None
-            _close_after(old, self._syncing)
-        except OSError:
-            return  # the old file stays; a later append tries again
-        finally:
-            if held is not None:
-                journal_file.discard(held, tmp)
-            self._tail = None
-            self._compaction = None
-            swapping, self._swapping = self._swapping, None
-            if swapping is not None:
-                swapping.set_result(None)
-
-    def _write_snapshot(self, tmp: Path, snapshot: _Snapshot) -> tuple[int, int, int]:
-        """In the rewrite's thread: the new file (descriptor, bytes, lines)."""
-        body, count = _render(*snapshot)
-        return journal_file.write_new(tmp, body, self._sync_rewrite), len(body), count
-
-    def _append_tail(self, fd: int, size: int, lines: int) -> tuple[int, int]:
-        """Append to the new file what was appended to the old one since the snapshot."""
-        assert self._tail is not None
-        data = b"".join(self._tail)
-        self._tail.clear()
-        write_all(fd, data)
-        return size + len(data), lines + data.count(b"\n")
-
-    def _rewrite(self) -> None:
-        """The rewrite inline (at open, in its thread; or with no event loop running)."""
-        if self.path is None or self._fd is None:
-            self._lines = len(self)
-            return
-        tmp = journal_file.temp_path(self.path)
-        fd, size, lines = self._write_snapshot(tmp, self._snapshot())
-        try:
-            old = self._install(fd, tmp, size, lines)
-        except BaseException:
-            journal_file.discard(fd, tmp)
-            raise
-        os.close(old)
-
-    def _install(self, fd: int, tmp: Path, size: int, lines: int) -> int:
-        """Put the new file in place and write to it from now on; the old descriptor."""
-        assert self.path is not None
-        assert self._fd is not None
-        journal_file.install(fd, tmp, self.path)
-        old, self._fd = self._fd, fd
-        self._size, self._torn, self._lines = size, False, lines
-        return old
-
-
-def _render(owed: list[OwedItem], kept: list[str],
-            seen: tuple[list[tuple[bytes, bytes]], dict[int, str]]) -> tuple[bytes, int]:
-    """The file a rewrite writes: the live records as lines, and how many."""
-    lines = [_line(["owe", o.id, o.conversation, o.key, o.at, o.item]) for o in owed]
-    lines += [_line(["kept", item_id]) for item_id in kept]
-    lines += [_seen_line(s) for s in rendered(seen)]
-    return b"".join(lines), len(lines)
-
-
-async def _in_thread(call: Callable[[], T], *,
-                     after_cancel: Callable[[T | None], object]) -> T:
-    """``call()`` in a worker thread. Cancelling the wait (:meth:`FileJournal.close` during a
-    rewrite) cannot stop the thread, so once it ends, ``after_cancel`` gets what it returned
-    (None if it raised), on the loop if that still runs: a new file the rewrite opened is then
-    closed and removed, neither leaked nor closed under a running fsync."""
-    step = asyncio.ensure_future(asyncio.to_thread(call))
-    try:
-        return await asyncio.shield(step)
-    except asyncio.CancelledError:
-        def ended(done: asyncio.Future[T]) -> None:
-            failed = done.cancelled() or done.exception() is not None
-            after_cancel(None if failed else done.result())
-
-        step.add_done_callback(ended)
-        raise
-
-
-def _discard_made(made: tuple[int, int, int] | None, tmp: Path) -> None:
-    """A new file a cancelled rewrite's first step made (none if it failed: it cleaned up)."""
-    if made is not None:
-        journal_file.discard(made[0], tmp)
-
-
-def _close_after(fd: int, running: asyncio.Future[None] | None) -> None:
-    """Close the old file once no fsync of it is running (a descriptor closed under an fsync
-    could be reused by another file, which the fsync would then sync)."""
-    if running is None:
-        os.close(fd)
-    else:
-        running.add_done_callback(lambda _done: os.close(fd))
-
-
-def _parsed(data: bytes) -> list[list[Any]]:
-    """The journal's lines as read back (torn or foreign ones left out)."""
-    found: list[list[Any]] = []
-    for raw in data.split(b"\n"):
-        try:
-            line = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(line, list) and len(line) >= 2:
-            found.append(line)
-    return found
-
-
-def _seen_line(seen: Remembered) -> bytes:
-    return _line(["seen#", seen.digest.hex(), seen.item, seen.session, seen.at])
-
-
-def _names(line: list[Any], items: set[str], sessions: set[str]) -> bool:
-    """Whether a journal line is about one of ``items`` (or answered in ``sessions``)."""
-    if line[0] in ("seen", "seen#") and len(line) == 5:
-        return line[2] in items or line[3] in sessions
-    if line[0] == "paid" and len(line) == 4:
-        return line[1] in items or line[2] in sessions
-    return line[1] in items
-
-
-def _line(value: list[Any]) -> bytes:
-    return orjson.dumps(value) + b"\n"

@@ -39,8 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     # Imported as the chat starts (see app.cli.SUBCOMMANDS).
     from app import logs
-    from app.compose import build_fallbacks, build_gateway, build_store, tool_secrets
+    from app.compose import build_gateway
     from app.compose_channels import console_channel
+    from app.compose_providers import build_fallbacks
+    from app.compose_store import build_store
+    from app.compose_tools import tool_secrets
     from app.control import served
     from app.hints import replay_hint
     from app.provider_check import check_at_start

@@ -104,7 +104,6 @@ async def _erase(request: dict[str, Any], store: SessionStore,
                  settings: Settings) -> dict[str, Any]:
     """Hand the erasure to whoever serves the data (see the module docstring)."""
     from app import control
-    from app.compose import blob_store_for, build_schedule_store, rerun_store
     from app.compose_erasure import (
         build_eraser,
         cli_bus,
@@ -112,6 +111,8 @@ async def _erase(request: dict[str, Any], store: SessionStore,
         inbox_step,
         mcp_log_step,
     )
+    from app.compose_schedule import build_schedule_store
+    from app.compose_store import blob_store_for, rerun_store
     from app.erasure_endpoint import run_forget
     from gateway.edge.errors import ConfigError
     from gateway.erasure.service import ErasureService

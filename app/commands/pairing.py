@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def pairing_store(settings: Settings) -> PairingStore:
     """The file state, or the workers' shared Redis state when GATEWAY_REDIS_URL is set
     (so an approval reaches every worker)."""
-    from app.compose import pairing_state
+    from app.compose_access import pairing_state
     from gateway.edge.pairing import PairingStore
 
     url = settings.redis_url.get_secret_value() if settings.redis_url is not None else None

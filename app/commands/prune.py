@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """One pass (see the module docstring)."""
-    from app import compose
+    from app import compose_store
     from app.commands.blob_prune import prune_blobs
     from sessions.errors import InvalidNameError
     from sessions.names import validate_tenant
@@ -52,9 +52,9 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         return EXIT_OK
     now = time.time()
     cutoffs = policy.cutoffs(now)
-    store = compose.build_store(settings)
-    reruns = compose.rerun_store(settings.data_dir)
-    blobs = compose.blob_store_for(store, settings.data_dir)
+    store = compose_store.build_store(settings)
+    reruns = compose_store.rerun_store(settings.data_dir)
+    blobs = compose_store.blob_store_for(store, settings.data_dir)
     try:
         pruned = await store.prune(cutoffs, dry=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"

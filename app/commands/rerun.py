@@ -38,7 +38,9 @@ from app.commands.rerun_tools import (
     results_message,
 )
 from app.commands.run import load_settings
-from app.compose import RERUNS_DIR, build_provider, live_tool_set, rerun_store
+from app.compose_providers import build_provider
+from app.compose_store import RERUNS_DIR, rerun_store
+from app.compose_tools import live_tool_set
 from app.config import Settings
 from gateway.edge.errors import ConfigError, ProviderError
 from gateway.edge.messages import ChannelContext

@@ -67,7 +67,9 @@ def shared_env_file(path: Path) -> str | None:
 
 async def run(args: argparse.Namespace) -> int:
     from app import logs
-    from app.compose import build_fallbacks, build_gateway, tool_secrets
+    from app.compose import build_gateway
+    from app.compose_providers import build_fallbacks
+    from app.compose_tools import tool_secrets
     from app.provider_check import check_at_start
     from gateway.edge.errors import ChannelError, ConfigError
     from sessions.files import ensure_private_dir

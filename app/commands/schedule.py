@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace, store: SessionStore, settings: Settings,
               out: TextIO | None = None) -> int:
-    from app.compose import build_schedule_store, schedule_settings
+    from app.compose_schedule import build_schedule_store, schedule_settings
     from gateway.schedule.clock import SystemClock
     from gateway.schedule.service import Schedules
 
@@ -116,7 +116,7 @@ async def _list(args: argparse.Namespace, schedules: Schedules, out: TextIO) -> 
 
 
 async def _add(args: argparse.Namespace, schedules: Schedules, out: TextIO) -> int:
-    from app.compose import schedule_tenant_problem
+    from app.compose_schedule import schedule_tenant_problem
     from gateway.schedule.service import OPERATOR, TENANT_OWNER
     from gateway.schedule.triggers import TriggerError
     from sessions.schedules import ScheduleLimitError

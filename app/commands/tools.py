@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from app.compose import tool_servers_report
+    from app.compose_tools import tool_servers_report
     from gateway.edge.errors import ConfigError
 
     try:

@@ -65,22 +65,17 @@ included (CSRF from other sites open in the same browser).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hmac
-import html
 import itertools
-import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from importlib import resources
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 from aiohttp import web
 
+from channels.web import sse
+from channels.web.api import dumps, error, guard
 from channels.web.convert import (
     BadRequest,
     ChatRequest,
@@ -95,57 +90,19 @@ from channels.web.convert import (
     parse_chat,
 )
 from channels.web.identity import COOKIE, COOKIE_MAX_AGE, WebIdentities
+from channels.web.page import ASSETS, PAGE_HEADERS, load_assets, with_replay
 from channels.web.sink import WebSink
-from gateway.edge.channel import Accepted, Answer, Deliver, ReplySink, RouterClosedError
-from gateway.edge.errors import RETRY_AFTER, ConfigError, UnavailableError
+from channels.web.waiting import LOST_REPLY_CHECK, Pending, looking_up, session_of
+from gateway.edge.channel import Accepted, Deliver, ReplySink, RouterClosedError
+from gateway.edge.errors import ConfigError, UnavailableError
 from gateway.edge.history import History
-from gateway.edge.hosts import TrustedProxies, host_of, is_loopback, same_origin
+from gateway.edge.hosts import TrustedProxies, is_loopback
 from gateway.edge.http_limits import body_timeout
 from gateway.edge.ids import WEB_TENANT
 from gateway.edge.messages import ConversationKey, Inbound, Sender
 
-log = logging.getLogger(__name__)
-
 CHANNEL = "web"
 MAX_HISTORY_PAGE = 200
-KEEPALIVE_SECONDS = 15.0
-LOST_REPLY_CHECK = 1.0
-"""Seconds between looks in the session log for the answer to a request whose reply comes from
-another worker (relayed through Redis, which can lose it, or from a worker that died right
-after recording it): found recorded there, it is sent, whether or not the item is marked
-answered yet. So a waiting request gets a recorded answer within two looks of its recording,
-whatever became of the relay."""
-_ASSETS = {
-    "index.html": "text/html",
-    "app.js": "text/javascript",
-    "style.css": "text/css",
-    "attachments.js": "text/javascript",
-    "attachments.css": "text/css",
-    # Markdown of the answers: vendored from npm (licenses beside them), never a CDN.
-    "markdown.js": "text/javascript",
-    "markdown.css": "text/css",
-    "markdown-it.min.js": "text/javascript",
-    "purify.min.js": "text/javascript",
-    "favicon.svg": "image/svg+xml",
-}
-_PAGE_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; "
-        "frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
-
-
-@dataclass(slots=True)
-class _Pending:
-    sink: WebSink
-    timer: asyncio.Timeout | None = None
-    found: asyncio.Future[str] | None = None
-    """The session the answer was found recorded in (see :meth:`WebChannel._look_up`)."""
 
 
 class WebChannel:
@@ -183,11 +140,11 @@ class WebChannel:
         self.identities = identities or WebIdentities(secrets.token_bytes(32),
                                                       token=self._token)
         self.proxies = proxies or TrustedProxies()
-        self._assets = _load_assets()  # a few small files, read once at composition time
+        self._assets = load_assets()  # a few small files, read once at composition time
         # The page's replay hint, as the operator types it here (``.venv/bin/gateway ...``).
-        self._assets["index.html"] = _with_replay(self._assets["index.html"], replay_command)
+        self._assets["index.html"] = with_replay(self._assets["index.html"], replay_command)
         self._deliver: Deliver | None = None
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, Pending] = {}
         # A request's id travels with its message (the owed journal keeps it; another worker
         # may serve it), so it must be unique beyond this process: a plain counter restarts
         # at 1, and a message owed from the last run would be answered into the request that
@@ -270,52 +227,24 @@ class WebChannel:
     async def _static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if name == "index.html" or name not in self._assets:
-            return _error(404, "no such file")
+            return error(404, "no such file")
         return self._asset(name)
 
     def _asset(self, name: str) -> web.Response:
-        return web.Response(body=self._assets[name], content_type=_ASSETS[name],
-                            charset="utf-8", headers=_PAGE_HEADERS)
+        return web.Response(body=self._assets[name], content_type=ASSETS[name],
+                            charset="utf-8", headers=PAGE_HEADERS)
 
     def _api(
         self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            refusal = self._refusal(request)
-            if refusal is not None:
-                return refusal
-            try:
-                return await handler(request)
-            except BadRequest as exc:
-                return _error(exc.status, str(exc))
-
-        return guarded
-
-    def _refusal(self, request: web.Request) -> web.Response | None:
-        """Why this API request is refused (token, or host/origin checks), if it is."""
-        if self._token is not None:
-            scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-            given = value.strip().encode("utf-8", "surrogateescape")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._token):
-                return _error(401, "missing or wrong access token",
-                              headers={"WWW-Authenticate": "Bearer"})
-            return None
-        host = request.headers.get("Host", "")
-        if not is_loopback(host_of(host)):
-            return _error(403, "this server answers loopback host names only")
-        origin = request.headers.get("Origin")
-        scheme = self.proxies.scheme(request.remote, request.scheme,
-                                     request.headers.get("X-Forwarded-Proto"))
-        if origin is not None and not same_origin(origin, scheme, host):
-            return _error(403, "cross-origin requests are not allowed")
-        return None
+        return guard(handler, self._token, self.proxies)
 
     # -- POST /api/chat -----------------------------------------------------------------------
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         self._requests += 1
         if self._deliver is None or self._close_at is not None:
-            return _error(503, "the gateway is not taking messages")
+            return error(503, "the gateway is not taking messages")
         chat = await self._read_chat(request)
         stream = chat.stream or "text/event-stream" in request.headers.get("Accept", "")
         rid = f"{self._run}-{next(self._ids)}"
@@ -333,66 +262,27 @@ class WebChannel:
             meta={"web_request": rid},
             attachments=chat.attachments,
         )
-        pending = _Pending(WebSink(stream=stream, conversation=chat.conversation))
+        pending = Pending(WebSink(stream=stream, conversation=chat.conversation))
         self._pending[rid] = pending
         try:
             try:
                 accepted = await self._deliver(inbound, pending.sink)
             except RouterClosedError:
-                return _error(503, "the gateway is shutting down", retry=True)
+                return error(503, "the gateway is shutting down", retry=True)
             except UnavailableError as exc:
-                return _error(503, exc.public, retry=True)
+                return error(503, exc.public, retry=True)
             if not isinstance(accepted, Accepted):  # access control refused it
-                return _error(403, "this message was not accepted")
+                return error(403, "this message was not accepted")
             if accepted.duplicate:
                 return await self._again(request, pending, accepted, stream)
-            async with self._looking_up(pending, accepted):
+            async with looking_up(pending, accepted, self.lost_reply_check):
                 if stream:
-                    return await self._stream(request, pending, accepted)
+                    return await sse.stream(request, pending, accepted, self._timer, self._late)
                 return await self._wait(pending, accepted)
         finally:
             del self._pending[rid]
 
-    @contextlib.asynccontextmanager
-    async def _looking_up(self, pending: _Pending, accepted: Accepted) -> AsyncIterator[None]:
-        """While the request waits, look its answer up in the log now and then, where the
-        reply is relayed from another worker (``accepted.answered``)."""
-        if accepted.answered is None:
-            yield
-            return
-        pending.found = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._look_up(pending, accepted.answered))
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _look_up(self, pending: _Pending,
-                       answered: Callable[[float], Awaitable[Answer | None]]) -> None:
-        """Until the answer is found recorded: then name its session (``pending.found``) and
-        send it, unless the relayed reply came first. Without this, a reply lost on its way
-        (Redis restarted or flushed) left the request waiting for ``reply_timeout``."""
-        assert pending.found is not None
-        while True:
-            await asyncio.sleep(self.lost_reply_check)
-            try:
-                answer = await answered(0)
-            except Exception as exc:  # the store is away: look again later
-                log.debug("web: looking an answer up failed (%s)", type(exc).__name__)
-                continue
-            if answer is None:
-                continue
-            if not pending.found.done():
-                pending.found.set_result(answer.session_id)
-            if answer.ok:
-                await pending.sink.finish(answer.text)
-            else:
-                await pending.sink.fail(answer.text)
-            return
-
-    async def _again(self, request: web.Request, pending: _Pending, accepted: Accepted,
+    async def _again(self, request: web.Request, pending: Pending, accepted: Accepted,
                      stream: bool) -> web.StreamResponse:
         """A message id received before: answer with what that delivery got (waiting for
         it), as the first request would have."""
@@ -404,14 +294,14 @@ class WebChannel:
             answer = None
         if answer is None:
             status, body = self._late(accepted.session_id)
-            return web.json_response(body, status=status, dumps=_dumps)
+            return web.json_response(body, status=status, dumps=dumps)
         if answer.ok:
             await pending.sink.finish(answer.text)
         else:
             await pending.sink.fail(answer.text)
         again = Accepted(session_id=answer.session_id)
         if stream:
-            return await self._stream(request, pending, again)
+            return await sse.stream(request, pending, again, self._timer, self._late)
         return await self._wait(pending, again)
 
     async def _read_chat(self, request: web.Request) -> ChatRequest:
@@ -442,7 +332,7 @@ class WebChannel:
             raise BadRequest("request body is not valid multipart/form-data") from exc
         return parse_chat(raw, self.max_message_chars)
 
-    def _timer(self, pending: _Pending) -> asyncio.Timeout:
+    def _timer(self, pending: Pending) -> asyncio.Timeout:
         when = asyncio.get_running_loop().time() + self.reply_timeout
         if self._close_at is not None:
             when = min(when, self._close_at)
@@ -455,84 +345,28 @@ class WebChannel:
             return 503, {**named, "error": "the gateway shut down before the reply"}
         return 504, {**named, "error": "no reply in time; it will be in the history"}
 
-    async def _wait(self, pending: _Pending, accepted: Accepted) -> web.Response:
+    async def _wait(self, pending: Pending, accepted: Accepted) -> web.Response:
         try:
             async with self._timer(pending):
                 ok, text = await pending.sink.result
                 # Recorded before its reply went out, so this is at hand by now.
-                session = await _session(accepted, pending, self.reply_timeout)
+                session = await session_of(accepted, pending, self.reply_timeout)
         except TimeoutError:
             status, body = self._late(accepted.session_id)
-            return web.json_response(body, status=status, dumps=_dumps)
+            return web.json_response(body, status=status, dumps=dumps)
         if session is None and accepted.recorded is None:  # a command: nothing recorded
             return web.json_response({"reply": text} if ok else {"error": text},
-                                     status=200 if ok else 502, dumps=_dumps)
+                                     status=200 if ok else 502, dumps=dumps)
         if session is None:  # the record's notice was lost (a relay outage): say so
             status, body = self._late(None)
-            return web.json_response(body, status=status, dumps=_dumps)
+            return web.json_response(body, status=status, dumps=dumps)
         if not ok:
             return web.json_response({"session": session, "error": text}, status=502,
-                                     dumps=_dumps)
+                                     dumps=dumps)
         answer: dict[str, Any] = {"session": session, "reply": text}
         if pending.sink.files:  # files the agent sent, as download links
             answer["files"] = pending.sink.files
-        return web.json_response(answer, dumps=_dumps)
-
-    async def _stream(
-        self, request: web.Request, pending: _Pending, accepted: Accepted
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",  # reverse proxies must not buffer the stream
-        })
-        session = accepted.session_id
-        try:
-            await response.prepare(request)
-            try:
-                async with self._timer(pending):
-                    while session is None and accepted.recorded is not None:
-                        # Recorded when its turn starts (several workers).
-                        session = await _session(accepted, pending, KEEPALIVE_SECONDS)
-                        if session is None:
-                            lost = accepted.recorded.done() and (
-                                pending.found is None or pending.found.done())
-                            if lost:
-                                raise TimeoutError  # its notice was lost: cannot name it
-                            await response.write(b": keepalive\n\n")
-                    if session is not None:  # (a command records nothing: no session)
-                        await _event(response, "session", {"session": session})
-                    await self._pump(response, pending.sink, session)
-            except TimeoutError:
-                status, body = self._late(session)
-                await _event(response, "error", {**body, "status": status})
-            await response.write_eof()
-        except ConnectionResetError:
-            # The browser went away; the turn goes on and its answer is in the history.
-            log.debug("web: client left a stream of session %s", session)
-        return response
-
-    async def _pump(self, response: web.StreamResponse, sink: WebSink,
-                    session: str | None) -> None:
-        while True:
-            try:
-                kind, text = await asyncio.wait_for(sink.events.get(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                await response.write(b": keepalive\n\n")
-                continue
-            named = {} if session is None else {"session": session}
-            if kind == "delta":
-                await _event(response, "delta", {"text": text})
-            elif kind == "retract":
-                await _event(response, "retract", {})
-            elif kind == "file":
-                await _event(response, "file", orjson.loads(text))
-            elif kind == "done":
-                await _event(response, "done", {**named, "reply": text})
-                return
-            else:
-                await _event(response, "error", {**named, "error": text, "status": 502})
-                return
+        return web.json_response(answer, dumps=dumps)
 
     # -- GET /api/history ---------------------------------------------------------------------
 
@@ -548,7 +382,7 @@ class WebChannel:
             "total": page.total,
             "offset": page.offset,
             "messages": [history_item(item, conversation) for item in page.items],
-        }, dumps=_dumps)
+        }, dumps=dumps)
 
     # -- GET /api/file ------------------------------------------------------------------------
 
@@ -558,7 +392,7 @@ class WebChannel:
         key = self._key(self._person(request), conversation)
         found = await self.history.file(key, digest)
         if found is None:
-            return _error(404, "no such file in this conversation")
+            return error(404, "no such file in this conversation")
         inline = found.media_type in _INLINE_TYPES
         disposition = "inline" if inline else "attachment"
         return web.Response(body=found.data, headers={
@@ -572,53 +406,3 @@ class WebChannel:
 
 _INLINE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Shown in the page (thumbnails); every other file is served as a download only."""
-
-
-async def _session(accepted: Accepted, pending: _Pending, within: float) -> str | None:
-    """The session the message was recorded in: from its record's notice, or from the log
-    where that notice was lost (``pending.found``); ``None`` if neither came in time."""
-    if accepted.session_id is not None:
-        return accepted.session_id
-    for future in (accepted.recorded, pending.found):
-        if future is not None and future.done() and not future.cancelled():
-            return future.result()
-    # A cancelled notice (the relay forgot it) is no longer waited for; the log still may be.
-    waits = [f for f in (accepted.recorded, pending.found) if f is not None and not f.done()]
-    if not waits:
-        return None
-    # The first to come: the log is looked at too, and may never have it.
-    done, _ = await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    for future in done:
-        if not future.cancelled():
-            return future.result()
-    return None
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _error(status: int, message: str, headers: Mapping[str, str] | None = None, *,
-           retry: bool = False) -> web.Response:
-    if retry:
-        headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER)}
-    return web.json_response({"error": message}, status=status, headers=headers, dumps=_dumps)
-
-
-async def _event(response: web.StreamResponse, name: str, data: Mapping[str, Any]) -> None:
-    # One JSON object per data line: JSON escapes newlines, so an event is always two lines.
-    await response.write(b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n")
-
-
-def _with_replay(page: bytes, command: str) -> bytes:
-    """The page with ``command`` (``... replay {session}``) on its replay hint's element,
-    where the script reads it (``data-command``)."""
-    marker = b'<code id="replay-command">'
-    assert marker in page, "index.html lost its replay hint"
-    attribute = html.escape(command, quote=True).encode()
-    return page.replace(marker, b'<code id="replay-command" data-command="' + attribute + b'">')
-
-
-def _load_assets() -> dict[str, bytes]:
-    folder = resources.files("channels.web") / "static"
-    return {name: (folder / name).read_bytes() for name in _ASSETS}

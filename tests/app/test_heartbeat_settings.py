@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.compose import heartbeats
+from app.compose_schedule import heartbeats
 from app.config import Settings
 from gateway.edge.errors import ConfigError
 from gateway.schedule.heartbeat import Heartbeat

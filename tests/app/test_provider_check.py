@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 
 from app.cli import main
-from app.compose import build_fallbacks, build_gateway
+from app.compose import build_gateway
+from app.compose_providers import build_fallbacks
 from app.config import Settings
 from app.provider_check import Checked, ProviderCheck, check_at_start, providers_to_check
 from gateway.edge.errors import ConfigError
@@ -128,7 +129,7 @@ async def test_accepted_key_passes_and_no_models_list_only_warns(
 def test_offline_provider_is_not_checked(here: Path) -> None:
     """The offline provider makes no request, so there is nothing to check."""
     settings = Settings(_env_file=None, GATEWAY_PROVIDER="offline")  # type: ignore[call-arg]
-    from app.compose import build_provider
+    from app.compose_providers import build_provider
 
     assert providers_to_check(build_provider(settings), []) == []
 

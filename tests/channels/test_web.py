@@ -457,7 +457,7 @@ async def test_a_relayed_reply_is_sent_as_soon_as_it_comes(
         tmp_path: Path, stream: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The record's notice and the reply relayed from another worker are sent the moment they
     come, while the log is still being looked at now and then."""
-    monkeypatch.setattr("channels.web.channel.KEEPALIVE_SECONDS", 3600.0)  # nothing waits it out
+    monkeypatch.setattr("channels.web.sse.KEEPALIVE_SECONDS", 3600.0)  # nothing waits it out
 
     async def answered(within: float) -> Answer | None:
         return None  # not in the log yet: the relay is faster

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.compose import build_coordinator, build_gateway, build_store
+from app.compose import build_coordinator, build_gateway
+from app.compose_store import build_store
 from app.config import Settings
 from app.logs import RedactSecrets
 from coordination.local import InProcessCoordinator

@@ -23,7 +23,8 @@ import orjson
 import pytest
 from PIL import Image
 
-from app.compose import blob_store_for, build_gateway
+from app.compose import build_gateway
+from app.compose_store import blob_store_for
 from app.config import Settings
 from app.server import Gateway
 from gateway.access.gate import AccessPolicy

@@ -63,7 +63,7 @@ async def test_every_call_replays_from_the_database(tmp_path: Path) -> None:
 async def test_attachments_live_beside_the_sessions_in_the_database(tmp_path: Path) -> None:
     """With the PostgreSQL store the composition root keeps blobs in its ``blobs`` table; a
     photo's call replays from the database alone (after the gateway restarted)."""
-    from app.compose import blob_store_for
+    from app.compose_store import blob_store_for
     from gateway.edge.messages import Attachment
     from sessions.blobs import load
     from sessions.postgres.blobs import PostgresBlobStore

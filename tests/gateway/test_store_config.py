@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.compose import build_store
+from app.compose_store import build_store
 from app.config import Settings
 from app.logs import RedactSecrets
 from sessions.jsonl import JsonlSessionStore

@@ -104,7 +104,7 @@ class _Reply:
 
 async def _write_gateway_log(root: Path) -> bytes:
     """A log written by the real agent loop (persona prompt and tools, a tool round)."""
-    from app.compose import build_loop
+    from app.compose_loop import build_loop
     from app.config import Settings
     from coordination.local import LocalConversations
     from gateway.delivery.registry import ConversationRegistry

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from app.cli import main as cli_main
-from app.compose import blob_store_for, build_gateway
+from app.compose import build_gateway
+from app.compose_store import blob_store_for
 from app.config import Settings
 from gateway.edge.messages import Attachment
 from sessions import entries
