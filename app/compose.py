@@ -1,8 +1,8 @@
 """The composition root: the only modules that pick concrete stores, providers and channels
-(this one and its halves beside it, :mod:`app.compose_store`, :mod:`app.compose_schedule`,
-:mod:`app.compose_providers`, :mod:`app.compose_media`, :mod:`app.compose_tools`,
-:mod:`app.compose_loop`, :mod:`app.compose_usage`, :mod:`app.compose_access`,
-:mod:`app.compose_channels` and :mod:`app.compose_erasure`).
+(this one and its parts beside it, one kind of part each: :mod:`app.compose_store`,
+:mod:`app.compose_schedule`, :mod:`app.compose_providers`, :mod:`app.compose_media`,
+:mod:`app.compose_tools`, :mod:`app.compose_loop`, :mod:`app.compose_usage`,
+:mod:`app.compose_access`, :mod:`app.compose_channels` and :mod:`app.compose_erasure`).
 
 ``gateway run``, ``gateway chat`` and the tests build a :class:`~app.server.Gateway` here from
 :class:`~app.config.Settings`. With ``GATEWAY_REDIS_URL`` (and a PostgreSQL store) the
