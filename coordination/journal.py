@@ -43,7 +43,6 @@ from pathlib import Path
 
 import orjson
 
-from coordination import journal_file
 from coordination.journal_disk import JournalDisk, close_after
 from coordination.journal_lines import OwedItem, Snapshot, encode, names, parsed
 from coordination.seen_keys import SeenKeys, digest
@@ -330,13 +329,7 @@ class FileJournal(JournalDisk):
             self._recalled.pop(item_id, None)
         if self.path is None or self._fd is None:
             return count
-        tmp = journal_file.temp_path(self.path)
-        fd, size, written = self._write_snapshot(tmp, self._snapshot())
-        try:
-            old = self._install(fd, tmp, size, written)
-        except BaseException:
-            journal_file.discard(fd, tmp)
-            raise
+        old = self._swap_in_snapshot()
         self._backlog = b""  # what it held is in memory, so in the new file
         close_after(old, self._syncing)  # an fsync of the old file may be running
         return count

@@ -256,14 +256,19 @@ class JournalDisk:
         if self.path is None or self._fd is None:
             self._lines = len(self)
             return
+        os.close(self._swap_in_snapshot())
+
+    def _swap_in_snapshot(self) -> int:
+        """Write what is live to a new file and put it in place, inline; the old descriptor,
+        for the caller to close. On any error the new file is discarded and the old one stays."""
+        assert self.path is not None
         tmp = journal_file.temp_path(self.path)
         fd, size, lines = self._write_snapshot(tmp, self._snapshot())
         try:
-            old = self._install(fd, tmp, size, lines)
+            return self._install(fd, tmp, size, lines)
         except BaseException:
             journal_file.discard(fd, tmp)
             raise
-        os.close(old)
 
     def _install(self, fd: int, tmp: Path, size: int, lines: int) -> int:
         """Put the new file in place and write to it from now on; the old descriptor."""
