@@ -368,10 +368,14 @@ class Router:
         key = claim.key
         me = asyncio.current_task()
         finished = False
+        held = True  # by _start
         try:
             async with self.conversations.holding(claim):
                 delay = self.retry_delay
                 while (item := await self.conversations.next(claim)) is not None:
+                    if not held:
+                        self.registry.hold(key)
+                        held = True
                     async with self.pauses.active(key):
                         served = await self._items.serve(claim, item)
                     if not served:
@@ -380,6 +384,17 @@ class Router:
                         continue
                     delay = self.retry_delay
                     await self.conversations.done(claim, item)
+                    if self.shared:
+                        # Not in use while the queue is waited on: a worker keeps its lease a
+                        # while for the next message (linger), and a conversation held all
+                        # that time could never be closed to keep the open ones within their
+                        # memory bound (a worker whose chats each speak within the linger held
+                        # them all). Closed meanwhile, the next item opens it from the store
+                        # again, as a new claim does (the holder records each item itself).
+                        # One process needs no such release: its queue ends when empty, and an
+                        # item recorded on receipt must find the copy it was recorded in.
+                        self.registry.release(key)
+                        held = False
                     if self._closing and self.shared:
                         break  # hand the rest to the other workers
                 else:
@@ -390,7 +405,8 @@ class Router:
             log.error("%s: stopped serving the conversation (%s)", key.label(),
                       type(exc).__name__)
         finally:
-            self.registry.release(key)
+            if held:
+                self.registry.release(key)
             if self._workers.get(key) is me:
                 del self._workers[key]
             if not finished:

@@ -112,19 +112,22 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
                  handlers: Callable[[ConversationRegistry], Mapping[str, CommandHandler]]
                  | None = None,
                  queue: Callable[[ConversationQueue], ConversationQueue] | None = None,
-                 linger: float = 0.0) -> AsyncIterator[Worker]:
+                 linger: float = 0.0, open_bytes: int | None = None,
+                 ) -> AsyncIterator[Worker]:
     """One gateway worker without HTTP: deliveries through ``worker.channel.say``.
 
     ``sessions``: the store its registry opens sessions in (default ``store``, whose inbox
     the coordinator uses); ``handlers``: chat-command handlers, made from its registry;
     ``queue``: wraps the coordinator's queue (a test's hook at that seam); ``linger``: how
-    long a lease is kept for a conversation's next message."""
+    long a lease is kept for a conversation's next message; ``open_bytes``: the registry's
+    memory bound for open conversations (default: the gateway's)."""
     metrics = Metrics()
     workspace = PersonaWorkspace(persona)
     loop = AgentLoop(provider=provider, prompts=workspace,
                      tools=ToolRegistry(persona_tools(workspace)),
                      recorder=SESSION_LOG, metrics=metrics)
-    registry = ConversationRegistry(sessions or store, metrics)
+    registry = ConversationRegistry(sessions or store, metrics,
+                                    **({} if open_bytes is None else {"max_bytes": open_bytes}))
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
                                 lease_ttl=ttl, linger=linger) as coord:

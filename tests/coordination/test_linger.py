@@ -1,7 +1,8 @@
 """A lease kept a moment after a conversation's queue emptied (``GATEWAY_LEASE_LINGER``): the
 next message is served under the same lease and fencing token, a message received by another
 worker wakes the holder (a poke), a holder whose lease passed on meanwhile writes and answers
-nothing, the wait ends by itself, and a stopping worker does not wait it out."""
+nothing, the wait ends by itself, a stopping worker does not wait it out, and conversations
+whose leases are kept still close to keep the open ones within their memory bound."""
 
 from __future__ import annotations
 
@@ -192,3 +193,37 @@ async def test_a_stopping_worker_lets_its_kept_leases_go_at_once(
             await a.router.drain(LONG)
         assert a.router.serving == 0
         assert not await redis.exists(lease)
+
+
+async def test_kept_leases_do_not_keep_conversations_open_past_the_memory_bound(
+    redis: aioredis.Redis, prefix: str, pg_store: PostgresSessionStore, tmp_path: Path,
+) -> None:
+    """Six chats answered one after another, every lease kept (a linger no test waits out),
+    with room in memory for about two answered conversations: the waiting holders do not
+    hold their conversations in use, so each is weighed again after its turn and the least
+    recently used are closed to make room (before: all six stayed in use and open, weighed
+    as opened, as a benchmark worker's 2,000 chats grew past a 32 MiB bound to 287 MiB). A
+    closed one that speaks again is opened from the store, under the lease it kept."""
+    chats = [f"m{n}" for n in range(6)]
+    async with worker(prefix, pg_store, echo(), tmp_path / "p", ttl=30, linger=LONG,
+                      open_bytes=10_000) as a:
+        for chat in chats:
+            await a.channel.say(chat, f"hello {chat}", platform_id=f"{chat}-1")
+            await answered(a, f"hello {chat}")
+        leases = [await redis.get(Keys(prefix).lease(ConversationKey("memory", chat)))
+                  for chat in chats]
+        assert all(lease is not None for lease in leases)  # every one kept, waiting for more
+        await wait_until(lambda: a.registry.held == 0, 60)  # the last one's use ended too
+        weights = [conv.approx_bytes for key in a.registry.open_keys()
+                   if (conv := a.registry.peek(key)) is not None]
+        assert a.registry.open_bytes == sum(weights)  # weighed after their turns
+        assert len(a.registry) < len(chats)  # closed to make room, their leases kept
+        closed = next(chat for chat in chats
+                      if a.registry.peek(ConversationKey("memory", chat)) is None)
+        await a.channel.say(closed, "again", platform_id=f"{closed}-2")
+        await answered(a, "again")
+        assert await redis.get(Keys(prefix).lease(ConversationKey("memory", closed))) \
+            == leases[chats.index(closed)]  # the same claim served it
+    assert transcript(await log_of(pg_store, closed)) == [
+        ("user", f"hello {closed}"), ("assistant", f"hello {closed}"),
+        ("user", "again"), ("assistant", "again")]
