@@ -117,9 +117,10 @@ class Router:
                                  max_concurrent_turns=max_concurrent_turns,
                                  max_concurrent_downloads=max_concurrent_downloads,
                                  retry_delay=retry_delay, take_in=take_in)
-        # Each worker holds its conversation in the registry while it runs, as a delivery
-        # does from registry.get() until its worker starts: the registry must not close the
-        # session under either (the message would be lost and its turn would fail).
+        # Each worker holds its conversation in the registry while it serves an item, as a
+        # delivery does from registry.get() until its worker starts: the registry must not
+        # close the session under either (the message would be lost and its turn would fail).
+        # Several workers' holders let go of it between items (see _work).
         self._workers: dict[ConversationKey, asyncio.Task[None]] = {}
         self._adopter: asyncio.Task[None] | None = None
         self._channels = asyncio.Event()
@@ -395,8 +396,8 @@ class Router:
                         # item recorded on receipt must find the copy it was recorded in.
                         self.registry.release(key)
                         held = False
-                    if self._closing and self.shared:
-                        break  # hand the rest to the other workers
+                        if self._closing:
+                            break  # hand the rest to the other workers
                 else:
                     finished = True  # the claim ended with the queue
         except LeaseLostError as exc:

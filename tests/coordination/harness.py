@@ -16,7 +16,7 @@ from coordination.redis_coordinator import RedisCoordinator
 from gateway.agent.loop import AgentLoop
 from gateway.agent.recorder import SESSION_LOG
 from gateway.agent.tools import ToolRegistry
-from gateway.delivery.registry import ConversationRegistry
+from gateway.delivery.registry import OPEN_BYTES, ConversationRegistry
 from gateway.delivery.router import Router
 from gateway.edge.commands import CommandHandler
 from gateway.edge.coordination import ConversationQueue, QueueItem, SharedInbox
@@ -112,8 +112,7 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
                  handlers: Callable[[ConversationRegistry], Mapping[str, CommandHandler]]
                  | None = None,
                  queue: Callable[[ConversationQueue], ConversationQueue] | None = None,
-                 linger: float = 0.0, open_bytes: int | None = None,
-                 ) -> AsyncIterator[Worker]:
+                 linger: float = 0.0, open_bytes: int = OPEN_BYTES) -> AsyncIterator[Worker]:
     """One gateway worker without HTTP: deliveries through ``worker.channel.say``.
 
     ``sessions``: the store its registry opens sessions in (default ``store``, whose inbox
@@ -126,8 +125,7 @@ async def worker(prefix: str, store: SessionStore, provider: Provider, persona: 
     loop = AgentLoop(provider=provider, prompts=workspace,
                      tools=ToolRegistry(persona_tools(workspace)),
                      recorder=SESSION_LOG, metrics=metrics)
-    registry = ConversationRegistry(sessions or store, metrics,
-                                    **({} if open_bytes is None else {"max_bytes": open_bytes}))
+    registry = ConversationRegistry(sessions or store, metrics, max_bytes=open_bytes)
     channel = MemoryChannel()
     async with RedisCoordinator(REDIS_URL, inbox_of(store), prefix=prefix,
                                 lease_ttl=ttl, linger=linger) as coord:
